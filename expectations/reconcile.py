@@ -1,0 +1,56 @@
+"""Gold against the batch SQL join of everything in bronze: the contract of DESIGN.md section 2.
+
+Gold, ignoring bookkeeping columns (batch id, produced_at), must equal ``SELECT … FROM R JOIN S ON
+predicate`` as a multiset, with each pair owned by the relation of its older member.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from state.joiner import pair_columns, older
+from state.relations import RELATIONS, Relation
+
+BOOKKEEPING = ("batch_id", "produced_at")
+
+
+@dataclass(frozen=True)
+class Reconciliation:
+    expected: int  # pairs in the batch join
+    actual: int  # rows in gold
+    missing: DataFrame  # in the batch join, not in gold (as many times)
+    extra: DataFrame  # in gold, not in the batch join (as many times)
+    missing_count: int
+    extra_count: int
+
+    @property
+    def passed(self) -> bool:
+        return self.missing_count == 0 and self.extra_count == 0
+
+    def describe(self, examples: int = 5) -> str:
+        if self.passed:
+            return f"PASS: gold equals the batch SQL join of bronze ({self.expected} pairs, each once, owners right)"
+        lines = [
+            f"FAIL: the batch join has {self.expected} pairs and gold {self.actual} rows: "
+            f"{self.missing_count} missing from gold, {self.extra_count} extra in gold"
+        ]
+        for label, frame in (("missing", self.missing), ("extra", self.extra)):
+            lines += [f"  {label}: {row.asDict()}" for row in frame.limit(examples).collect()]
+        return "\n".join(lines)
+
+
+def batch_join(relations: dict[Relation, DataFrame], predicate: str) -> DataFrame:
+    """The one-shot join of every relation's full contents, in gold's columns, each pair with its owner."""
+    a, b = RELATIONS
+    joined = relations[a].alias(a.name).join(relations[b].alias(b.name), F.expr(predicate))
+    return joined.select(pair_columns(F.when(older(a, b), F.lit(a.label)).otherwise(F.lit(b.label))))
+
+
+def reconcile(expected: DataFrame, gold: DataFrame) -> Reconciliation:
+    """Compare as multisets: a pair produced twice, or not at all, or by the wrong owner, shows."""
+    actual = gold.drop(*BOOKKEEPING)
+    missing, extra = expected.exceptAll(actual), actual.exceptAll(expected)
+    return Reconciliation(expected.count(), actual.count(), missing, extra, missing.count(), extra.count())

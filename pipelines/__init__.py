@@ -1,0 +1,1 @@
+"""Pipeline stages (bronze ingest, silver join, demo), the CLI and the config."""

@@ -1,0 +1,273 @@
+"""Bronze ingest: raw files (JSON Lines, CSV, Parquet) appended to ``bronze/<relation>``.
+
+Every accepted row gets its place in the global arrival order (``_arrival_seq``, across all relations)
+and where it came from (file, line). Rows that break the schema go to the quarantine table with a
+reason; the rest of the file still lands. A file already ingested adds nothing, and a record whose
+``id`` exists with other content is quarantined as a conflict.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import os
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import ArrayType, MapType, StringType, StructField, StructType
+
+from state.engines import DeltaEngine
+from state.errors import LakejoinError
+from state.layout import Warehouse
+from state.relations import RELATIONS, Relation
+
+REQUIRED = ("id", "ts", "key")
+BOOKKEEPING = ("_arrival_seq", "_source_file", "_source_line", "_ingest_id", "_ingested_at", "_content_hash")
+FORMATS = {".jsonl": "json", ".ndjson": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
+CORRUPT = "_corrupt_record"
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    file: str
+    relation: str
+    landed: int = 0
+    quarantined: int = 0
+    duplicates: int = 0
+    already_ingested: bool = False
+
+    def describe(self) -> str:
+        if self.already_ingested:
+            return f"{self.file}: already ingested into bronze/{self.relation}, nothing added"
+        return (
+            f"{self.file}: {self.landed} rows to bronze/{self.relation}, "
+            f"{self.quarantined} quarantined, {self.duplicates} duplicates skipped"
+        )
+
+
+def ingest_files(
+    spark: SparkSession, engine: DeltaEngine, warehouse: Warehouse, rel: Relation, files: list[str]
+) -> list[IngestResult]:
+    """Ingest ``files`` in the given order: their rows arrive in that order, line by line."""
+    for file in files:
+        _format_of(file)
+        if not os.path.isfile(file):
+            raise LakejoinError(f"no such file: {file}")
+    return [ingest_file(spark, engine, warehouse, rel, file) for file in files]
+
+
+def ingest_file(spark: SparkSession, engine: DeltaEngine, warehouse: Warehouse, rel: Relation, file: str) -> IngestResult:
+    path = os.path.abspath(file)
+    digest = _sha256(path)
+    if _already_ingested(engine, warehouse, rel, digest):
+        return IngestResult(file, rel.name, already_ingested=True)
+
+    ingest_id, ingested_at = str(uuid.uuid4()), datetime.now(timezone.utc)
+    parsed = _parse(spark, path, _format_of(file))
+    classified = _classify(parsed, engine.read(warehouse.bronze(rel))).cache()
+    try:
+        first_seq = last_arrival_seq(engine, warehouse) + 1
+        stamp = [F.lit(path).alias("_source_file"), F.lit(ingest_id).alias("_ingest_id"), F.lit(ingested_at).alias("_ingested_at")]
+        accepted = classified.where(F.col("_outcome") == "accepted")
+        bronze_rows = accepted.select(
+            *[c for c in accepted.columns if not c.startswith("_")],
+            (F.lit(first_seq - 1) + F.row_number().over(Window.orderBy("_source_line"))).alias("_arrival_seq"),
+            *stamp,
+            "_source_line",
+            "_content_hash",
+        )
+        rejected = classified.where(F.col("_outcome") == "quarantined").select(
+            F.lit(rel.name).alias("relation"),
+            F.col("_reason").alias("reason"),
+            F.lit(path).alias("source_file"),
+            F.col("_source_line").alias("source_line"),
+            F.col("_raw").alias("raw"),
+            F.col("_id").alias("id"),
+            F.lit(ingest_id).alias("ingest_id"),
+            F.lit(ingested_at).alias("ingested_at"),
+        )
+        counts = {row["_outcome"]: row["count"] for row in classified.groupBy("_outcome").count().collect()}
+        landed, quarantined = counts.get("accepted", 0), counts.get("quarantined", 0)
+        if landed:
+            engine.append(warehouse.bronze(rel), bronze_rows)
+        if quarantined:
+            engine.append(warehouse.quarantine, rejected)
+        log_row = [(ingest_id, rel.name, path, digest, landed, quarantined, counts.get("duplicate", 0), first_seq, first_seq + landed - 1, ingested_at)]
+        engine.append(warehouse.ingest_log, spark.createDataFrame(log_row, INGEST_LOG_SCHEMA))
+    finally:
+        classified.unpersist()
+    return IngestResult(file, rel.name, landed, quarantined, counts.get("duplicate", 0))
+
+
+INGEST_LOG_SCHEMA = (
+    "ingest_id string, relation string, source_file string, sha256 string, rows_landed long, "
+    "rows_quarantined long, rows_duplicate long, seq_from long, seq_to long, ingested_at timestamp"
+)
+
+
+def _format_of(file: str) -> str:
+    extension = os.path.splitext(file)[1].lower()
+    if extension not in FORMATS:
+        raise LakejoinError(f"cannot ingest {file}: unknown extension {extension or '(none)'!r}; use .jsonl, .csv or .parquet")
+    return FORMATS[extension]
+
+
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _already_ingested(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, digest: str) -> bool:
+    log = engine.read(warehouse.ingest_log, where=f"sha256 = '{digest}' AND relation = '{rel.name}'")
+    return log is not None and not log.isEmpty()
+
+
+def last_arrival_seq(engine: DeltaEngine, warehouse: Warehouse, versions: dict[str, int] | None = None) -> int:
+    """The last place taken in the global arrival order, across every relation (0 when none).
+
+    With ``versions`` (relation name -> bronze version), as of those versions; else as of now.
+    """
+    maxima = []
+    for rel in RELATIONS:
+        if versions is not None and rel.name not in versions:
+            continue
+        version = None if versions is None else versions[rel.name]
+        maxima.append(engine.max_value(warehouse.bronze(rel), "_arrival_seq", version))
+    return max((value for value in maxima if value is not None), default=0)
+
+
+# Parsing: each format becomes the same shape — _source_line, _raw, _unparsable and the data columns.
+
+
+def _numbered_lines(spark: SparkSession, path: str) -> DataFrame:
+    """Non-blank lines of a text file with their 1-based line numbers, in file order."""
+    lines = spark.read.text(path).withColumn("_order", F.monotonically_increasing_id())
+    numbered = lines.withColumn("_source_line", F.row_number().over(Window.orderBy("_order")).cast("long"))
+    return numbered.where(F.trim("value") != "").select("_source_line", F.col("value").alias("_raw"))
+
+
+def _parse(spark: SparkSession, path: str, fmt: str) -> DataFrame:
+    if fmt == "parquet":
+        return _parse_parquet(spark, path)
+    if fmt == "csv":
+        with open(path, newline="", encoding="utf-8") as handle:
+            header = next(csv.reader(handle), [])
+        schema = StructType([StructField(name, StringType()) for name in header])
+        lines = _numbered_lines(spark, path).where(F.col("_source_line") > 1)
+        return _parse_text(lines, schema, F.from_csv)
+    schema = StructType([f for f in spark.read.json(path).schema.fields if f.name != CORRUPT])
+    return _parse_text(_numbered_lines(spark, path), schema, F.from_json)
+
+
+def _parse_text(lines: DataFrame, schema: StructType, parser) -> DataFrame:  # noqa: ANN001 - F.from_json or F.from_csv
+    _check_reserved(schema.fieldNames())
+    with_corrupt = StructType([*schema.fields, StructField(CORRUPT, StringType())])
+    options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
+    record = lines.select("*", parser(F.col("_raw"), with_corrupt, options).alias("_record"))
+    unparsable = F.col("_record").isNull() | F.col(f"_record.{CORRUPT}").isNotNull()
+    data = [F.col(f"_record.`{name}`").alias(name) for name in schema.fieldNames()]
+    return record.select("_source_line", "_raw", unparsable.alias("_unparsable"), *data)
+
+
+def _parse_parquet(spark: SparkSession, path: str) -> DataFrame:
+    df = spark.read.parquet(path)
+    _check_reserved(df.columns)
+    return df.select(
+        (F.col("_metadata.row_index") + 1).alias("_source_line"),
+        F.to_json(F.struct(*df.columns)).alias("_raw"),
+        F.lit(False).alias("_unparsable"),
+        *df.columns,
+    )
+
+
+def _check_reserved(columns: list[str]) -> None:
+    reserved = [name for name in columns if name in BOOKKEEPING or name.startswith("_")]
+    if reserved:
+        raise LakejoinError(f"column {reserved[0]!r} starts with '_', which lakejoin reserves for bookkeeping: rename it")
+
+
+# Classification: every parsed row is accepted, a duplicate (skipped) or quarantined with a reason.
+
+
+def _normalize(parsed: DataFrame) -> DataFrame:
+    """Required columns typed (id, key strings; ts bigint), payload a string, reasons for what fails."""
+    present = set(parsed.columns)
+    column = {name: F.col(name) if name in present else F.lit(None) for name in (*REQUIRED, "payload")}
+    ts_text = F.trim(column["ts"].cast("string"))
+    ts = F.when(ts_text.rlike(r"^[+-]?[0-9]+$"), ts_text.try_cast("long"))
+    payload = _as_text(parsed, "payload") if "payload" in present else F.lit(None).cast("string")
+    reason = F.coalesce(
+        F.when(F.col("_unparsable"), F.lit("unparsable line")),
+        *[_missing(name, column[name], present) for name in REQUIRED],
+        F.when(ts.isNull(), F.concat(F.lit("ts is not an integer: "), ts_text)),
+    )
+    extras = [name for name in parsed.columns if name not in (*REQUIRED, "payload") and not name.startswith("_")]
+    return parsed.select(
+        "_source_line",
+        "_raw",
+        reason.alias("_reason"),
+        column["id"].cast("string").alias("id"),
+        ts.alias("ts"),
+        column["key"].cast("string").alias("key"),
+        payload.alias("payload"),
+        *extras,
+    )
+
+
+def _as_text(df: DataFrame, name: str) -> Column:
+    """A column as a string; nested values (structs, arrays, maps) as their JSON text."""
+    if isinstance(df.schema[name].dataType, (StructType, ArrayType, MapType)):
+        return F.to_json(F.col(name))
+    return F.col(name).cast("string")
+
+
+def _missing(name: str, value: Column, present: set[str]) -> Column:
+    if name not in present:
+        return F.lit(f"missing column {name}")
+    return F.when(value.isNull() | (F.trim(value.cast("string")) == ""), F.lit(f"missing {name}"))
+
+
+def _classify(parsed: DataFrame, bronze: DataFrame | None) -> DataFrame:
+    normalized = _normalize(parsed)
+    data_columns = sorted(name for name in normalized.columns if not name.startswith("_"))
+    hashed = normalized.withColumn("_content_hash", F.sha2(F.to_json(F.struct(*data_columns)), 256))
+    valid = F.col("_reason").isNull()
+    by_id = Window.partitionBy(valid, "id").orderBy("_source_line")
+    ranked = hashed.withColumns(
+        {
+            "_nth": F.when(valid, F.row_number().over(by_id)),
+            "_first_hash": F.when(valid, F.first("_content_hash").over(by_id)),
+            "_first_line": F.when(valid, F.first("_source_line").over(by_id)),
+        }
+    )
+    if bronze is None:
+        ranked = ranked.withColumn("_existing_hash", F.lit(None).cast("string"))
+    else:
+        existing = bronze.select(F.col("id").alias("_existing_id"), F.col("_content_hash").alias("_existing_hash"))
+        ranked = ranked.join(existing, valid & (F.col("id") == F.col("_existing_id")), "left").drop("_existing_id")
+    seen_in_file = F.col("_nth") > 1
+    reason = F.coalesce(
+        F.col("_reason"),
+        F.when(
+            seen_in_file & (F.col("_content_hash") != F.col("_first_hash")),
+            F.concat(F.lit("id conflict: same id with other content at line "), F.col("_first_line").cast("string")),
+        ),
+        F.when(
+            F.col("_existing_hash").isNotNull() & (F.col("_existing_hash") != F.col("_content_hash")),
+            F.lit("id conflict: id already in bronze with other content"),
+        ),
+    )
+    duplicate = seen_in_file | (F.col("_existing_hash") == F.col("_content_hash"))
+    outcome = F.when(reason.isNotNull(), "quarantined").when(duplicate, "duplicate").otherwise("accepted")
+    return ranked.select(
+        *[c for c in hashed.columns if c != "_reason"],
+        reason.alias("_reason"),
+        outcome.alias("_outcome"),
+        F.col("id").alias("_id"),
+    )

@@ -1,0 +1,144 @@
+"""The silver stage: every pending arrival joined in micro-batches, each a prefix of the arrival order.
+
+Per batch (DESIGN.md section 3): plan → compute from the pinned inputs → write gold and the state
+tables, each commit tagged with the application transaction (pipeline:table, batch id) → commit the
+batch log row last. A batch left unfinished by a crash is resumed with its own plan.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from pyspark.errors import AnalysisException
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from pipelines.config import Config
+from pipelines.ingest import last_arrival_seq
+from state.batch_log import BatchLog, BatchOutcome, BatchPlan
+from state.buffers import buffer_tables, insert_arrivals, read_sides
+from state.engines import DeltaEngine, Txn
+from state.errors import LakejoinError
+from state.joiner import Side, batch_pairs
+from state.layout import Warehouse
+from state.relations import RECORD_SCHEMA, RELATIONS, Relation
+
+
+@dataclass(frozen=True)
+class BatchReport:
+    batch_id: int
+    arrivals: dict[str, int]
+    pairs: int
+    seconds: float
+    resumed: bool
+
+    def describe(self) -> str:
+        arrived = ", ".join(f"{count} {name.upper()}" for name, count in self.arrivals.items())
+        again = " (resumed)" if self.resumed else ""
+        return f"batch {self.batch_id}{again}: {arrived} arrivals, {self.pairs} pairs, {self.seconds:.2f} s"
+
+
+def run(
+    engine: DeltaEngine, warehouse: Warehouse, config: Config, progress: Callable[[str], None] = lambda _: None
+) -> list[BatchReport]:
+    """Process every pending arrival, batch by batch, then return what each batch did."""
+    _check_predicate(engine, warehouse, config.predicate)
+    log = BatchLog(engine, warehouse.batches, _app_id(config, warehouse, warehouse.batches))
+    reports = []
+    while True:
+        tail = log.tail()
+        plan = tail.unfinished or _plan_next(engine, warehouse, config, tail.last_batch_id, tail.last_seq)
+        if plan is None:
+            return reports
+        if tail.unfinished is None:
+            log.record_plan(plan)
+        report = _execute(engine, warehouse, config, log, plan, resumed=tail.unfinished is not None)
+        progress(report.describe())
+        reports.append(report)
+
+
+def _app_id(config: Config, warehouse: Warehouse, path: str) -> str:
+    return f"{config.pipeline}:{os.path.relpath(path, warehouse.root)}"
+
+
+def _plan_next(engine: DeltaEngine, warehouse: Warehouse, config: Config, last_batch_id: int, last_seq: int) -> BatchPlan | None:
+    """The next prefix of the arrival order (at most ``max_batch_rows``), or None when nothing is pending."""
+    bronze_versions = {
+        rel.name: version for rel in RELATIONS if (version := engine.version(warehouse.bronze(rel))) is not None
+    }
+    pending_to = last_arrival_seq(engine, warehouse, bronze_versions)
+    if pending_to <= last_seq:
+        return None
+    state_versions = {
+        name: version for name, path in buffer_tables(warehouse).items() if (version := engine.version(path)) is not None
+    }
+    return BatchPlan(
+        batch_id=last_batch_id + 1,
+        seq_from=last_seq,
+        seq_to=min(last_seq + config.max_batch_rows, pending_to),
+        bronze_versions=bronze_versions,
+        state_versions=state_versions,
+    )
+
+
+def _arrivals(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, plan: BatchPlan) -> tuple[DataFrame, int]:
+    """The plan's slice of ``rel``'s arrivals, pulled once into a small local DataFrame (broadcastable)."""
+    spark = engine.spark
+    version = plan.bronze_versions.get(rel.name)
+    where = f"_arrival_seq > {plan.seq_from} AND _arrival_seq <= {plan.seq_to}"
+    sliced = None if version is None else engine.read(warehouse.bronze(rel), version, where)
+    if sliced is None:
+        return spark.createDataFrame([], f"{RECORD_SCHEMA}, _arrival_seq bigint"), 0
+    local = sliced.toArrow()
+    return spark.createDataFrame(local), local.num_rows
+
+
+def _execute(engine: DeltaEngine, warehouse: Warehouse, config: Config, log: BatchLog, plan: BatchPlan, resumed: bool) -> BatchReport:
+    started = time.perf_counter()
+    loaded = {rel: _arrivals(engine, warehouse, rel, plan) for rel in RELATIONS}
+    arrivals = {rel: df for rel, (df, _) in loaded.items()}
+    counts = {rel: count for rel, (_, count) in loaded.items()}
+    sides = read_sides(engine, warehouse, plan, arrivals)
+
+    def txn(path: str) -> Txn:
+        return Txn(_app_id(config, warehouse, path), plan.batch_id)
+
+    gold = _pairs(sides, config.predicate, plan).withColumns(
+        {"batch_id": F.lit(plan.batch_id), "produced_at": F.lit(datetime.now(timezone.utc))}
+    )
+    written = engine.append(warehouse.gold, gold, txn(warehouse.gold))
+    if written is None:  # already committed by the run this one resumes
+        written = engine.read(warehouse.gold, where=f"batch_id = {plan.batch_id}").count()
+    insert_arrivals(engine, warehouse, arrivals, counts, txn)
+    outcome = BatchOutcome({rel.name: counts[rel] for rel in RELATIONS}, written, time.perf_counter() - started)
+    log.record_commit(plan, outcome)
+    return BatchReport(plan.batch_id, outcome.arrivals, written, outcome.seconds, resumed)
+
+
+def _pairs(sides: list[Side], predicate: str, plan: BatchPlan) -> DataFrame:
+    """The batch's pairs; none while some relation has never had a record (nothing to join with yet)."""
+    if all(side.relation.name in plan.bronze_versions for side in sides):
+        return batch_pairs(sides, predicate)
+    return batch_pairs([_empty(side) for side in sides], "true")
+
+
+def _empty(side: Side) -> Side:
+    return Side(side.relation, side.arrivals.limit(0), side.store.limit(0), side.probes.limit(0))
+
+
+def _check_predicate(engine: DeltaEngine, warehouse: Warehouse, predicate: str) -> None:
+    """Fail before any write when the predicate does not resolve against the relations' columns."""
+    bronze = {rel: engine.read(warehouse.bronze(rel)) for rel in RELATIONS}
+    if any(df is None for df in bronze.values()):
+        return
+    sides = [Side(rel, df.limit(0), df.limit(0), bronze[other].limit(0)) for rel, df in bronze.items() for other in bronze if other != rel]
+    try:
+        batch_pairs(sides, predicate)
+    except AnalysisException as exc:
+        columns = "; ".join(f"{rel.name}: {', '.join(c for c in df.columns if not c.startswith('_'))}" for rel, df in bronze.items())
+        reason = str(exc).strip().splitlines()[0]
+        raise LakejoinError(f"join predicate {predicate!r} does not resolve ({reason}); columns are {columns}") from exc

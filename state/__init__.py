@@ -1,0 +1,1 @@
+"""Silver-stage state: relations, the store/probe joiner, the batch log and the Delta engines."""

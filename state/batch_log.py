@@ -1,0 +1,109 @@
+"""The batch log (``silver/batches``): a batch's plan is appended before any output, its commit last.
+
+The plan pins everything the batch reads — the slice of the global arrival order, the bronze versions
+that hold it, the version of every state table before the batch — so a batch that did not commit can
+be resumed with exactly the same inputs (DESIGN.md section 3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from pyspark.sql import Row
+from pyspark.sql import functions as F
+
+from state.engines import DeltaEngine, Txn
+from state.errors import LakejoinError
+
+PLANNED, COMMITTED = "planned", "committed"
+
+SCHEMA = (
+    "batch_id bigint, phase string, seq_from bigint, seq_to bigint, "
+    "bronze_versions map<string,bigint>, state_versions map<string,bigint>, watermarks map<string,bigint>, "
+    "arrivals map<string,bigint>, pairs bigint, recorded_at timestamp, seconds double"
+)
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """What one batch reads: arrivals with ``seq_from < _arrival_seq <= seq_to``, at pinned versions."""
+
+    batch_id: int
+    seq_from: int
+    seq_to: int
+    bronze_versions: dict[str, int]  # relation name -> bronze version holding the slice (absent: no table yet)
+    state_versions: dict[str, int]  # state table name -> version before the batch (absent: no table yet)
+    watermarks: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BatchOutcome:
+    arrivals: dict[str, int]
+    pairs: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class LogTail:
+    last_batch_id: int  # 0 before the first batch
+    last_seq: int  # the arrival order is processed up to here (0 before the first batch)
+    unfinished: BatchPlan | None  # planned, not committed: to resume with its own plan
+
+
+class BatchLog:
+    def __init__(self, engine: DeltaEngine, path: str, app_id: str) -> None:
+        self.engine, self.path, self.app_id = engine, path, app_id
+
+    def tail(self) -> LogTail:
+        last_id = self.engine.max_value(self.path, "batch_id")
+        if last_id is None:
+            return LogTail(0, 0, None)
+        rows = self.engine.read(self.path, where=f"batch_id = {last_id}").collect()  # at most two rows
+        phases = {row["phase"]: row for row in rows}
+        if COMMITTED in phases:
+            return LogTail(last_id, phases[COMMITTED]["seq_to"], None)
+        if PLANNED not in phases:
+            raise LakejoinError(f"batch log {self.path} has batch {last_id} without a plan: it was not written by lakejoin")
+        plan = _plan_of(phases[PLANNED])
+        return LogTail(last_id, plan.seq_from, plan)
+
+    def record_plan(self, plan: BatchPlan) -> None:
+        self._append(plan, PLANNED, None)
+
+    def record_commit(self, plan: BatchPlan, outcome: BatchOutcome) -> None:
+        self._append(plan, COMMITTED, outcome)
+
+    def _append(self, plan: BatchPlan, phase: str, outcome: BatchOutcome | None) -> None:
+        row = Row(
+            batch_id=plan.batch_id,
+            phase=phase,
+            seq_from=plan.seq_from,
+            seq_to=plan.seq_to,
+            bronze_versions=plan.bronze_versions,
+            state_versions=plan.state_versions,
+            watermarks=plan.watermarks,
+            arrivals=None if outcome is None else outcome.arrivals,
+            pairs=None if outcome is None else outcome.pairs,
+            recorded_at=datetime.now(timezone.utc),
+            seconds=None if outcome is None else outcome.seconds,
+        )
+        # The plan and the commit of a batch are distinct transactions: 2 * id - 1 and 2 * id.
+        version = 2 * plan.batch_id - (phase == PLANNED)
+        df = self.engine.spark.createDataFrame([row], SCHEMA)
+        self.engine.append(self.path, df, Txn(self.app_id, version))
+
+    def history(self):  # noqa: ANN201 - a DataFrame of committed batches, for status and tests
+        df = self.engine.read(self.path)
+        return None if df is None else df.where(F.col("phase") == COMMITTED)
+
+
+def _plan_of(row: Row) -> BatchPlan:
+    return BatchPlan(
+        batch_id=row["batch_id"],
+        seq_from=row["seq_from"],
+        seq_to=row["seq_to"],
+        bronze_versions=dict(row["bronze_versions"] or {}),
+        state_versions=dict(row["state_versions"] or {}),
+        watermarks=dict(row["watermarks"] or {}),
+    )

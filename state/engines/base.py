@@ -1,0 +1,61 @@
+"""The contract both Delta engines honour; tests/test_engines.py checks it for each."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from pyspark.sql import DataFrame, SparkSession
+
+
+@dataclass(frozen=True)
+class Txn:
+    """A Delta application transaction: the write of ``version`` (a batch id) by ``app_id``.
+
+    A table that already records ``version`` (or a later one) for ``app_id`` has had this write,
+    so the engine skips it: that is what makes a replayed batch idempotent (DESIGN.md section 3).
+    """
+
+    app_id: str
+    version: int
+
+
+class DeltaEngine(Protocol):
+    """Reads Delta snapshots into Spark and commits Spark DataFrames to Delta."""
+
+    name: str
+    spark: SparkSession
+
+    def version(self, path: str) -> int | None:
+        """The table's latest version, or None when there is no Delta table at ``path``."""
+        ...
+
+    def read(self, path: str, version: int | None = None, where: str | None = None) -> DataFrame | None:
+        """The snapshot at ``version`` (latest when None), or None when the table does not exist.
+
+        ``where`` is a SQL predicate on the table's columns: rows are filtered by it, and files whose
+        statistics rule it out are not read at all (data skipping).
+        """
+        ...
+
+    def max_value(self, path: str, column: str, version: int | None = None) -> int | None:
+        """The largest value of an integer column at ``version`` (latest when None); None if empty or absent."""
+        ...
+
+    def append(self, path: str, df: DataFrame, txn: Txn | None = None) -> int | None:
+        """Append ``df``, creating the table or adding new columns as needed.
+
+        Returns the rows written, or None when the table already records ``txn`` (nothing written).
+        """
+        ...
+
+    def insert_new(self, path: str, df: DataFrame, key: str, txn: Txn | None = None) -> int | None:
+        """MERGE ``df`` into the table, inserting rows whose ``key`` is not there yet.
+
+        Returns the rows inserted, or None when the table already records ``txn``.
+        """
+        ...
+
+    def applied(self, path: str, txn: Txn | None) -> bool:
+        """True when the table already records ``txn`` (or a later version of its app id)."""
+        ...

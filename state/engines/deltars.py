@@ -1,0 +1,108 @@
+"""The embedded engine: delta-rs (``deltalake``) commits, Spark reads the snapshot's Parquet files.
+
+Data crosses from Spark to delta-rs as Arrow. Reads never go through ``DeltaTable.to_pyarrow_*``,
+which can abort the interpreter at exit (delta-rs #2184): Spark reads the files ``file_uris`` names.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake.exceptions import DeltaError, TableNotFoundError
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.pandas.types import from_arrow_schema
+
+from state.engines.base import Txn
+from state.errors import LakejoinError
+
+
+def to_arrow(df: DataFrame) -> pa.Table:
+    """``df`` as Arrow with every field nullable, so a later batch may carry nulls the first did not."""
+    table = df.toArrow()
+    return table.cast(pa.schema([field.with_nullable(True) for field in table.schema]))
+
+
+class DeltaRsEngine:
+    name = "delta-rs"
+
+    def __init__(self, spark: SparkSession) -> None:
+        self.spark = spark
+
+    def _table(self, path: str, version: int | None = None) -> DeltaTable | None:
+        try:
+            return DeltaTable(path, version=version)
+        except TableNotFoundError:
+            return None
+
+    def version(self, path: str) -> int | None:
+        table = self._table(path)
+        return None if table is None else table.version()
+
+    def read(self, path: str, version: int | None = None, where: str | None = None) -> DataFrame | None:
+        table = self._table(path, version)
+        if table is None:
+            return None
+        schema = from_arrow_schema(pa.schema(table.schema().to_arrow()))
+        files = table.file_uris(file_pruning_predicate=where)
+        if not files:
+            return self.spark.createDataFrame([], schema)
+        df = self.spark.read.schema(schema).parquet(*files)
+        return df if where is None else df.where(where)
+
+    def max_value(self, path: str, column: str, version: int | None = None) -> int | None:
+        table = self._table(path, version)
+        if table is None:
+            return None
+        stats = pa.table(table.get_add_actions(flatten=True))
+        if stats.num_rows == 0:
+            return None
+        return max((value for value in stats.column(f"max.{column}").to_pylist() if value is not None), default=None)
+
+    def applied(self, path: str, txn: Txn | None) -> bool:
+        table = None if txn is None else self._table(path)
+        recorded = None if table is None else table.transaction_version(txn.app_id)
+        return recorded is not None and recorded >= txn.version
+
+    def append(self, path: str, df: DataFrame, txn: Txn | None = None) -> int | None:
+        if self.applied(path, txn):
+            return None
+        data = to_arrow(df)
+        try:
+            write_deltalake(path, data, mode="append", schema_mode="merge", commit_properties=_commit(txn))
+        except DeltaError as exc:
+            raise LakejoinError(f"cannot append to {path}: {_first_line(exc)}") from exc
+        return data.num_rows
+
+    def insert_new(self, path: str, df: DataFrame, key: str, txn: Txn | None = None) -> int | None:
+        table = self._table(path)
+        if table is None:
+            return self.append(path, df, txn)
+        if self.applied(path, txn):
+            return None
+        try:
+            metrics = (
+                table.merge(
+                    to_arrow(df),
+                    predicate=f"target.`{key}` = source.`{key}`",
+                    source_alias="source",
+                    target_alias="target",
+                    merge_schema=True,
+                    commit_properties=_commit(txn),
+                )
+                .when_not_matched_insert_all()
+                .execute()
+            )
+        except DeltaError as exc:
+            raise LakejoinError(f"cannot merge into {path}: {_first_line(exc)}") from exc
+        return int(metrics["num_target_rows_inserted"])
+
+
+def _commit(txn: Txn | None) -> CommitProperties | None:
+    if txn is None:
+        return None
+    return CommitProperties(app_transactions=[Transaction(app_id=txn.app_id, version=txn.version)])
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -1,0 +1,105 @@
+"""Delta on Spark (``delta-spark``): used where the session has Delta (Databricks, clusters with the jars).
+
+Same contract as the delta-rs engine. Idempotency goes through Delta's own application transactions:
+``txnAppId``/``txnVersion`` writer options for appends, and for MERGE the session confs
+``spark.databricks.delta.write.txnAppId/txnVersion``, set right before and unset in ``finally``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from state.engines.base import Txn
+
+TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
+TXN_VERSION = "spark.databricks.delta.write.txnVersion"
+AUTO_MERGE = "spark.databricks.delta.schema.autoMerge.enabled"
+# Tables must stay writable by delta-rs too (DESIGN.md section 5): no deletion vectors.
+NO_DELETION_VECTORS = "spark.databricks.delta.properties.defaults.enableDeletionVectors"
+
+
+class SparkDeltaEngine:
+    name = "spark"
+
+    def __init__(self, spark: SparkSession) -> None:
+        from delta.tables import DeltaTable
+
+        self.spark = spark
+        self._delta_table = DeltaTable
+        spark.conf.set(NO_DELETION_VECTORS, "false")
+
+    def version(self, path: str) -> int | None:
+        if not self._delta_table.isDeltaTable(self.spark, path):
+            return None
+        return int(self._delta_table.forPath(self.spark, path).history(1).select("version").first()[0])
+
+    def read(self, path: str, version: int | None = None, where: str | None = None) -> DataFrame | None:
+        if not self._delta_table.isDeltaTable(self.spark, path):
+            return None
+        reader = self.spark.read.format("delta")
+        if version is not None:
+            reader = reader.option("versionAsOf", version)
+        df = reader.load(path)
+        return df if where is None else df.where(where)
+
+    def max_value(self, path: str, column: str, version: int | None = None) -> int | None:
+        df = self.read(path, version)
+        if df is None:
+            return None
+        value = df.agg(F.max(column)).first()[0]
+        return None if value is None else int(value)
+
+    def applied(self, path: str, txn: Txn | None) -> bool:
+        if txn is None or not self._delta_table.isDeltaTable(self.spark, path):
+            return False
+        jvm = self.spark._jvm  # type: ignore[union-attr]
+        self._delta_table.forPath(self.spark, path).toDF()  # brings the log's snapshot up to date
+        log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(self.spark._jsparkSession, path)
+        recorded = log.unsafeVolatileSnapshot().transactions().get(txn.app_id)
+        return bool(recorded.isDefined()) and int(recorded.get()) >= txn.version
+
+    def append(self, path: str, df: DataFrame, txn: Txn | None = None) -> int | None:
+        if self.applied(path, txn):
+            return None
+        writer = df.write.format("delta").mode("append").option("mergeSchema", "true")
+        if txn is not None:
+            writer = writer.option("txnAppId", txn.app_id).option("txnVersion", txn.version)
+        writer.save(path)
+        return self._last_metric(path, "numOutputRows")
+
+    def insert_new(self, path: str, df: DataFrame, key: str, txn: Txn | None = None) -> int | None:
+        if not self._delta_table.isDeltaTable(self.spark, path):
+            return self.append(path, df, txn)
+        if self.applied(path, txn):
+            return None
+        confs = {AUTO_MERGE: "true"}
+        if txn is not None:
+            confs |= {TXN_APP_ID: txn.app_id, TXN_VERSION: str(txn.version)}
+        with self._session_confs(confs):
+            (
+                self._delta_table.forPath(self.spark, path)
+                .alias("target")
+                .merge(df.alias("source"), f"target.`{key}` = source.`{key}`")
+                .whenNotMatchedInsertAll()
+                .execute()
+            )
+        return self._last_metric(path, "numTargetRowsInserted")
+
+    def _last_metric(self, path: str, metric: str) -> int:
+        """A row count from the operation metrics of the table's latest commit."""
+        metrics = self._delta_table.forPath(self.spark, path).history(1).select("operationMetrics").first()[0]
+        return int((metrics or {}).get(metric, 0))
+
+    @contextmanager
+    def _session_confs(self, confs: dict[str, str]) -> Iterator[None]:
+        try:
+            for name, value in confs.items():
+                self.spark.conf.set(name, value)
+            yield
+        finally:
+            for name in confs:
+                self.spark.conf.unset(name)
