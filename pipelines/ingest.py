@@ -15,6 +15,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, MapType, StringType, StructField, StructType
@@ -95,16 +96,37 @@ def ingest_file(spark: SparkSession, engine: DeltaEngine, warehouse: Warehouse, 
             engine.append(warehouse.bronze(rel), bronze_rows)
         if quarantined:
             engine.append(warehouse.quarantine, rejected)
-        log_row = [(ingest_id, rel.name, path, digest, landed, quarantined, counts.get("duplicate", 0), first_seq, first_seq + landed - 1, ingested_at)]
-        engine.append(warehouse.ingest_log, spark.createDataFrame(log_row, INGEST_LOG_SCHEMA))
+        log_row = dict(
+            ingest_id=ingest_id,
+            relation=rel.name,
+            source_file=path,
+            sha256=digest,
+            rows_landed=landed,
+            rows_quarantined=quarantined,
+            rows_duplicate=counts.get("duplicate", 0),
+            seq_from=first_seq,
+            seq_to=first_seq + landed - 1,
+            ingested_at=ingested_at,
+        )
+        engine.append(warehouse.ingest_log, pa.Table.from_pylist([log_row], INGEST_LOG_SCHEMA))
     finally:
         classified.unpersist()
     return IngestResult(file, rel.name, landed, quarantined, counts.get("duplicate", 0))
 
 
-INGEST_LOG_SCHEMA = (
-    "ingest_id string, relation string, source_file string, sha256 string, rows_landed long, "
-    "rows_quarantined long, rows_duplicate long, seq_from long, seq_to long, ingested_at timestamp"
+INGEST_LOG_SCHEMA = pa.schema(
+    [
+        ("ingest_id", pa.string()),
+        ("relation", pa.string()),
+        ("source_file", pa.string()),
+        ("sha256", pa.string()),
+        ("rows_landed", pa.int64()),
+        ("rows_quarantined", pa.int64()),
+        ("rows_duplicate", pa.int64()),
+        ("seq_from", pa.int64()),
+        ("seq_to", pa.int64()),
+        ("ingested_at", pa.timestamp("us", tz="UTC")),
+    ]
 )
 
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+import pyarrow as pa
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -85,24 +86,21 @@ def _plan_next(engine: DeltaEngine, warehouse: Warehouse, config: Config, last_b
     )
 
 
-def _arrivals(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, plan: BatchPlan) -> tuple[DataFrame, int]:
-    """The plan's slice of ``rel``'s arrivals, pulled once into a small local DataFrame (broadcastable)."""
-    spark = engine.spark
+def _arrivals(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, plan: BatchPlan) -> pa.Table:
+    """The plan's slice of ``rel``'s arrivals, read once and held on the driver (at most a batch)."""
     version = plan.bronze_versions.get(rel.name)
     where = f"_arrival_seq > {plan.seq_from} AND _arrival_seq <= {plan.seq_to}"
     sliced = None if version is None else engine.read(warehouse.bronze(rel), version, where)
     if sliced is None:
-        return spark.createDataFrame([], f"{RECORD_SCHEMA}, _arrival_seq bigint"), 0
-    local = sliced.toArrow()
-    return spark.createDataFrame(local), local.num_rows
+        return engine.spark.createDataFrame([], f"{RECORD_SCHEMA}, _arrival_seq bigint").toArrow()
+    return sliced.toArrow()
 
 
 def _execute(engine: DeltaEngine, warehouse: Warehouse, config: Config, log: BatchLog, plan: BatchPlan, resumed: bool) -> BatchReport:
     started = time.perf_counter()
-    loaded = {rel: _arrivals(engine, warehouse, rel, plan) for rel in RELATIONS}
-    arrivals = {rel: df for rel, (df, _) in loaded.items()}
-    counts = {rel: count for rel, (_, count) in loaded.items()}
-    sides = read_sides(engine, warehouse, plan, arrivals)
+    arrived = {rel: _arrivals(engine, warehouse, rel, plan) for rel in RELATIONS}
+    # Local relations: Spark knows their size and broadcasts them into the joins.
+    sides = read_sides(engine, warehouse, plan, {rel: engine.spark.createDataFrame(t) for rel, t in arrived.items()})
 
     def txn(path: str) -> Txn:
         return Txn(_app_id(config, warehouse, path), plan.batch_id)
@@ -113,8 +111,8 @@ def _execute(engine: DeltaEngine, warehouse: Warehouse, config: Config, log: Bat
     written = engine.append(warehouse.gold, gold, txn(warehouse.gold))
     if written is None:  # already committed by the run this one resumes
         written = engine.read(warehouse.gold, where=f"batch_id = {plan.batch_id}").count()
-    insert_arrivals(engine, warehouse, arrivals, counts, txn)
-    outcome = BatchOutcome({rel.name: counts[rel] for rel in RELATIONS}, written, time.perf_counter() - started)
+    insert_arrivals(engine, warehouse, arrived, txn)
+    outcome = BatchOutcome({rel.name: arrived[rel].num_rows for rel in RELATIONS}, written, time.perf_counter() - started)
     log.record_commit(plan, outcome)
     return BatchReport(plan.batch_id, outcome.arrivals, written, outcome.seconds, resumed)
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from pyspark.sql import Row
+import pyarrow as pa
+from pyspark.sql import DataFrame, Row
 from pyspark.sql import functions as F
 
 from state.engines import DeltaEngine, Txn
@@ -18,10 +19,21 @@ from state.errors import LakejoinError
 
 PLANNED, COMMITTED = "planned", "committed"
 
-SCHEMA = (
-    "batch_id bigint, phase string, seq_from bigint, seq_to bigint, "
-    "bronze_versions map<string,bigint>, state_versions map<string,bigint>, watermarks map<string,bigint>, "
-    "arrivals map<string,bigint>, pairs bigint, recorded_at timestamp, seconds double"
+VERSIONS = pa.map_(pa.string(), pa.int64())
+SCHEMA = pa.schema(
+    [
+        ("batch_id", pa.int64()),
+        ("phase", pa.string()),
+        ("seq_from", pa.int64()),  # exclusive
+        ("seq_to", pa.int64()),  # inclusive
+        ("bronze_versions", VERSIONS),
+        ("state_versions", VERSIONS),
+        ("watermarks", VERSIONS),
+        ("arrivals", VERSIONS),
+        ("pairs", pa.int64()),
+        ("recorded_at", pa.timestamp("us", tz="UTC")),
+        ("seconds", pa.float64()),
+    ]
 )
 
 
@@ -75,25 +87,25 @@ class BatchLog:
         self._append(plan, COMMITTED, outcome)
 
     def _append(self, plan: BatchPlan, phase: str, outcome: BatchOutcome | None) -> None:
-        row = Row(
-            batch_id=plan.batch_id,
-            phase=phase,
-            seq_from=plan.seq_from,
-            seq_to=plan.seq_to,
-            bronze_versions=plan.bronze_versions,
-            state_versions=plan.state_versions,
-            watermarks=plan.watermarks,
-            arrivals=None if outcome is None else outcome.arrivals,
-            pairs=None if outcome is None else outcome.pairs,
-            recorded_at=datetime.now(timezone.utc),
-            seconds=None if outcome is None else outcome.seconds,
-        )
+        row = {
+            "batch_id": plan.batch_id,
+            "phase": phase,
+            "seq_from": plan.seq_from,
+            "seq_to": plan.seq_to,
+            "bronze_versions": list(plan.bronze_versions.items()),
+            "state_versions": list(plan.state_versions.items()),
+            "watermarks": list(plan.watermarks.items()),
+            "arrivals": None if outcome is None else list(outcome.arrivals.items()),
+            "pairs": None if outcome is None else outcome.pairs,
+            "recorded_at": datetime.now(timezone.utc),
+            "seconds": None if outcome is None else outcome.seconds,
+        }
         # The plan and the commit of a batch are distinct transactions: 2 * id - 1 and 2 * id.
         version = 2 * plan.batch_id - (phase == PLANNED)
-        df = self.engine.spark.createDataFrame([row], SCHEMA)
-        self.engine.append(self.path, df, Txn(self.app_id, version))
+        self.engine.append(self.path, pa.Table.from_pylist([row], SCHEMA), Txn(self.app_id, version))
 
-    def history(self):  # noqa: ANN201 - a DataFrame of committed batches, for status and tests
+    def history(self) -> DataFrame | None:
+        """Every committed batch."""
         df = self.engine.read(self.path)
         return None if df is None else df.where(F.col("phase") == COMMITTED)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pyarrow as pa
 from pyspark.sql import DataFrame
 
 from state.batch_log import BatchPlan
@@ -57,14 +58,10 @@ def read_sides(
 
 
 def insert_arrivals(
-    engine: DeltaEngine,
-    warehouse: Warehouse,
-    arrivals: dict[Relation, DataFrame],
-    counts: dict[Relation, int],
-    txn_for: Callable[[str], Txn],
+    engine: DeltaEngine, warehouse: Warehouse, arrivals: dict[Relation, pa.Table], txn_for: Callable[[str], Txn]
 ) -> None:
     """``X_store ∪= ΔX`` and ``X_probes ∪= ΔY`` for every relation (empty arrivals commit nothing)."""
     for rel in RELATIONS:
         for path, new in ((warehouse.store(rel), rel), (warehouse.probes(rel), partner(rel))):
-            if counts[new]:
+            if len(arrivals[new]):
                 engine.insert_new(path, arrivals[new], BUFFER_KEY, txn_for(path))

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeAlias
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
+
+# What an engine commits: a Spark DataFrame, or rows already on the driver as Arrow (small deltas,
+# log rows), which the delta-rs engine writes as they are instead of a round trip through the JVM.
+Data: TypeAlias = DataFrame | pa.Table
 
 
 @dataclass(frozen=True)
@@ -42,14 +47,14 @@ class DeltaEngine(Protocol):
         """The largest value of an integer column at ``version`` (latest when None); None if empty or absent."""
         ...
 
-    def append(self, path: str, df: DataFrame, txn: Txn | None = None) -> int | None:
+    def append(self, path: str, df: Data, txn: Txn | None = None) -> int | None:
         """Append ``df``, creating the table or adding new columns as needed.
 
         Returns the rows written, or None when the table already records ``txn`` (nothing written).
         """
         ...
 
-    def insert_new(self, path: str, df: DataFrame, key: str, txn: Txn | None = None) -> int | None:
+    def insert_new(self, path: str, df: Data, key: str, txn: Txn | None = None) -> int | None:
         """MERGE ``df`` into the table, inserting rows whose ``key`` is not there yet.
 
         Returns the rows inserted, or None when the table already records ``txn``.

@@ -12,13 +12,13 @@ from deltalake.exceptions import DeltaError, TableNotFoundError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from state.engines.base import Txn
+from state.engines.base import Data, Txn
 from state.errors import LakejoinError
 
 
-def to_arrow(df: DataFrame) -> pa.Table:
+def to_arrow(df: Data) -> pa.Table:
     """``df`` as Arrow with every field nullable, so a later batch may carry nulls the first did not."""
-    table = df.toArrow()
+    table = df if isinstance(df, pa.Table) else df.toArrow()
     return table.cast(pa.schema([field.with_nullable(True) for field in table.schema]))
 
 
@@ -63,7 +63,7 @@ class DeltaRsEngine:
         recorded = None if table is None else table.transaction_version(txn.app_id)
         return recorded is not None and recorded >= txn.version
 
-    def append(self, path: str, df: DataFrame, txn: Txn | None = None) -> int | None:
+    def append(self, path: str, df: Data, txn: Txn | None = None) -> int | None:
         if self.applied(path, txn):
             return None
         data = to_arrow(df)
@@ -73,7 +73,7 @@ class DeltaRsEngine:
             raise LakejoinError(f"cannot append to {path}: {_first_line(exc)}") from exc
         return data.num_rows
 
-    def insert_new(self, path: str, df: DataFrame, key: str, txn: Txn | None = None) -> int | None:
+    def insert_new(self, path: str, df: Data, key: str, txn: Txn | None = None) -> int | None:
         table = self._table(path)
         if table is None:
             return self.append(path, df, txn)

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from state.engines.base import Txn
+from state.engines.base import Data, Txn
 
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"
@@ -62,16 +62,19 @@ class SparkDeltaEngine:
         recorded = log.unsafeVolatileSnapshot().transactions().get(txn.app_id)
         return bool(recorded.isDefined()) and int(recorded.get()) >= txn.version
 
-    def append(self, path: str, df: DataFrame, txn: Txn | None = None) -> int | None:
+    def _frame(self, df: Data) -> DataFrame:
+        return df if isinstance(df, DataFrame) else self.spark.createDataFrame(df)
+
+    def append(self, path: str, df: Data, txn: Txn | None = None) -> int | None:
         if self.applied(path, txn):
             return None
-        writer = df.write.format("delta").mode("append").option("mergeSchema", "true")
+        writer = self._frame(df).write.format("delta").mode("append").option("mergeSchema", "true")
         if txn is not None:
             writer = writer.option("txnAppId", txn.app_id).option("txnVersion", txn.version)
         writer.save(path)
         return self._last_metric(path, "numOutputRows")
 
-    def insert_new(self, path: str, df: DataFrame, key: str, txn: Txn | None = None) -> int | None:
+    def insert_new(self, path: str, df: Data, key: str, txn: Txn | None = None) -> int | None:
         if not self._delta_table.isDeltaTable(self.spark, path):
             return self.append(path, df, txn)
         if self.applied(path, txn):
@@ -83,7 +86,7 @@ class SparkDeltaEngine:
             (
                 self._delta_table.forPath(self.spark, path)
                 .alias("target")
-                .merge(df.alias("source"), f"target.`{key}` = source.`{key}`")
+                .merge(self._frame(df).alias("source"), f"target.`{key}` = source.`{key}`")
                 .whenNotMatchedInsertAll()
                 .execute()
             )

@@ -1,0 +1,133 @@
+"""The store/probe join through the real pipeline: bronze ingest, silver batches, gold."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pipelines.config import Config
+from tests.helpers import Pipeline
+from tests.reference import Pair, Record, batch_join, join_in_arrival_order
+
+R2, R4, R8 = (Record("r", f"r{ts}", ts, "k", f"payload r{ts}") for ts in (2, 4, 8))
+S1, S7 = (Record("s", f"s{ts}", ts, "k", f"payload s{ts}") for ts in (1, 7))
+
+# DESIGN.md section 2's worked example, one record per batch: (r_id, s_id, owner, batch that produced it).
+ORDERS = {
+    "ideal": (
+        [S1, R2, R4, S7, R8],
+        {("r2", "s1", "S", 2), ("r4", "s1", "S", 3), ("r2", "s7", "R", 4), ("r4", "s7", "R", 4), ("r8", "s1", "S", 5), ("r8", "s7", "S", 5)},
+    ),
+    "delayed probe s7": (
+        [S1, R2, R4, R8, S7],
+        {("r2", "s1", "S", 2), ("r4", "s1", "S", 3), ("r8", "s1", "S", 4), ("r2", "s7", "R", 5), ("r4", "s7", "R", 5), ("r8", "s7", "S", 5)},
+    ),
+    "delayed store r4": (
+        [S1, R2, S7, R4, R8],
+        {("r2", "s1", "S", 2), ("r2", "s7", "R", 3), ("r4", "s1", "S", 4), ("r4", "s7", "R", 4), ("r8", "s1", "S", 5), ("r8", "s7", "S", 5)},
+    ),
+}
+
+
+@pytest.mark.parametrize("order_name", ORDERS)
+def test_worked_example_one_record_at_a_time(deltars, tmp_path, order_name):
+    order, expected = ORDERS[order_name]
+    pipeline = Pipeline(deltars, str(tmp_path))
+    for record in order:
+        pipeline.land([record])
+        pipeline.run()
+    rows = pipeline.gold_rows()
+    assert {(row["r_id"], row["s_id"], row["owner"], row["batch_id"]) for row in rows} == expected
+    assert len(rows) == 6
+    assert Counter(pipeline.gold_pairs()) == Counter(join_in_arrival_order(order))
+
+
+def test_gold_rows_carry_both_records(deltars, tmp_path):
+    pipeline = Pipeline(deltars, str(tmp_path))
+    pipeline.land([S1, R2])
+    pipeline.run()
+    (row,) = pipeline.gold_rows()
+    assert {k: row[k] for k in ("r_id", "s_id", "r_ts", "s_ts", "r_key", "s_key", "r_payload", "s_payload", "owner", "batch_id")} == {
+        "r_id": "r2", "s_id": "s1", "r_ts": 2, "s_ts": 1, "r_key": "k", "s_key": "k",
+        "r_payload": "payload r2", "s_payload": "payload s1", "owner": "S", "batch_id": 1,
+    }  # fmt: skip
+    assert row["produced_at"] is not None
+
+
+def test_running_with_nothing_pending_changes_nothing(deltars, tmp_path):
+    pipeline = Pipeline(deltars, str(tmp_path))
+    pipeline.land([S1, R2, R4])
+    assert len(pipeline.run(max_batch_rows=2)) == 2
+    versions = {path: deltars.version(path) for path in (pipeline.warehouse.gold, pipeline.warehouse.batches)}
+    assert pipeline.run() == []
+    assert {path: deltars.version(path) for path in versions} == versions
+
+
+def test_batches_are_prefixes_of_the_arrival_order_of_at_most_n_rows(deltars, tmp_path):
+    pipeline = Pipeline(deltars, str(tmp_path))
+    pipeline.land([S1, R2, R4, S7, R8])
+    reports = pipeline.run(max_batch_rows=2)
+    assert [report.arrivals for report in reports] == [{"r": 1, "s": 1}, {"r": 1, "s": 1}, {"r": 1, "s": 0}]
+    history = sorted(pipeline.engine.read(pipeline.warehouse.batches).where("phase = 'committed'").collect(), key=lambda r: r.batch_id)
+    assert [(row.seq_from, row.seq_to) for row in history] == [(0, 2), (2, 4), (4, 5)]
+
+
+arrival_sequences = st.lists(
+    st.tuples(st.sampled_from(["r", "s"]), st.integers(0, 5), st.sampled_from(["a", "b"])), min_size=1, max_size=12
+).map(lambda rows: [Record(rel, f"{rel}{i}", ts, key, f"p{i}") for i, (rel, ts, key) in enumerate(rows)])
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(records=arrival_sequences, data=st.data())
+def test_any_arrival_order_and_batch_split_gives_the_batch_join(deltars, tmp_path_factory, records, data):
+    """Random relations, arrival permutations and micro-batch splits: gold is the batch join, each pair once."""
+    order = data.draw(st.permutations(records))
+    cuts = sorted(data.draw(st.sets(st.integers(1, len(order) - 1), max_size=3))) if len(order) > 1 else []
+    pipeline = Pipeline(deltars, str(tmp_path_factory.mktemp("prop")))
+    for start, end in zip([0, *cuts], [*cuts, len(order)]):
+        pipeline.land(order[start:end])
+        pipeline.run(max_batch_rows=data.draw(st.integers(1, 6)))
+    assert pipeline.gold_pairs() == Counter(batch_join(records))
+
+
+def test_non_equi_predicate(deltars, tmp_path):
+    pipeline = Pipeline(deltars, str(tmp_path), Config(predicate="r.x < s.y AND r.region = s.region"))
+    r_rows = [{"id": "r1", "ts": 1, "key": "-", "x": 5, "region": "eu"}, {"id": "r2", "ts": 9, "key": "-", "x": 1, "region": "us"}]
+    s_rows = [{"id": "s1", "ts": 5, "key": "-", "y": 7, "region": "eu"}, {"id": "s2", "ts": 3, "key": "-", "y": 2, "region": "us"},
+              {"id": "s3", "ts": 4, "key": "-", "y": 9, "region": "us"}, {"id": "s4", "ts": 6, "key": "-", "y": 4, "region": "eu"}]  # fmt: skip
+    pipeline.ingest("s", pipeline.write_file(s_rows[:2]))
+    pipeline.ingest("r", pipeline.write_file(r_rows))
+    pipeline.run(max_batch_rows=1)
+    pipeline.ingest("s", pipeline.write_file(s_rows[2:]))
+    pipeline.run(max_batch_rows=1)
+    assert pipeline.gold_pairs() == Counter([Pair("r1", "s1", "R"), Pair("r2", "s2", "S"), Pair("r2", "s3", "S")])
+
+
+def test_a_null_operand_never_matches(deltars, tmp_path):
+    pipeline = Pipeline(deltars, str(tmp_path), Config(predicate="r.x = s.y"))
+    pipeline.ingest("r", pipeline.write_file([{"id": "r1", "ts": 1, "key": "k", "x": None}, {"id": "r2", "ts": 2, "key": "k", "x": 3}]))
+    pipeline.ingest("s", pipeline.write_file([{"id": "s1", "ts": 3, "key": "k", "y": None}, {"id": "s2", "ts": 4, "key": "k", "y": 3}]))
+    pipeline.run()
+    assert pipeline.gold_pairs() == Counter([Pair("r2", "s2", "R")])
+
+
+def test_a_record_with_a_null_key_is_quarantined_and_never_joins(deltars, tmp_path):
+    pipeline = Pipeline(deltars, str(tmp_path))
+    pipeline.ingest("r", pipeline.write_file([{"id": "r1", "ts": 1, "key": None}, {"id": "r2", "ts": 2, "key": "k"}]))
+    pipeline.ingest("s", pipeline.write_file([{"id": "s1", "ts": 3, "key": "k"}]))
+    pipeline.run()
+    assert pipeline.gold_pairs() == Counter([Pair("r2", "s1", "R")])
+
+
+def test_a_predicate_that_does_not_resolve_fails_before_any_write(deltars, tmp_path):
+    from state.errors import LakejoinError
+
+    pipeline = Pipeline(deltars, str(tmp_path), Config(predicate="r.nope = s.key"))
+    pipeline.land([S1, R2])
+    with pytest.raises(LakejoinError, match="does not resolve"):
+        pipeline.run()
+    assert deltars.version(pipeline.warehouse.batches) is None
+    assert deltars.version(pipeline.warehouse.gold) is None
