@@ -87,3 +87,7 @@ def _run_command(args: argparse.Namespace, config: Config) -> int:
         return 0
     finally:
         spark.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -191,7 +191,8 @@ def _parse_text(lines: DataFrame, schema: StructType, parser) -> DataFrame:  # n
     _check_reserved(schema.fieldNames())
     with_corrupt = StructType([*schema.fields, StructField(CORRUPT, StringType())])
     options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
-    record = lines.select("*", parser(F.col("_raw"), with_corrupt, options).alias("_record"))
+    ddl = ", ".join(f"`{f.name.replace('`', '``')}` {f.dataType.simpleString()}" for f in with_corrupt.fields)
+    record = lines.select("*", parser(F.col("_raw"), ddl, options).alias("_record"))
     unparsable = F.col("_record").isNull() | F.col(f"_record.{CORRUPT}").isNotNull()
     data = [F.col(f"_record.`{name}`").alias(name) for name in schema.fieldNames()]
     return record.select("_source_line", "_raw", unparsable.alias("_unparsable"), *data)

@@ -7,7 +7,7 @@ import os
 import pytest
 from pyspark.sql import SparkSession
 
-from pipelines.spark import LOCAL_CONF
+from pipelines.spark import LOCAL_CONF, check_java
 from state.engines import make_engine, session_has_delta
 
 SPARK_DELTA_SKIP = (
@@ -18,6 +18,7 @@ SPARK_DELTA_SKIP = (
 
 @pytest.fixture(scope="session")
 def spark() -> SparkSession:
+    check_java()
     builder = SparkSession.builder.master("local[2]").appName("lakejoin-tests")
     for name, value in {**LOCAL_CONF, "spark.sql.shuffle.partitions": "2", "spark.driver.memory": "2g"}.items():
         builder = builder.config(name, value)

@@ -1,0 +1,21 @@
+# The two commands of the README: `make demo` and `make test`. Each creates .venv with the pinned
+# versions on first use (Python 3.11 and Java 17+ must be on the PATH), then runs.
+PYTHON ?= python3.11
+VENV := .venv
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is required: install it, or pass PYTHON=/path/to/python3.11"; exit 1; }
+	@command -v java >/dev/null || { echo "Java 17+ is required by Spark: install openjdk-17-jre-headless"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet --editable '.[test]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/lakejoin demo
+
+test: $(STAMP)
+	$(VENV)/bin/python -m pytest

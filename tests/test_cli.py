@@ -1,0 +1,57 @@
+"""The ``lakejoin`` command in fresh processes: exit codes, one-line errors, a clean exit every time."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+LAKEJOIN = [sys.executable, "-m", "pipelines.cli"]
+
+
+def lakejoin(*args: str, cwd: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    return subprocess.run([*LAKEJOIN, *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=300)
+
+
+@pytest.fixture
+def landing(tmp_path):
+    r_file, s_file = tmp_path / "r.jsonl", tmp_path / "s.jsonl"
+    r_file.write_text("\n".join(json.dumps({"id": f"r{i}", "ts": 2 * i, "key": f"k{i % 3}"}) for i in range(20)))
+    s_file.write_text("\n".join(json.dumps({"id": f"s{i}", "ts": 2 * i + 1, "key": f"k{i % 3}"}) for i in range(20)))
+    return tmp_path
+
+
+def test_every_command_exits_zero_when_it_succeeds_run_after_run(landing):
+    """delta-rs can abort an interpreter at exit (134); lakejoin must exit 0 every time, in fresh processes."""
+    warehouse = str(landing / "wh")
+    codes = [lakejoin("ingest", "--warehouse", warehouse, "--side", "r", str(landing / "r.jsonl"), cwd=str(landing)).returncode]
+    codes.append(lakejoin("ingest", "--warehouse", warehouse, "--side", "s", str(landing / "s.jsonl"), cwd=str(landing)).returncode)
+    first = lakejoin("run", "--warehouse", warehouse, "--max-batch-rows", "10", cwd=str(landing))
+    codes.append(first.returncode)
+    for _ in range(3):
+        again = lakejoin("run", "--warehouse", warehouse, cwd=str(landing))
+        codes.append(again.returncode)
+        assert "nothing pending" in again.stdout
+    assert codes == [0] * 6, first.stderr[-2000:]
+    assert first.stdout.count("batch ") == 4
+
+
+def test_errors_are_one_line_with_a_non_zero_exit(landing):
+    missing = lakejoin("run", "--warehouse", str(landing / "nowhere"), cwd=str(landing))
+    assert missing.returncode == 2
+    assert missing.stderr.strip().splitlines() == [f"lakejoin: error: no warehouse at {landing / 'nowhere'}: land files there first with 'lakejoin ingest'"]
+    (landing / "bad.yml").write_text("predicate: r.key = s.key\nbatch_size: 3\n")
+    bad_config = lakejoin("run", "--warehouse", str(landing), "--config", str(landing / "bad.yml"), cwd=str(landing))
+    assert bad_config.returncode == 2
+    assert "unknown setting 'batch_size'" in bad_config.stderr and len(bad_config.stderr.strip().splitlines()) == 1
+
+
+def test_the_demo_prints_pass(tmp_path):
+    demo = lakejoin("demo", "--rows", "600", "--keys", "50", "--chunk-rows", "400", "--max-batch-rows", "300", cwd=str(tmp_path))
+    assert demo.returncode == 0, demo.stderr[-2000:]
+    assert "PASS: gold equals the batch SQL join" in demo.stdout
+    assert "rows per second" in demo.stdout

@@ -1,0 +1,134 @@
+"""Bronze ingest: formats, provenance, arrival order, quarantine reasons, idempotency, conflicts."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from chispa import assert_df_equality
+
+from state.errors import LakejoinError
+from tests.helpers import Pipeline
+
+
+@pytest.fixture
+def pipeline(deltars, tmp_path) -> Pipeline:
+    return Pipeline(deltars, str(tmp_path))
+
+
+def bronze(pipeline: Pipeline, side: str):
+    return pipeline.engine.read(pipeline.warehouse.bronze(pipeline_relation(side)))
+
+
+def pipeline_relation(side: str):
+    from state.relations import relation
+
+    return relation(side)
+
+
+def quarantined(pipeline: Pipeline) -> list[tuple[int, str]]:
+    rows = pipeline.engine.read(pipeline.warehouse.quarantine).collect()
+    return sorted((row.source_line, row.reason) for row in rows)
+
+
+def test_each_malformed_row_is_quarantined_with_its_reason_and_the_good_rows_land(pipeline):
+    path = pipeline.write_file(
+        [
+            {"id": "ok1", "ts": 1, "key": "a", "payload": "p"},
+            "this is not json",
+            {"ts": 2, "key": "a"},
+            {"id": "x3", "key": "a"},
+            {"id": "x4", "ts": 4},
+            {"id": None, "ts": 5, "key": "a"},
+            {"id": "x6", "ts": "soon", "key": "a"},
+            {"id": "x7", "ts": 7.5, "key": "a"},
+            "",
+            {"id": "ok2", "ts": "10", "key": "b"},
+        ]
+    )
+    result = pipeline.ingest("r", path)
+    assert (result.landed, result.quarantined, result.duplicates) == (2, 7, 0)
+    assert quarantined(pipeline) == [
+        (2, "unparsable line"),
+        (3, "missing id"),
+        (4, "missing ts"),
+        (5, "missing key"),
+        (6, "missing id"),
+        (7, "ts is not an integer: soon"),
+        (8, "ts is not an integer: 7.5"),
+    ]
+    rows = bronze(pipeline, "r").orderBy("_arrival_seq").collect()
+    assert [(row.id, row.ts, row.key, row.payload, row._source_line) for row in rows] == [("ok1", 1, "a", "p", 1), ("ok2", 10, "b", None, 10)]
+    assert all(row._source_file == path for row in rows)
+
+
+def test_a_file_without_a_required_column_is_quarantined_whole(pipeline):
+    result = pipeline.ingest("s", pipeline.write_file([{"id": "a", "key": "k"}, {"id": "b", "key": "k"}]))
+    assert (result.landed, result.quarantined) == (0, 2)
+    assert quarantined(pipeline) == [(1, "missing column ts"), (2, "missing column ts")]
+
+
+def test_arrival_order_is_global_across_relations_and_files(pipeline):
+    pipeline.ingest("r", pipeline.write_file([{"id": "r1", "ts": 5, "key": "k"}, {"id": "r2", "ts": 1, "key": "k"}]))
+    pipeline.ingest("s", pipeline.write_file([{"id": "s1", "ts": 3, "key": "k"}]))
+    pipeline.ingest("r", pipeline.write_file([{"id": "r3", "ts": 0, "key": "k"}]))
+    seqs = {row.id: row._arrival_seq for side in "rs" for row in bronze(pipeline, side).collect()}
+    assert seqs == {"r1": 1, "r2": 2, "s1": 3, "r3": 4}
+
+
+def test_ingesting_the_same_file_twice_adds_nothing(pipeline):
+    path = pipeline.write_file([{"id": "a", "ts": 1, "key": "k"}, "garbage"])
+    first = pipeline.ingest("r", path)
+    versions = {p: pipeline.engine.version(p) for p in (pipeline.warehouse.bronze(pipeline_relation("r")), pipeline.warehouse.quarantine)}
+    second = pipeline.ingest("r", path)
+    assert (first.landed, first.quarantined) == (1, 1)
+    assert second.already_ingested and "nothing added" in second.describe()
+    assert {p: pipeline.engine.version(p) for p in versions} == versions
+
+
+def test_repeated_records_are_skipped_and_conflicting_ids_quarantined(pipeline):
+    pipeline.ingest("r", pipeline.write_file([{"id": "a", "ts": 1, "key": "k"}, {"id": "b", "ts": 2, "key": "k"}]))
+    result = pipeline.ingest(
+        "r",
+        pipeline.write_file(
+            [
+                {"id": "a", "ts": 1, "key": "k"},  # the same record again: a duplicate, skipped
+                {"id": "b", "ts": 99, "key": "k"},  # an existing id with other content: a conflict
+                {"id": "c", "ts": 3, "key": "k"},
+                {"id": "c", "ts": 3, "key": "k"},  # repeated within the file
+                {"id": "c", "ts": 4, "key": "k"},  # same id, other content, within the file
+            ]
+        ),
+    )
+    assert (result.landed, result.quarantined, result.duplicates) == (1, 2, 2)
+    assert quarantined(pipeline) == [(2, "id conflict: id already in bronze with other content"), (5, "id conflict: same id with other content at line 3")]
+    assert sorted(row.id for row in bronze(pipeline, "r").collect()) == ["a", "b", "c"]
+
+
+def test_csv_and_parquet_land_like_json_and_keep_other_columns(pipeline, spark, tmp_path):
+    csv_path = pipeline.write_file(["id,ts,key,region", "c1,1,k,eu", "c2,x,k,us", "c3,3,k"], suffix=".csv")
+    parquet_path = str(tmp_path / "arrivals.parquet")
+    pq.write_table(pa.table({"id": ["p1", "p2"], "ts": [4, None], "key": ["k", "k"], "region": ["us", "eu"]}), parquet_path)
+    csv_result, parquet_result = pipeline.ingest("s", csv_path), pipeline.ingest("s", parquet_path)
+    assert (csv_result.landed, csv_result.quarantined) == (1, 2)
+    assert (parquet_result.landed, parquet_result.quarantined) == (1, 1)
+    assert quarantined(pipeline) == [(2, "missing ts"), (3, "ts is not an integer: x"), (4, "unparsable line")]
+    expected = spark.createDataFrame([("c1", 1, "k", "eu"), ("p1", 4, "k", "us")], "id string, ts bigint, key string, region string")
+    assert_df_equality(bronze(pipeline, "s").select("id", "ts", "key", "region"), expected, ignore_row_order=True, ignore_nullable=True)
+
+
+def test_unknown_extensions_and_missing_files_are_refused_before_anything_lands(pipeline, spark, tmp_path):
+    from pipelines.ingest import ingest_files
+    from state.relations import R
+
+    good = pipeline.write_file([{"id": "a", "ts": 1, "key": "k"}])
+    with pytest.raises(LakejoinError, match="unknown extension '.txt'"):
+        ingest_files(spark, pipeline.engine, pipeline.warehouse, R, [good, str(tmp_path / "notes.txt")])
+    with pytest.raises(LakejoinError, match="no such file"):
+        ingest_files(spark, pipeline.engine, pipeline.warehouse, R, [good, str(tmp_path / "gone.jsonl")])
+    assert pipeline.engine.version(pipeline.warehouse.bronze(R)) is None
+
+
+def test_reserved_column_names_are_refused(pipeline):
+    with pytest.raises(LakejoinError, match="'_arrival_seq' starts with '_'"):
+        pipeline.ingest("r", pipeline.write_file([{"id": "a", "ts": 1, "key": "k", "_arrival_seq": 9}]))
