@@ -26,7 +26,6 @@ from state.layout import Warehouse
 from state.relations import RELATIONS, Relation
 
 REQUIRED = ("id", "ts", "key")
-BOOKKEEPING = ("_arrival_seq", "_source_file", "_source_line", "_ingest_id", "_ingested_at", "_content_hash")
 FORMATS = {".jsonl": "json", ".ndjson": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 CORRUPT = "_corrupt_record"
 
@@ -60,60 +59,6 @@ def ingest_files(
     return [ingest_file(spark, engine, warehouse, rel, file) for file in files]
 
 
-def ingest_file(spark: SparkSession, engine: DeltaEngine, warehouse: Warehouse, rel: Relation, file: str) -> IngestResult:
-    path = os.path.abspath(file)
-    digest = _sha256(path)
-    if _already_ingested(engine, warehouse, rel, digest):
-        return IngestResult(file, rel.name, already_ingested=True)
-
-    ingest_id, ingested_at = str(uuid.uuid4()), datetime.now(timezone.utc)
-    parsed = _parse(spark, path, _format_of(file))
-    classified = _classify(parsed, engine.read(warehouse.bronze(rel))).cache()
-    try:
-        first_seq = last_arrival_seq(engine, warehouse) + 1
-        stamp = [F.lit(path).alias("_source_file"), F.lit(ingest_id).alias("_ingest_id"), F.lit(ingested_at).alias("_ingested_at")]
-        accepted = classified.where(F.col("_outcome") == "accepted")
-        bronze_rows = accepted.select(
-            *[c for c in accepted.columns if not c.startswith("_")],
-            (F.lit(first_seq - 1) + F.row_number().over(Window.orderBy("_source_line"))).alias("_arrival_seq"),
-            *stamp,
-            "_source_line",
-            "_content_hash",
-        )
-        rejected = classified.where(F.col("_outcome") == "quarantined").select(
-            F.lit(rel.name).alias("relation"),
-            F.col("_reason").alias("reason"),
-            F.lit(path).alias("source_file"),
-            F.col("_source_line").alias("source_line"),
-            F.col("_raw").alias("raw"),
-            F.col("_id").alias("id"),
-            F.lit(ingest_id).alias("ingest_id"),
-            F.lit(ingested_at).alias("ingested_at"),
-        )
-        counts = {row["_outcome"]: row["count"] for row in classified.groupBy("_outcome").count().collect()}
-        landed, quarantined = counts.get("accepted", 0), counts.get("quarantined", 0)
-        if landed:
-            engine.append(warehouse.bronze(rel), bronze_rows)
-        if quarantined:
-            engine.append(warehouse.quarantine, rejected)
-        log_row = dict(
-            ingest_id=ingest_id,
-            relation=rel.name,
-            source_file=path,
-            sha256=digest,
-            rows_landed=landed,
-            rows_quarantined=quarantined,
-            rows_duplicate=counts.get("duplicate", 0),
-            seq_from=first_seq,
-            seq_to=first_seq + landed - 1,
-            ingested_at=ingested_at,
-        )
-        engine.append(warehouse.ingest_log, pa.Table.from_pylist([log_row], INGEST_LOG_SCHEMA))
-    finally:
-        classified.unpersist()
-    return IngestResult(file, rel.name, landed, quarantined, counts.get("duplicate", 0))
-
-
 INGEST_LOG_SCHEMA = pa.schema(
     [
         ("ingest_id", pa.string()),
@@ -128,6 +73,77 @@ INGEST_LOG_SCHEMA = pa.schema(
         ("ingested_at", pa.timestamp("us", tz="UTC")),
     ]
 )
+
+
+@dataclass(frozen=True)
+class _Provenance:
+    """What every row of one ingested file records about where it came from."""
+
+    relation: Relation
+    path: str
+    ingest_id: str
+    ingested_at: datetime
+
+
+def ingest_file(spark: SparkSession, engine: DeltaEngine, warehouse: Warehouse, rel: Relation, file: str) -> IngestResult:
+    path = os.path.abspath(file)
+    digest = _sha256(path)
+    if _already_ingested(engine, warehouse, rel, digest):
+        return IngestResult(file, rel.name, already_ingested=True)
+
+    source = _Provenance(rel, path, str(uuid.uuid4()), datetime.now(timezone.utc))
+    classified = _classify(_parse(spark, path, _format_of(file)), engine.read(warehouse.bronze(rel))).cache()
+    try:
+        counts = {row["_outcome"]: row["count"] for row in classified.groupBy("_outcome").count().collect()}
+        landed, quarantined, duplicates = (counts.get(outcome, 0) for outcome in ("accepted", "quarantined", "duplicate"))
+        first_seq = last_arrival_seq(engine, warehouse) + 1
+        if landed:
+            engine.append(warehouse.bronze(rel), _bronze_rows(classified, source, first_seq))
+        if quarantined:
+            engine.append(warehouse.quarantine, _quarantine_rows(classified, source))
+    finally:
+        classified.unpersist()
+    log_row = dict(
+        ingest_id=source.ingest_id,
+        relation=rel.name,
+        source_file=path,
+        sha256=digest,
+        rows_landed=landed,
+        rows_quarantined=quarantined,
+        rows_duplicate=duplicates,
+        seq_from=first_seq,
+        seq_to=first_seq + landed - 1,
+        ingested_at=source.ingested_at,
+    )
+    engine.append(warehouse.ingest_log, pa.Table.from_pylist([log_row], INGEST_LOG_SCHEMA))
+    return IngestResult(file, rel.name, landed, quarantined, duplicates)
+
+
+def _bronze_rows(classified: DataFrame, source: _Provenance, first_seq: int) -> DataFrame:
+    """Accepted rows with their bookkeeping; they take the next places in the arrival order, in line order."""
+    accepted = classified.where(F.col("_outcome") == "accepted")
+    return accepted.select(
+        *[name for name in accepted.columns if not name.startswith("_")],
+        (F.lit(first_seq - 1) + F.row_number().over(Window.orderBy("_source_line"))).alias("_arrival_seq"),
+        F.lit(source.path).alias("_source_file"),
+        "_source_line",
+        F.lit(source.ingest_id).alias("_ingest_id"),
+        F.lit(source.ingested_at).alias("_ingested_at"),
+        "_content_hash",
+    )
+
+
+def _quarantine_rows(classified: DataFrame, source: _Provenance) -> DataFrame:
+    return classified.where(F.col("_outcome") == "quarantined").select(
+        F.lit(source.relation.name).alias("relation"),
+        F.col("_reason").alias("reason"),
+        F.lit(source.path).alias("source_file"),
+        F.col("_source_line").alias("source_line"),
+        F.col("_raw").alias("raw"),
+        F.col("_id").alias("id"),
+        F.lit(source.ingest_id).alias("ingest_id"),
+        F.lit(source.ingested_at).alias("ingested_at"),
+    )
 
 
 def _format_of(file: str) -> str:
@@ -210,7 +226,7 @@ def _parse_parquet(spark: SparkSession, path: str) -> DataFrame:
 
 
 def _check_reserved(columns: list[str]) -> None:
-    reserved = [name for name in columns if name in BOOKKEEPING or name.startswith("_")]
+    reserved = [name for name in columns if name.startswith("_")]
     if reserved:
         raise LakejoinError(f"column {reserved[0]!r} starts with '_', which lakejoin reserves for bookkeeping: rename it")
 
