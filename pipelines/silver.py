@@ -24,6 +24,7 @@ from state.batch_log import BatchLog, BatchOutcome, BatchPlan
 from state.buffers import buffer_tables, insert_arrivals, read_sides
 from state.engines import DeltaEngine, Txn
 from state.errors import LakejoinError
+from state.faults import step
 from state.joiner import Side, batch_pairs
 from state.layout import Warehouse
 from state.relations import RECORD_SCHEMA, RELATIONS, Relation
@@ -56,7 +57,8 @@ def run(
         if plan is None:
             return reports
         if tail.unfinished is None:
-            log.record_plan(plan)
+            with step("plan"):
+                log.record_plan(plan)
         report = _execute(engine, warehouse, config, log, plan, resumed=tail.unfinished is not None)
         progress(report.describe())
         reports.append(report)
@@ -108,12 +110,14 @@ def _execute(engine: DeltaEngine, warehouse: Warehouse, config: Config, log: Bat
     gold = _pairs(sides, config.predicate, plan).withColumns(
         {"batch_id": F.lit(plan.batch_id), "produced_at": F.lit(datetime.now(timezone.utc))}
     )
-    written = engine.append(warehouse.gold, gold, txn(warehouse.gold))
+    with step("gold"):
+        written = engine.append(warehouse.gold, gold, txn(warehouse.gold))
     if written is None:  # already committed by the run this one resumes
         written = engine.read(warehouse.gold, where=f"batch_id = {plan.batch_id}").count()
     insert_arrivals(engine, warehouse, arrived, txn)
     outcome = BatchOutcome({rel.name: arrived[rel].num_rows for rel in RELATIONS}, written, time.perf_counter() - started)
-    log.record_commit(plan, outcome)
+    with step("commit"):
+        log.record_commit(plan, outcome)
     return BatchReport(plan.batch_id, outcome.arrivals, written, outcome.seconds, resumed)
 
 

@@ -14,6 +14,7 @@ from pyspark.sql import DataFrame
 
 from state.batch_log import BatchPlan
 from state.engines import DeltaEngine, Txn
+from state.faults import step
 from state.joiner import Side
 from state.layout import Warehouse
 from state.relations import RELATIONS, Relation, others
@@ -61,7 +62,9 @@ def insert_arrivals(
     engine: DeltaEngine, warehouse: Warehouse, arrivals: dict[Relation, pa.Table], txn_for: Callable[[str], Txn]
 ) -> None:
     """``X_store ∪= ΔX`` and ``X_probes ∪= ΔY`` for every relation (empty arrivals commit nothing)."""
+    tables = buffer_tables(warehouse)
     for rel in RELATIONS:
-        for path, new in ((warehouse.store(rel), rel), (warehouse.probes(rel), partner(rel))):
-            if len(arrivals[new]):
-                engine.insert_new(path, arrivals[new], BUFFER_KEY, txn_for(path))
+        for name, new in ((f"{rel.name}_store", rel), (f"{rel.name}_probes", partner(rel))):
+            with step(name):
+                if len(arrivals[new]):
+                    engine.insert_new(tables[name], arrivals[new], BUFFER_KEY, txn_for(tables[name]))
