@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 from pipelines.config import Config
 from pipelines.ingest import last_arrival_seq
 from state.batch_log import BatchLog, BatchOutcome, BatchPlan
-from state.buffers import buffer_tables, insert_arrivals, read_sides
+from state.buffers import buffer_tables, insert_arrivals, partner, read_sides
 from state.engines import DeltaEngine, Txn
 from state.errors import LakejoinError
 from state.faults import step
@@ -137,7 +137,7 @@ def _check_predicate(engine: DeltaEngine, warehouse: Warehouse, predicate: str) 
     bronze = {rel: engine.read(warehouse.bronze(rel)) for rel in RELATIONS}
     if any(df is None for df in bronze.values()):
         return
-    sides = [Side(rel, df.limit(0), df.limit(0), bronze[other].limit(0)) for rel, df in bronze.items() for other in bronze if other != rel]
+    sides = [Side(rel, df.limit(0), df.limit(0), bronze[partner(rel)].limit(0)) for rel, df in bronze.items()]
     try:
         batch_pairs(sides, predicate)
     except AnalysisException as exc:
