@@ -11,8 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 import pyarrow as pa
-from pyspark.sql import DataFrame, Row
-from pyspark.sql import functions as F
+from pyspark.sql import Row
 
 from state.engines import DeltaEngine, Txn
 from state.errors import LakejoinError
@@ -103,11 +102,6 @@ class BatchLog:
         # The plan and the commit of a batch are distinct transactions: 2 * id - 1 and 2 * id.
         version = 2 * plan.batch_id - (phase == PLANNED)
         self.engine.append(self.path, pa.Table.from_pylist([row], SCHEMA), Txn(self.app_id, version))
-
-    def history(self) -> DataFrame | None:
-        """Every committed batch."""
-        df = self.engine.read(self.path)
-        return None if df is None else df.where(F.col("phase") == COMMITTED)
 
 
 def _plan_of(row: Row) -> BatchPlan:
