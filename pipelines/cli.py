@@ -1,14 +1,20 @@
-"""``lakejoin``: ingest raw files to bronze, run the silver joiner, or run the demo job."""
+"""``lakejoin``: ingest raw files to bronze, join them into gold, inspect or rebuild a warehouse, run the demo."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from pipelines.config import Config, load_config
 from state.errors import LakejoinError
+
+if TYPE_CHECKING:  # Spark loads only for the commands that need it, so --help and argument errors stay fast
+    from state.engines import DeltaEngine
+    from state.layout import Warehouse
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -27,6 +33,16 @@ def _parser() -> argparse.ArgumentParser:
 
     run = command("run", "join every pending arrival in micro-batches, then exit")
     run.add_argument("--max-batch-rows", type=_positive, metavar="N", help="arrivals per micro-batch (config: max_batch_rows)")
+    run.add_argument(
+        "--wait", type=float, default=0.0, metavar="SECONDS",
+        help="when another run holds the warehouse, wait this long for it before giving up (default 0: exit 3 at once)",
+    )
+
+    status = command("status", "show every table's version and rows, the last batch, pending arrivals and watermarks")
+    status.add_argument("--json", action="store_true", help="print the status as JSON")
+
+    reset = command("reset", "drop silver and gold (bronze stays) so the next run rebuilds them from bronze")
+    reset.add_argument("--yes", action="store_true", help="confirm: without it, reset changes nothing")
 
     demo = command("demo", "generate an out-of-order stream, ingest and join it as a scheduled job would, check gold", warehouse_required=False)
     demo.add_argument("--rows", type=_positive, default=20_000, metavar="N", help="records per relation (default 20000)")
@@ -55,38 +71,77 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             options = DemoOptions(args.rows, args.keys, args.skew, args.disorder, args.chunk_rows, args.max_batch_rows, args.seed)
             return 0 if run_demo(options, config, args.warehouse) else 1
-        return _run_command(args, config)
+        return _on_warehouse(args, config)
     except LakejoinError as exc:
         print(f"lakejoin: error: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_code
 
 
-def _run_command(args: argparse.Namespace, config: Config) -> int:
+def _on_warehouse(args: argparse.Namespace, config: Config) -> int:
+    """Commands on one warehouse: cheap argument checks first, then Spark, then the command."""
     from pipelines.spark import get_spark
     from state.engines import make_engine
     from state.layout import Warehouse
+    from state.lock import is_local
 
-    warehouse = Warehouse(args.warehouse)
-    if args.command == "run" and "://" not in args.warehouse and not os.path.isdir(args.warehouse):
+    if args.command != "ingest" and is_local(args.warehouse) and not os.path.isdir(args.warehouse):
         raise LakejoinError(f"no warehouse at {args.warehouse}: land files there first with 'lakejoin ingest'")
+    if args.command == "reset" and not args.yes:
+        raise LakejoinError(
+            f"reset drops silver and gold of {args.warehouse} (bronze stays) and nothing was changed: "
+            "rerun with --yes to confirm"
+        )
     spark = get_spark()
     try:
-        engine = make_engine(spark, config.engine)
-        if args.command == "ingest":
-            from pipelines.ingest import ingest_files
-            from state.relations import relation
-
-            for result in ingest_files(spark, engine, warehouse, relation(args.side), args.files):
-                print(result.describe())
-        else:
-            from pipelines.silver import run
-
-            reports = run(engine, warehouse, config.with_overrides(max_batch_rows=args.max_batch_rows), progress=print)
-            if not reports:
-                print("nothing pending: every arrival is already joined")
-        return 0
+        command = {"ingest": _ingest, "run": _run, "status": _status, "reset": _reset}[args.command]
+        return command(args, config, make_engine(spark, config.engine), Warehouse(args.warehouse))
     finally:
         spark.stop()
+
+
+def _ingest(args: argparse.Namespace, config: Config, engine: DeltaEngine, warehouse: Warehouse) -> int:
+    from pipelines.ingest import ingest_files
+    from state.checks import check_ingest_target
+    from state.lock import INGEST, hold
+    from state.relations import relation
+
+    check_ingest_target(engine, warehouse)
+    with hold(warehouse.root, INGEST, wait_seconds=None):  # ingests queue: each is short
+        for result in ingest_files(engine.spark, engine, warehouse, relation(args.side), args.files):
+            print(result.describe())
+    return 0
+
+
+def _run(args: argparse.Namespace, config: Config, engine: DeltaEngine, warehouse: Warehouse) -> int:
+    from pipelines.silver import run
+    from state.checks import require_warehouse
+    from state.lock import JOIN, hold
+
+    require_warehouse(engine, warehouse)
+    with hold(warehouse.root, JOIN, args.wait):
+        reports = run(engine, warehouse, config.with_overrides(max_batch_rows=args.max_batch_rows), progress=print)
+    if not reports:
+        print("nothing pending: every arrival is already joined")
+    return 0
+
+
+def _status(args: argparse.Namespace, config: Config, engine: DeltaEngine, warehouse: Warehouse) -> int:
+    from pipelines.status import warehouse_status
+
+    status = warehouse_status(engine, warehouse, config.pipeline)
+    print(json.dumps(status.as_dict(), indent=2) if args.json else status.describe())
+    return 0 if status.problem is None else 1
+
+
+def _reset(args: argparse.Namespace, config: Config, engine: DeltaEngine, warehouse: Warehouse) -> int:
+    from pipelines.reset import reset
+    from state.lock import JOIN, hold
+
+    with hold(warehouse.root, JOIN):
+        dropped = reset(engine, warehouse)
+    print(f"dropped {', '.join(dropped)}" if dropped else "nothing to drop: silver and gold are empty")
+    print(f"bronze is kept; 'lakejoin run --warehouse {warehouse.root}' rebuilds silver and gold from it")
+    return 0
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from pyspark.sql.types import ArrayType, MapType, StringType, StructField, Struc
 
 from state.engines import DeltaEngine
 from state.errors import LakejoinError
+from state.faults import step
 from state.layout import Warehouse
 from state.relations import RELATIONS, Relation
 
@@ -115,7 +116,8 @@ def ingest_file(spark: SparkSession, engine: DeltaEngine, warehouse: Warehouse, 
         seq_to=first_seq + landed - 1,
         ingested_at=source.ingested_at,
     )
-    engine.append(warehouse.ingest_log, pa.Table.from_pylist([log_row], INGEST_LOG_SCHEMA))
+    with step("ingest_log"):  # last: until it lands, the joiner does not see this file's arrivals
+        engine.append(warehouse.ingest_log, pa.Table.from_pylist([log_row], INGEST_LOG_SCHEMA))
     return IngestResult(file, rel.name, landed, quarantined, duplicates)
 
 
@@ -166,17 +168,9 @@ def _already_ingested(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, 
     return log is not None and not log.isEmpty()
 
 
-def last_arrival_seq(engine: DeltaEngine, warehouse: Warehouse, versions: dict[str, int] | None = None) -> int:
-    """The last place taken in the global arrival order, across every relation (0 when none).
-
-    With ``versions`` (relation name -> bronze version), as of those versions; else as of now.
-    """
-    maxima = []
-    for rel in RELATIONS:
-        if versions is not None and rel.name not in versions:
-            continue
-        version = None if versions is None else versions[rel.name]
-        maxima.append(engine.max_value(warehouse.bronze(rel), "_arrival_seq", version))
+def last_arrival_seq(engine: DeltaEngine, warehouse: Warehouse) -> int:
+    """The last place taken in the global arrival order, across every relation (0 when none)."""
+    maxima = [engine.max_value(warehouse.bronze(rel), "_arrival_seq") for rel in RELATIONS]
     return max((value for value in maxima if value is not None), default=0)
 
 

@@ -7,7 +7,6 @@ batch log row last. A batch left unfinished by a crash is resumed with its own p
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,9 +18,9 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from pipelines.config import Config
-from pipelines.ingest import last_arrival_seq
 from state.batch_log import BatchLog, BatchOutcome, BatchPlan
 from state.buffers import buffer_tables, insert_arrivals, partner, read_sides
+from state.checks import check_consistency
 from state.engines import DeltaEngine, Txn
 from state.errors import LakejoinError
 from state.faults import step
@@ -48,8 +47,9 @@ def run(
     engine: DeltaEngine, warehouse: Warehouse, config: Config, progress: Callable[[str], None] = lambda _: None
 ) -> list[BatchReport]:
     """Process every pending arrival, batch by batch, then return what each batch did."""
+    check_consistency(engine, warehouse, config.pipeline)
     _check_predicate(engine, warehouse, config.predicate)
-    log = BatchLog(engine, warehouse.batches, _app_id(config, warehouse, warehouse.batches))
+    log = BatchLog(engine, warehouse.batches, warehouse.app_id(config.pipeline, warehouse.batches))
     reports = []
     while True:
         tail = log.tail()
@@ -64,16 +64,17 @@ def run(
         reports.append(report)
 
 
-def _app_id(config: Config, warehouse: Warehouse, path: str) -> str:
-    return f"{config.pipeline}:{os.path.relpath(path, warehouse.root)}"
-
-
 def _plan_next(engine: DeltaEngine, warehouse: Warehouse, config: Config, last_batch_id: int, last_seq: int) -> BatchPlan | None:
-    """The next prefix of the arrival order (at most ``max_batch_rows``), or None when nothing is pending."""
+    """The next prefix of the arrival order (at most ``max_batch_rows``), or None when nothing is pending.
+
+    Only arrivals of finished ingests are pending: an ingest logs its file after its bronze commit, so
+    reading the ingest log before bronze's versions makes every logged arrival part of those versions,
+    even while another ingest is landing rows.
+    """
+    pending_to = engine.max_value(warehouse.ingest_log, "seq_to") or 0
     bronze_versions = {
         rel.name: version for rel in RELATIONS if (version := engine.version(warehouse.bronze(rel))) is not None
     }
-    pending_to = last_arrival_seq(engine, warehouse, bronze_versions)
     if pending_to <= last_seq:
         return None
     state_versions = {
@@ -105,7 +106,7 @@ def _execute(engine: DeltaEngine, warehouse: Warehouse, config: Config, log: Bat
     sides = read_sides(engine, warehouse, plan, {rel: engine.spark.createDataFrame(t) for rel, t in arrived.items()})
 
     def txn(path: str) -> Txn:
-        return Txn(_app_id(config, warehouse, path), plan.batch_id)
+        return Txn(warehouse.app_id(config.pipeline, path), plan.batch_id)
 
     gold = _pairs(sides, config.predicate, plan).withColumns(
         {"batch_id": F.lit(plan.batch_id), "produced_at": F.lit(datetime.now(timezone.utc))}

@@ -57,9 +57,14 @@ class BatchOutcome:
 
 @dataclass(frozen=True)
 class LogTail:
-    last_batch_id: int  # 0 before the first batch
+    last_batch_id: int  # the newest batch, committed or not (0 before the first batch)
     last_seq: int  # the arrival order is processed up to here (0 before the first batch)
     unfinished: BatchPlan | None  # planned, not committed: to resume with its own plan
+    newest: BatchPlan | None = None  # the plan of the newest batch, committed or not
+
+    @property
+    def committed_batch_id(self) -> int:
+        return self.last_batch_id - (self.unfinished is not None)
 
 
 class BatchLog:
@@ -72,12 +77,15 @@ class BatchLog:
             return LogTail(0, 0, None)
         rows = self.engine.read(self.path, where=f"batch_id = {last_id}").collect()  # at most two rows
         phases = {row["phase"]: row for row in rows}
-        if COMMITTED in phases:
-            return LogTail(last_id, phases[COMMITTED]["seq_to"], None)
         if PLANNED not in phases:
-            raise LakejoinError(f"batch log {self.path} has batch {last_id} without a plan: it was not written by lakejoin")
+            raise LakejoinError(
+                f"batch log {self.path} has batch {last_id} without a plan, so lakejoin did not write it: "
+                "move it away, or rebuild with 'lakejoin reset'"
+            )
         plan = _plan_of(phases[PLANNED])
-        return LogTail(last_id, plan.seq_from, plan)
+        if COMMITTED in phases:
+            return LogTail(last_id, plan.seq_to, None, plan)
+        return LogTail(last_id, plan.seq_from, plan, plan)
 
     def record_plan(self, plan: BatchPlan) -> None:
         self._append(plan, PLANNED, None)

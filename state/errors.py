@@ -1,5 +1,13 @@
-"""The one exception type users see: a message that says what is wrong and what to do."""
+"""The exceptions users see: a message that says what is wrong and what to do, and an exit code."""
 
 
 class LakejoinError(Exception):
-    """A failure the user can act on; the CLI prints it on one line and exits non-zero."""
+    """A failure the user can act on; the CLI prints it on one line and exits with ``exit_code``."""
+
+    exit_code = 2
+
+
+class WarehouseBusy(LakejoinError):
+    """Another process holds the warehouse for the same job; this one did nothing."""
+
+    exit_code = 3

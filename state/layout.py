@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from state.relations import Relation
+from state.relations import RELATIONS, Relation
 
 
 @dataclass(frozen=True)
@@ -14,6 +14,14 @@ class Warehouse:
 
     def _path(self, *parts: str) -> str:
         return os.path.join(self.root, *parts)
+
+    def name_of(self, path: str) -> str:
+        """A table's name within the warehouse, e.g. ``silver/r_store``."""
+        return os.path.relpath(path, self.root)
+
+    def app_id(self, pipeline: str, path: str) -> str:
+        """The Delta application id under which ``pipeline`` commits to the table at ``path``."""
+        return f"{pipeline}:{self.name_of(path)}"
 
     def bronze(self, rel: Relation) -> str:
         """Append-only arrivals of ``rel``, one row per accepted record."""
@@ -46,3 +54,15 @@ class Warehouse:
     def gold(self) -> str:
         """One row per joined pair."""
         return self._path("gold", "join_results")
+
+    def _buffers(self) -> list[str]:
+        return [path for rel in RELATIONS for path in (self.store(rel), self.probes(rel))]
+
+    def derived_tables(self) -> list[str]:
+        """What the joiner builds from bronze (``lakejoin reset`` drops these): gold, then silver, the batch log last."""
+        return [self.gold, *self._buffers(), self.batches]
+
+    def tables(self) -> list[str]:
+        """Every table, in the order data flows through them."""
+        bronze = [self.bronze(rel) for rel in RELATIONS]
+        return [*bronze, self.ingest_log, self.quarantine, *self._buffers(), self.batches, self.gold]

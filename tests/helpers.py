@@ -5,6 +5,8 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -12,12 +14,31 @@ from dataclasses import dataclass, field
 from pipelines.config import Config
 from pipelines.ingest import IngestResult, ingest_file
 from pipelines.silver import BatchReport, run
+from state.buffers import buffer_tables
 from state.engines import DeltaEngine
 from state.layout import Warehouse
 from state.relations import relation
 from tests.reference import Pair, Record
 
 _files = itertools.count()
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LAKEJOIN = [sys.executable, "-m", "pipelines.cli"]
+
+
+def lakejoin(*args: str, cwd: str) -> subprocess.CompletedProcess:
+    """``lakejoin ARGS`` in a fresh process, to completion."""
+    return subprocess.run([*LAKEJOIN, *args], capture_output=True, text=True, cwd=cwd, env=_env(), timeout=300)
+
+
+def start_lakejoin(*args: str, cwd: str) -> subprocess.Popen:
+    """``lakejoin ARGS`` started in a process group of its own (its JVM included), so a test can kill it all."""
+    return subprocess.Popen(
+        [*LAKEJOIN, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd, env=_env(), start_new_session=True
+    )
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": REPO}
 
 
 @dataclass
@@ -55,3 +76,19 @@ class Pipeline:
 
     def gold_pairs(self) -> Counter[Pair]:
         return Counter(Pair(row["r_id"], row["s_id"], row["owner"]) for row in self.gold_rows())
+
+    def versions(self) -> dict[str, int | None]:
+        """Every table's Delta version: what a refused command must leave unchanged."""
+        return {self.warehouse.name_of(path): self.engine.version(path) for path in self.warehouse.tables()}
+
+    def snapshot(self) -> dict[str, Counter]:
+        """Gold, every state table and the committed batches as multisets, without wall-clock columns."""
+        engine, warehouse = self.engine, self.warehouse
+        gold = Counter(tuple(sorted((k, v) for k, v in row.items() if k != "produced_at")) for row in self.gold_rows())
+        tables = {"gold": gold}
+        for name, path in buffer_tables(warehouse).items():
+            rows = engine.read(path).select("id", "ts", "key", "payload", "_arrival_seq").collect()
+            tables[name] = Counter(tuple(row) for row in rows)
+        committed = engine.read(warehouse.batches).where("phase = 'committed'").select("batch_id", "seq_from", "seq_to")
+        tables["batches"] = Counter(tuple(row) for row in committed.collect())
+        return tables

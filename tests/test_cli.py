@@ -3,18 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-LAKEJOIN = [sys.executable, "-m", "pipelines.cli"]
-
-
-def lakejoin(*args: str, cwd: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.getcwd()}
-    return subprocess.run([*LAKEJOIN, *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=300)
+from tests.helpers import lakejoin
 
 
 @pytest.fixture

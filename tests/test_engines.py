@@ -6,6 +6,7 @@ import pyarrow as pa
 from chispa import assert_df_equality
 
 from state.engines import Txn
+from state.engines.base import applied
 
 
 def frame(spark, rows):
@@ -17,7 +18,9 @@ def test_a_missing_table_has_no_version_and_reads_as_none(engine, tmp_path):
     assert engine.version(path) is None
     assert engine.read(path) is None
     assert engine.max_value(path, "ts") is None
-    assert not engine.applied(path, Txn("app", 1))
+    assert engine.txn_version(path, "app") is None
+    assert not applied(engine, path, Txn("app", 1))
+    engine.drop(path)
 
 
 def test_append_creates_then_adds_and_reads_back(engine, spark, tmp_path):
@@ -40,7 +43,8 @@ def test_a_write_whose_transaction_the_table_records_is_skipped(engine, spark, t
     path = str(tmp_path / "t")
     assert engine.append(path, frame(spark, [("a", 1)]), Txn("pipe:t", 1)) == 1
     version = engine.version(path)
-    assert engine.applied(path, Txn("pipe:t", 1)) and not engine.applied(path, Txn("pipe:t", 2))
+    assert engine.txn_version(path, "pipe:t") == 1 and engine.txn_version(path, "other-app") is None
+    assert applied(engine, path, Txn("pipe:t", 1)) and not applied(engine, path, Txn("pipe:t", 2))
     assert engine.append(path, frame(spark, [("a", 1)]), Txn("pipe:t", 1)) is None
     assert engine.insert_new(path, frame(spark, [("z", 9)]), "id", Txn("pipe:t", 1)) is None
     assert engine.version(path) == version
@@ -71,3 +75,12 @@ def test_where_filters_rows_and_skips_files_by_their_statistics(engine, spark, t
     sliced = engine.read(path, where="ts > 2 AND ts <= 10")
     assert [row.id for row in sliced.collect()] == ["c"]
     assert len(sliced.inputFiles()) == 1
+
+
+def test_drop_deletes_the_table(engine, spark, tmp_path):
+    path = str(tmp_path / "t")
+    engine.append(path, frame(spark, [("a", 1)]), Txn("pipe:t", 1))
+    engine.drop(path)
+    assert engine.version(path) is None and engine.txn_version(path, "pipe:t") is None
+    assert engine.append(path, frame(spark, [("b", 2)]), Txn("pipe:t", 1)) == 1
+    assert [row.id for row in engine.read(path).collect()] == ["b"]

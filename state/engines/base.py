@@ -61,6 +61,18 @@ class DeltaEngine(Protocol):
         """
         ...
 
-    def applied(self, path: str, txn: Txn | None) -> bool:
-        """True when the table already records ``txn`` (or a later version of its app id)."""
+    def txn_version(self, path: str, app_id: str) -> int | None:
+        """The last version ``app_id`` committed to the table; None when it never did or there is no table."""
         ...
+
+    def drop(self, path: str) -> None:
+        """Delete the table, data files and log (nothing happens when there is none)."""
+        ...
+
+
+def applied(engine: DeltaEngine, path: str, txn: Txn | None) -> bool:
+    """True when the table already records ``txn`` (or a later version of its app id): skip the write."""
+    if txn is None:
+        return False
+    recorded = engine.txn_version(path, txn.app_id)
+    return recorded is not None and recorded >= txn.version

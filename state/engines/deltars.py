@@ -6,13 +6,16 @@ which can abort the interpreter at exit (delta-rs #2184): Spark reads the files 
 
 from __future__ import annotations
 
+import os
+
 import pyarrow as pa
+from pyarrow import fs
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import DeltaError, TableNotFoundError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from state.engines.base import Data, Txn
+from state.engines.base import Data, Txn, applied
 from state.errors import LakejoinError
 
 
@@ -58,13 +61,17 @@ class DeltaRsEngine:
             return None
         return max((value for value in stats.column(f"max.{column}").to_pylist() if value is not None), default=None)
 
-    def applied(self, path: str, txn: Txn | None) -> bool:
-        table = None if txn is None else self._table(path)
-        recorded = None if table is None else table.transaction_version(txn.app_id)
-        return recorded is not None and recorded >= txn.version
+    def txn_version(self, path: str, app_id: str) -> int | None:
+        table = self._table(path)
+        return None if table is None else table.transaction_version(app_id)
+
+    def drop(self, path: str) -> None:
+        filesystem, root = fs.FileSystem.from_uri(path if "://" in path else os.path.abspath(path))
+        if filesystem.get_file_info(root).type != fs.FileType.NotFound:
+            filesystem.delete_dir(root)
 
     def append(self, path: str, df: Data, txn: Txn | None = None) -> int | None:
-        if self.applied(path, txn):
+        if applied(self, path, txn):
             return None
         data = to_arrow(df)
         try:
@@ -77,7 +84,7 @@ class DeltaRsEngine:
         table = self._table(path)
         if table is None:
             return self.append(path, df, txn)
-        if self.applied(path, txn):
+        if applied(self, path, txn):
             return None
         try:
             metrics = (

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from state.engines.base import Data, Txn
+from state.engines.base import Data, Txn, applied
 
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"
@@ -53,20 +53,26 @@ class SparkDeltaEngine:
         value = df.agg(F.max(column)).first()[0]
         return None if value is None else int(value)
 
-    def applied(self, path: str, txn: Txn | None) -> bool:
-        if txn is None or not self._delta_table.isDeltaTable(self.spark, path):
-            return False
+    def txn_version(self, path: str, app_id: str) -> int | None:
+        if not self._delta_table.isDeltaTable(self.spark, path):
+            return None
         jvm = self.spark._jvm  # type: ignore[union-attr]
         self._delta_table.forPath(self.spark, path).toDF()  # brings the log's snapshot up to date
         log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(self.spark._jsparkSession, path)
-        recorded = log.unsafeVolatileSnapshot().transactions().get(txn.app_id)
-        return bool(recorded.isDefined()) and int(recorded.get()) >= txn.version
+        recorded = log.unsafeVolatileSnapshot().transactions().get(app_id)
+        return int(recorded.get()) if recorded.isDefined() else None
+
+    def drop(self, path: str) -> None:
+        jvm = self.spark._jvm  # type: ignore[union-attr]
+        hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
+        hadoop_path.getFileSystem(self.spark._jsc.hadoopConfiguration()).delete(hadoop_path, True)  # type: ignore[union-attr]
+        jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
 
     def _frame(self, df: Data) -> DataFrame:
         return df if isinstance(df, DataFrame) else self.spark.createDataFrame(df)
 
     def append(self, path: str, df: Data, txn: Txn | None = None) -> int | None:
-        if self.applied(path, txn):
+        if applied(self, path, txn):
             return None
         writer = self._frame(df).write.format("delta").mode("append").option("mergeSchema", "true")
         if txn is not None:
@@ -77,7 +83,7 @@ class SparkDeltaEngine:
     def insert_new(self, path: str, df: Data, key: str, txn: Txn | None = None) -> int | None:
         if not self._delta_table.isDeltaTable(self.spark, path):
             return self.append(path, df, txn)
-        if self.applied(path, txn):
+        if applied(self, path, txn):
             return None
         confs = {AUTO_MERGE: "true"}
         if txn is not None:

@@ -1,0 +1,92 @@
+"""``lakejoin status``: what a warehouse holds and how far the joiner has got. It changes nothing."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from state.batch_log import BatchLog, LogTail
+from state.checks import check_consistency, require_warehouse
+from state.engines import DeltaEngine
+from state.errors import LakejoinError
+from state.layout import Warehouse
+from state.lock import JOIN, holder
+from state.relations import RELATIONS
+
+
+@dataclass(frozen=True)
+class TableStatus:
+    name: str
+    version: int | None  # None: the table does not exist (yet)
+    rows: int | None
+
+
+@dataclass(frozen=True)
+class WarehouseStatus:
+    warehouse: str
+    tables: list[TableStatus]
+    last_committed_batch: int  # 0 before the first
+    joined_up_to: int  # arrivals with _arrival_seq up to here are in committed batches
+    unfinished_batch: int | None  # planned but not committed: the next run resumes it
+    pending: dict[str, int]  # relation -> arrivals in bronze not yet in a committed batch
+    watermarks: dict[str, int]
+    running: str | None  # who holds the run lock, when a run is in progress
+    problem: str | None  # why the next run would refuse the warehouse, if it would
+
+    def describe(self) -> str:
+        width = max(len(table.name) for table in self.tables)
+        lines = [f"warehouse {self.warehouse}", f"  {'table':<{width}}  version  rows"]
+        for table in self.tables:
+            version = "-" if table.version is None else str(table.version)
+            rows = "-" if table.rows is None else f"{table.rows:,}"
+            lines.append(f"  {table.name:<{width}}  {version:>7}  {rows}")
+        lines.append(f"last committed batch: {self.last_committed_batch or 'none'} (arrivals joined up to #{self.joined_up_to})")
+        if self.unfinished_batch is not None:
+            lines.append(f"unfinished batch: {self.unfinished_batch} (the next run resumes it with its plan)")
+        lines.append("pending arrivals: " + ", ".join(f"{count:,} {name.upper()}" for name, count in self.pending.items()))
+        marks = ", ".join(f"{name.upper()} {mark}" for name, mark in self.watermarks.items())
+        lines.append(f"watermarks: {marks or 'none (no allowed_lateness set: state keeps full history)'}")
+        if self.running:
+            lines.append(f"running: {self.running}")
+        lines.append(f"consistency: {self.problem or 'OK'}")
+        return "\n".join(lines)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def warehouse_status(engine: DeltaEngine, warehouse: Warehouse, pipeline: str) -> WarehouseStatus:
+    require_warehouse(engine, warehouse)
+    problem = None
+    try:
+        tail = check_consistency(engine, warehouse, pipeline)
+    except LakejoinError as exc:
+        problem = str(exc)
+        tail = _tail_anyway(engine, warehouse, pipeline)
+    pending = {}
+    for rel in RELATIONS:
+        bronze = engine.read(warehouse.bronze(rel), where=f"_arrival_seq > {tail.last_seq}")
+        pending[rel.name] = 0 if bronze is None else bronze.count()
+    return WarehouseStatus(
+        warehouse=warehouse.root,
+        tables=[_table_status(engine, warehouse, path) for path in warehouse.tables()],
+        last_committed_batch=tail.committed_batch_id,
+        joined_up_to=tail.last_seq,
+        unfinished_batch=None if tail.unfinished is None else tail.unfinished.batch_id,
+        pending=pending,
+        watermarks=dict(tail.newest.watermarks) if tail.newest else {},
+        running=holder(warehouse.root, JOIN),
+        problem=problem,
+    )
+
+
+def _tail_anyway(engine: DeltaEngine, warehouse: Warehouse, pipeline: str) -> LogTail:
+    """The log's tail even when the tables disagree with it; empty when the log itself is unreadable."""
+    try:
+        return BatchLog(engine, warehouse.batches, warehouse.app_id(pipeline, warehouse.batches)).tail()
+    except Exception:  # noqa: BLE001 - a foreign log can fail in any way; the problem line already says why
+        return LogTail(0, 0, None)
+
+
+def _table_status(engine: DeltaEngine, warehouse: Warehouse, path: str) -> TableStatus:
+    table = engine.read(path)
+    return TableStatus(warehouse.name_of(path), engine.version(path), None if table is None else table.count())

@@ -1,0 +1,86 @@
+"""A warehouse that is not lakejoin's, or whose tables disagree with the batch log, is refused untouched."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from pipelines.config import Config
+from state.errors import LakejoinError
+from state.relations import R
+from tests.helpers import Pipeline
+from tests.reference import Record
+
+JOINED = [Record("r", "r1", 1, "a"), Record("s", "s2", 2, "a"), Record("r", "r3", 3, "a"), Record("s", "s4", 4, "a")]
+PENDING = [Record("r", "r5", 5, "a"), Record("s", "s6", 6, "a")]
+
+
+def foreign(columns: dict[str, list]) -> pa.Table:
+    return pa.table({name: pa.array(values) for name, values in columns.items()})
+
+
+DAMAGES = {
+    "batch log deleted": (
+        lambda p: p.engine.drop(p.warehouse.batches),
+        "silver/r_store holds batch 2, but the batch log ends at batch 0",
+    ),
+    "state table deleted": (
+        lambda p: p.engine.drop(p.warehouse.store(R)),
+        "silver/r_store is missing, but batch 2 read its version 0",
+    ),
+    "gold deleted": (
+        lambda p: p.engine.drop(p.warehouse.gold),
+        "gold/join_results is missing, but the batch log has committed batch 2",
+    ),
+    "gold replaced by another table": (
+        lambda p: (p.engine.drop(p.warehouse.gold), p.engine.append(p.warehouse.gold, foreign({"pair": ["x"]}))),
+        r"gold/join_results was not written by lakejoin \(no column r_id\)",
+    ),
+    "state table rewritten by something else": (
+        lambda p: (p.engine.drop(p.warehouse.probes(R)), p.engine.append(p.warehouse.probes(R), p.engine.read(p.warehouse.bronze(R)))),
+        "silver/r_probes was not written by pipeline 'lakejoin'",
+    ),
+    "batch log replaced by another table": (
+        lambda p: (p.engine.drop(p.warehouse.batches), p.engine.append(p.warehouse.batches, foreign({"batch_id": [1]}))),
+        r"silver/batches was not written by lakejoin \(no column phase\)",
+    ),
+}
+
+
+@pytest.fixture
+def joined(deltars, tmp_path) -> Pipeline:
+    """Two committed batches, two arrivals pending."""
+    pipeline = Pipeline(deltars, str(tmp_path))
+    pipeline.land(JOINED)
+    assert len(pipeline.run(max_batch_rows=2)) == 2
+    pipeline.land(PENDING)
+    return pipeline
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
+def test_a_damaged_warehouse_is_refused_and_nothing_is_written(joined, damage):
+    harm, message = DAMAGES[damage]
+    harm(joined)
+    before = joined.versions()
+    with pytest.raises(LakejoinError, match=message) as refused:
+        joined.run()
+    assert "lakejoin reset --warehouse" in str(refused.value) and "\n" not in str(refused.value)
+    assert joined.versions() == before
+
+
+def test_a_run_under_another_pipeline_name_is_refused(joined):
+    joined.config = Config(pipeline="nightly")
+    before = joined.versions()
+    with pytest.raises(LakejoinError, match="silver/r_store was not written by pipeline 'nightly'"):
+        joined.run()
+    assert joined.versions() == before
+
+
+def test_a_folder_without_bronze_is_not_a_warehouse(deltars, tmp_path):
+    pipeline = Pipeline(deltars, str(tmp_path))
+    with pytest.raises(LakejoinError, match="is not a lakejoin warehouse .*'lakejoin ingest --warehouse"):
+        pipeline.run()
+
+
+def test_an_undamaged_warehouse_runs_on(joined):
+    assert [report.batch_id for report in joined.run()] == [3]

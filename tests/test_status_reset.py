@@ -1,0 +1,84 @@
+"""``lakejoin status`` reports a warehouse without changing it; ``lakejoin reset`` rebuilds silver and gold from bronze."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from pipelines.reset import reset
+from pipelines.status import warehouse_status
+from state.faults import CRASH_AT, InjectedCrash
+from tests.helpers import Pipeline, lakejoin
+from tests.reference import Record, batch_join
+
+RECORDS = [
+    Record("r", "r1", 1, "a"), Record("s", "s2", 2, "a"), Record("r", "r3", 3, "b"),
+    Record("s", "s4", 4, "b"), Record("r", "r0", 0, "b"), Record("s", "s5", 5, "a"),
+]
+
+
+@pytest.fixture
+def pipeline(deltars, tmp_path) -> Pipeline:
+    pipeline = Pipeline(deltars, str(tmp_path))
+    pipeline.land(RECORDS)
+    return pipeline
+
+
+def test_status_shows_tables_batches_and_pending_arrivals(pipeline, monkeypatch):
+    pipeline.run(max_batch_rows=2)
+    pipeline.land([Record("r", "r9", 9, "a"), Record("s", "s8", 8, "a"), Record("s", "s7", 7, "b")])
+    monkeypatch.setenv(CRASH_AT, "before:gold")
+    with pytest.raises(InjectedCrash):
+        pipeline.run(max_batch_rows=2)
+    monkeypatch.delenv(CRASH_AT)
+    before = pipeline.versions()
+
+    status = warehouse_status(pipeline.engine, pipeline.warehouse, "lakejoin")
+
+    assert pipeline.versions() == before
+    tables = {table.name: (table.version, table.rows) for table in status.tables}
+    assert tables["bronze/r"][1] == 4 and tables["bronze/s"][1] == 5
+    assert tables["silver/r_store"][1] == 3 and tables["silver/s_probes"][1] == 3
+    assert tables["gold/join_results"] == (2, len(batch_join(RECORDS)))
+    assert tables["quarantine/ingest"] == (None, None)
+    assert (status.last_committed_batch, status.unfinished_batch, status.joined_up_to) == (3, 4, 6)
+    assert status.pending == {"r": 1, "s": 2}
+    assert status.problem is None and status.running is None
+    text = status.describe()
+    assert "unfinished batch: 4" in text and "pending arrivals: 1 R, 2 S" in text and "consistency: OK" in text
+
+
+def test_status_names_what_a_run_would_refuse(pipeline):
+    pipeline.run(max_batch_rows=2)
+    pipeline.engine.drop(pipeline.warehouse.gold)
+    status = warehouse_status(pipeline.engine, pipeline.warehouse, "lakejoin")
+    assert status.problem.startswith("gold/join_results is missing")
+    assert status.last_committed_batch == 3
+
+
+def test_reset_then_run_rebuilds_the_same_gold_and_state(pipeline):
+    pipeline.run(max_batch_rows=2)
+    before = pipeline.snapshot()
+    bronze = {name: version for name, version in pipeline.versions().items() if not name.startswith(("silver", "gold"))}
+
+    dropped = reset(pipeline.engine, pipeline.warehouse)
+
+    assert sorted(dropped) == sorted(pipeline.warehouse.name_of(path) for path in pipeline.warehouse.derived_tables())
+    after_reset = pipeline.versions()
+    assert all(after_reset[name] is None for name in dropped)
+    assert {name: after_reset[name] for name in bronze} == bronze
+    pipeline.run(max_batch_rows=2)
+    assert pipeline.snapshot() == before
+    assert pipeline.gold_pairs() == Counter(batch_join(RECORDS))
+
+
+def test_reset_needs_confirmation_and_status_runs_from_the_cli(pipeline):
+    pipeline.run(max_batch_rows=4)
+    warehouse = pipeline.warehouse.root
+    unconfirmed = lakejoin("reset", "--warehouse", warehouse, cwd=pipeline.root)
+    assert unconfirmed.returncode == 2 and "rerun with --yes to confirm" in unconfirmed.stderr
+    assert pipeline.engine.version(pipeline.warehouse.gold) is not None
+    status = lakejoin("status", "--warehouse", warehouse, "--json", cwd=pipeline.root)
+    assert status.returncode == 0, status.stderr[-2000:]
+    assert '"last_committed_batch": 2' in status.stdout and '"problem": null' in status.stdout
