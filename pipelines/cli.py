@@ -113,22 +113,21 @@ def _ingest(args: argparse.Namespace, config: Config, engine: DeltaEngine, wareh
 
 
 def _run(args: argparse.Namespace, config: Config, engine: DeltaEngine, warehouse: Warehouse) -> int:
-    from pipelines.silver import run
+    from pipelines.silver import run, summarize
     from state.checks import require_warehouse
     from state.lock import JOIN, hold
 
     require_warehouse(engine, warehouse)
     with hold(warehouse.root, JOIN, args.wait):
         reports = run(engine, warehouse, config.with_overrides(max_batch_rows=args.max_batch_rows), progress=print)
-    if not reports:
-        print("nothing pending: every arrival is already joined")
+    print(summarize(reports) if reports else "nothing pending: every arrival is already joined")
     return 0
 
 
 def _status(args: argparse.Namespace, config: Config, engine: DeltaEngine, warehouse: Warehouse) -> int:
     from pipelines.status import warehouse_status
 
-    status = warehouse_status(engine, warehouse, config.pipeline)
+    status = warehouse_status(engine, warehouse, config)
     print(json.dumps(status.as_dict(), indent=2) if args.json else status.describe())
     return 0 if status.problem is None else 1
 

@@ -18,8 +18,9 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from pipelines.config import Config
-from state.batch_log import BatchLog, BatchOutcome, BatchPlan
-from state.buffers import buffer_tables, insert_arrivals, partner, read_sides
+from state.batch_log import BatchLog, BatchOutcome, BatchPlan, LogTail
+from state.bounds import advance, late_rows, split_late
+from state.buffers import buffer_tables, partner, read_sides, update_buffers
 from state.checks import check_consistency
 from state.engines import DeltaEngine, Txn
 from state.errors import LakejoinError
@@ -36,11 +37,26 @@ class BatchReport:
     pairs: int
     seconds: float
     resumed: bool
+    late: dict[str, int]
+    evicted: dict[str, int]
 
     def describe(self) -> str:
         arrived = ", ".join(f"{count} {name.upper()}" for name, count in self.arrivals.items())
         again = " (resumed)" if self.resumed else ""
-        return f"batch {self.batch_id}{again}: {arrived} arrivals, {self.pairs} pairs, {self.seconds:.2f} s"
+        notes = [f"{sum(self.late.values())} late"] if any(self.late.values()) else []
+        notes += [f"{sum(self.evicted.values())} evicted"] if any(self.evicted.values()) else []
+        extra = "".join(f", {note}" for note in notes)
+        return f"batch {self.batch_id}{again}: {arrived} arrivals, {self.pairs} pairs{extra}, {self.seconds:.2f} s"
+
+
+def summarize(reports: list[BatchReport]) -> str:
+    """One line for a whole run: what it joined, what it set aside as late, what it evicted."""
+    arrivals = sum(sum(report.arrivals.values()) for report in reports)
+    late = sum(sum(report.late.values()) for report in reports)
+    evicted = sum(sum(report.evicted.values()) for report in reports)
+    pairs = sum(report.pairs for report in reports)
+    where = " (quarantine/late_arrivals)" if late else ""
+    return f"{len(reports)} batches: {arrivals} arrivals, {pairs} pairs, {late} late{where}, {evicted} evicted from state"
 
 
 def run(
@@ -48,12 +64,12 @@ def run(
 ) -> list[BatchReport]:
     """Process every pending arrival, batch by batch, then return what each batch did."""
     check_consistency(engine, warehouse, config.pipeline)
-    _check_predicate(engine, warehouse, config.predicate)
+    _check_predicate(engine, warehouse, config.join_condition)
     log = BatchLog(engine, warehouse.batches, warehouse.app_id(config.pipeline, warehouse.batches))
     reports = []
     while True:
         tail = log.tail()
-        plan = tail.unfinished or _plan_next(engine, warehouse, config, tail.last_batch_id, tail.last_seq)
+        plan = tail.unfinished or _plan_next(engine, warehouse, config, tail)
         if plan is None:
             return reports
         if tail.unfinished is None:
@@ -64,7 +80,7 @@ def run(
         reports.append(report)
 
 
-def _plan_next(engine: DeltaEngine, warehouse: Warehouse, config: Config, last_batch_id: int, last_seq: int) -> BatchPlan | None:
+def _plan_next(engine: DeltaEngine, warehouse: Warehouse, config: Config, tail: LogTail) -> BatchPlan | None:
     """The next prefix of the arrival order (at most ``max_batch_rows``), or None when nothing is pending.
 
     Only arrivals of finished ingests are pending: an ingest logs its file after its bronze commit, so
@@ -75,17 +91,18 @@ def _plan_next(engine: DeltaEngine, warehouse: Warehouse, config: Config, last_b
     bronze_versions = {
         rel.name: version for rel in RELATIONS if (version := engine.version(warehouse.bronze(rel))) is not None
     }
-    if pending_to <= last_seq:
+    if pending_to <= tail.last_seq:
         return None
     state_versions = {
         name: version for name, path in buffer_tables(warehouse).items() if (version := engine.version(path)) is not None
     }
     return BatchPlan(
-        batch_id=last_batch_id + 1,
-        seq_from=last_seq,
-        seq_to=min(last_seq + config.max_batch_rows, pending_to),
+        batch_id=tail.last_batch_id + 1,
+        seq_from=tail.last_seq,
+        seq_to=min(tail.last_seq + config.max_batch_rows, pending_to),
         bronze_versions=bronze_versions,
         state_versions=state_versions,
+        watermarks=tail.watermarks,
     )
 
 
@@ -102,24 +119,50 @@ def _arrivals(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, plan: Ba
 def _execute(engine: DeltaEngine, warehouse: Warehouse, config: Config, log: BatchLog, plan: BatchPlan, resumed: bool) -> BatchReport:
     started = time.perf_counter()
     arrived = {rel: _arrivals(engine, warehouse, rel, plan) for rel in RELATIONS}
+    split = {rel: split_late(arrived[rel], plan.watermarks.get(rel.name)) for rel in RELATIONS}
+    on_time = {rel: parts[0] for rel, parts in split.items()}
     # Local relations: Spark knows their size and broadcasts them into the joins.
-    sides = read_sides(engine, warehouse, plan, {rel: engine.spark.createDataFrame(t) for rel, t in arrived.items()})
+    sides = read_sides(engine, warehouse, plan, {rel: engine.spark.createDataFrame(t) for rel, t in on_time.items()})
 
     def txn(path: str) -> Txn:
         return Txn(warehouse.app_id(config.pipeline, path), plan.batch_id)
 
-    gold = _pairs(sides, config.predicate, plan).withColumns(
+    gold = _pairs(sides, config.join_condition, plan).withColumns(
         {"batch_id": F.lit(plan.batch_id), "produced_at": F.lit(datetime.now(timezone.utc))}
     )
     with step("gold"):
         written = engine.append(warehouse.gold, gold, txn(warehouse.gold))
     if written is None:  # already committed by the run this one resumes
         written = engine.read(warehouse.gold, where=f"batch_id = {plan.batch_id}").count()
-    insert_arrivals(engine, warehouse, arrived, txn)
-    outcome = BatchOutcome({rel.name: arrived[rel].num_rows for rel in RELATIONS}, written, time.perf_counter() - started)
+    late = {rel: parts[1] for rel, parts in split.items()}
+    _quarantine_late(engine, warehouse, config, plan, late, txn(warehouse.late_arrivals))
+    after = advance(plan.watermarks, on_time, config.allowed_lateness)
+    evicted = update_buffers(engine, warehouse, plan, on_time, (plan.watermarks, after), config.window, txn)
+    outcome = BatchOutcome(
+        arrivals={rel.name: arrived[rel].num_rows for rel in RELATIONS},
+        pairs=written,
+        seconds=time.perf_counter() - started,
+        late={rel.name: table.num_rows for rel, table in late.items()},
+        evicted=evicted,
+        watermarks=after,
+    )
     with step("commit"):
         log.record_commit(plan, outcome)
-    return BatchReport(plan.batch_id, outcome.arrivals, written, outcome.seconds, resumed)
+    return BatchReport(plan.batch_id, outcome.arrivals, written, outcome.seconds, resumed, outcome.late, outcome.evicted)
+
+
+def _quarantine_late(
+    engine: DeltaEngine, warehouse: Warehouse, config: Config, plan: BatchPlan, late: dict[Relation, pa.Table], txn: Txn
+) -> None:
+    """Late arrivals are kept in ``quarantine/late_arrivals``, never joined and never dropped."""
+    rows = [
+        late_rows(table, rel, plan.watermarks.get(rel.name), config.lateness(rel.name), plan.batch_id)
+        for rel, table in late.items()
+        if table.num_rows
+    ]
+    with step("late_arrivals"):
+        if rows:
+            engine.append(warehouse.late_arrivals, pa.concat_tables(rows, promote_options="permissive"), txn)
 
 
 def _pairs(sides: list[Side], predicate: str, plan: BatchPlan) -> DataFrame:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from pipelines.config import Config
 from state.batch_log import BatchLog, LogTail
 from state.checks import check_consistency, require_warehouse
 from state.engines import DeltaEngine
@@ -29,6 +30,8 @@ class WarehouseStatus:
     unfinished_batch: int | None  # planned but not committed: the next run resumes it
     pending: dict[str, int]  # relation -> arrivals in bronze not yet in a committed batch
     watermarks: dict[str, int]
+    late: int  # arrivals set aside in quarantine/late_arrivals
+    bounded: bool  # False: stores keep full history (no window, or no watermarks to evict by)
     running: str | None  # who holds the run lock, when a run is in progress
     problem: str | None  # why the next run would refuse the warehouse, if it would
 
@@ -44,7 +47,9 @@ class WarehouseStatus:
             lines.append(f"unfinished batch: {self.unfinished_batch} (the next run resumes it with its plan)")
         lines.append("pending arrivals: " + ", ".join(f"{count:,} {name.upper()}" for name, count in self.pending.items()))
         marks = ", ".join(f"{name.upper()} {mark}" for name, mark in self.watermarks.items())
-        lines.append(f"watermarks: {marks or 'none (no allowed_lateness set: state keeps full history)'}")
+        lines.append(f"watermarks: {marks or 'none (no allowed_lateness set)'}")
+        lines.append(f"late arrivals: {self.late:,}")
+        lines.append(f"state: {'bounded by watermarks and window' if self.bounded else 'stores keep full history (set allowed_lateness and window to bound them)'}")
         if self.running:
             lines.append(f"running: {self.running}")
         lines.append(f"consistency: {self.problem or 'OK'}")
@@ -54,8 +59,9 @@ class WarehouseStatus:
         return asdict(self)
 
 
-def warehouse_status(engine: DeltaEngine, warehouse: Warehouse, pipeline: str) -> WarehouseStatus:
+def warehouse_status(engine: DeltaEngine, warehouse: Warehouse, config: Config) -> WarehouseStatus:
     require_warehouse(engine, warehouse)
+    pipeline = config.pipeline
     problem = None
     try:
         tail = check_consistency(engine, warehouse, pipeline)
@@ -66,14 +72,18 @@ def warehouse_status(engine: DeltaEngine, warehouse: Warehouse, pipeline: str) -
     for rel in RELATIONS:
         bronze = engine.read(warehouse.bronze(rel), where=f"_arrival_seq > {tail.last_seq}")
         pending[rel.name] = 0 if bronze is None else bronze.count()
+    tables = [_table_status(engine, warehouse, path) for path in warehouse.tables()]
+    late = next(table.rows for table in tables if table.name == warehouse.name_of(warehouse.late_arrivals))
     return WarehouseStatus(
         warehouse=warehouse.root,
-        tables=[_table_status(engine, warehouse, path) for path in warehouse.tables()],
+        tables=tables,
         last_committed_batch=tail.committed_batch_id,
         joined_up_to=tail.last_seq,
         unfinished_batch=None if tail.unfinished is None else tail.unfinished.batch_id,
         pending=pending,
-        watermarks=dict(tail.newest.watermarks) if tail.newest else {},
+        watermarks=tail.watermarks,
+        late=late or 0,
+        bounded=config.window is not None and all(config.lateness(rel.name) is not None for rel in RELATIONS),
         running=holder(warehouse.root, JOIN),
         problem=problem,
     )

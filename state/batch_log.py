@@ -27,8 +27,10 @@ SCHEMA = pa.schema(
         ("seq_to", pa.int64()),  # inclusive
         ("bronze_versions", VERSIONS),
         ("state_versions", VERSIONS),
-        ("watermarks", VERSIONS),
+        ("watermarks", VERSIONS),  # planned: before the batch; committed: after it
         ("arrivals", VERSIONS),
+        ("late", VERSIONS),  # relation -> arrivals sent to quarantine/late_arrivals
+        ("evicted", VERSIONS),  # state table -> rows evicted by the batch's MERGE
         ("pairs", pa.int64()),
         ("recorded_at", pa.timestamp("us", tz="UTC")),
         ("seconds", pa.float64()),
@@ -45,7 +47,7 @@ class BatchPlan:
     seq_to: int
     bronze_versions: dict[str, int]  # relation name -> bronze version holding the slice (absent: no table yet)
     state_versions: dict[str, int]  # state table name -> version before the batch (absent: no table yet)
-    watermarks: dict[str, int] = field(default_factory=dict)
+    watermarks: dict[str, int] = field(default_factory=dict)  # relation -> watermark before the batch
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,9 @@ class BatchOutcome:
     arrivals: dict[str, int]
     pairs: int
     seconds: float
+    late: dict[str, int] = field(default_factory=dict)
+    evicted: dict[str, int] = field(default_factory=dict)
+    watermarks: dict[str, int] = field(default_factory=dict)  # after the batch
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,7 @@ class LogTail:
     last_seq: int  # the arrival order is processed up to here (0 before the first batch)
     unfinished: BatchPlan | None  # planned, not committed: to resume with its own plan
     newest: BatchPlan | None = None  # the plan of the newest batch, committed or not
+    watermarks: dict[str, int] = field(default_factory=dict)  # after the last committed batch
 
     @property
     def committed_batch_id(self) -> int:
@@ -84,8 +90,8 @@ class BatchLog:
             )
         plan = _plan_of(phases[PLANNED])
         if COMMITTED in phases:
-            return LogTail(last_id, plan.seq_to, None, plan)
-        return LogTail(last_id, plan.seq_from, plan, plan)
+            return LogTail(last_id, plan.seq_to, None, plan, dict(phases[COMMITTED]["watermarks"] or {}))
+        return LogTail(last_id, plan.seq_from, plan, plan, plan.watermarks)
 
     def record_plan(self, plan: BatchPlan) -> None:
         self._append(plan, PLANNED, None)
@@ -101,8 +107,10 @@ class BatchLog:
             "seq_to": plan.seq_to,
             "bronze_versions": list(plan.bronze_versions.items()),
             "state_versions": list(plan.state_versions.items()),
-            "watermarks": list(plan.watermarks.items()),
+            "watermarks": list((plan.watermarks if outcome is None else outcome.watermarks).items()),
             "arrivals": None if outcome is None else list(outcome.arrivals.items()),
+            "late": None if outcome is None else list(outcome.late.items()),
+            "evicted": None if outcome is None else list(outcome.evicted.items()),
             "pairs": None if outcome is None else outcome.pairs,
             "recorded_at": datetime.now(timezone.utc),
             "seconds": None if outcome is None else outcome.seconds,

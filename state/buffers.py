@@ -1,8 +1,8 @@
 """The store and probe buffers of every relation, kept as Delta state tables MERGEd each batch.
 
 ``<x>_store`` holds X's own records; ``<x>_probes`` holds the records of the other relation that
-probed X's store. A batch reads each at the version its plan pins and inserts the batch's arrivals
-by MERGE on ``id``, so a replayed insert changes nothing.
+probed X's store. A batch reads each at the version its plan pins, then one MERGE on ``id`` per table
+inserts the batch's arrivals and evicts what the watermarks allow, so a replayed insert changes nothing.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 
 from state.batch_log import BatchPlan
+from state.bounds import Watermarks, probe_eviction, store_eviction
 from state.engines import DeltaEngine, Txn
 from state.faults import step
 from state.joiner import Side
@@ -58,13 +59,37 @@ def read_sides(
     ]
 
 
-def insert_arrivals(
-    engine: DeltaEngine, warehouse: Warehouse, arrivals: dict[Relation, pa.Table], txn_for: Callable[[str], Txn]
-) -> None:
-    """``X_store ∪= ΔX`` and ``X_probes ∪= ΔY`` for every relation (empty arrivals commit nothing)."""
+def update_buffers(
+    engine: DeltaEngine,
+    warehouse: Warehouse,
+    plan: BatchPlan,
+    arrivals: dict[Relation, pa.Table],
+    marks: tuple[Watermarks, Watermarks],
+    window: int | None,
+    txn_for: Callable[[str], Txn],
+) -> dict[str, int]:
+    """``X_store ∪= ΔX`` and ``X_probes ∪= ΔY`` for every relation, each by one MERGE that also evicts what
+    the watermarks after the batch leave behind (state/bounds.py). Returns the rows evicted per table.
+
+    A table is left alone when it gains nothing and its eviction cutoff did not move.
+    """
+    before, after = marks
     tables = buffer_tables(warehouse)
+    evicted = {}
     for rel in RELATIONS:
-        for name, new in ((f"{rel.name}_store", rel), (f"{rel.name}_probes", partner(rel))):
+        rules = {
+            f"{rel.name}_store": (rel, lambda m, rel=rel: store_eviction(rel, m, window)),
+            f"{rel.name}_probes": (partner(rel), lambda m, rel=rel: probe_eviction(rel, m)),
+        }
+        for name, (new, rule) in rules.items():
+            eviction = rule(after)
+            exists = name in plan.state_versions
             with step(name):
-                if len(arrivals[new]):
-                    engine.insert_new(tables[name], arrivals[new], BUFFER_KEY, txn_for(tables[name]))
+                if len(arrivals[new]) == 0 and not (exists and eviction is not None and eviction != rule(before)):
+                    continue
+                merged = engine.merge(tables[name], arrivals[new], BUFFER_KEY, eviction, txn_for(tables[name]))
+            if merged is not None:
+                evicted[name] = merged.evicted
+            elif exists and eviction is not None:  # committed by the run this one resumes: count it again
+                evicted[name] = engine.read(tables[name], plan.state_versions[name], eviction.sql()).count()
+    return evicted

@@ -20,6 +20,7 @@ from state.relations import relation
 
 STATE_COLUMNS = ("id", "ts", "key", "_arrival_seq")
 GOLD_COLUMNS = ("r_id", "s_id", "owner", "batch_id")
+LATE_COLUMNS = ("relation", "id", "ts", "reason", "watermark", "batch_id")
 LOG_COLUMNS = ("batch_id", "phase", "seq_from", "seq_to", "bronze_versions", "state_versions")
 
 
@@ -56,6 +57,7 @@ def check_consistency(engine: DeltaEngine, warehouse: Warehouse, pipeline: str) 
     recorded = tail.newest.state_versions if tail.newest else {}
     for name, path in buffer_tables(warehouse).items():
         _check_output(engine, warehouse, path, STATE_COLUMNS, pipeline, tail, recorded.get(name))
+    _check_output(engine, warehouse, warehouse.late_arrivals, LATE_COLUMNS, pipeline, tail, None)
     _check_output(engine, warehouse, warehouse.gold, GOLD_COLUMNS, pipeline, tail, None, written_every_batch=True)
     for name, version in (tail.newest.bronze_versions if tail.newest else {}).items():
         bronze = warehouse.bronze(relation(name))

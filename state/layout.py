@@ -37,6 +37,11 @@ class Warehouse:
         """Rows rejected at ingest, with the reason, the file and the line."""
         return self._path("quarantine", "ingest")
 
+    @property
+    def late_arrivals(self) -> str:
+        """Records that arrived below their relation's watermark: kept with the reason, never joined."""
+        return self._path("quarantine", "late_arrivals")
+
     def store(self, rel: Relation) -> str:
         """The store buffer of ``rel``: its own records."""
         return self._path("silver", f"{rel.name}_store")
@@ -60,9 +65,9 @@ class Warehouse:
 
     def derived_tables(self) -> list[str]:
         """What the joiner builds from bronze (``lakejoin reset`` drops these): gold, then silver, the batch log last."""
-        return [self.gold, *self._buffers(), self.batches]
+        return [self.gold, self.late_arrivals, *self._buffers(), self.batches]
 
     def tables(self) -> list[str]:
         """Every table, in the order data flows through them."""
         bronze = [self.bronze(rel) for rel in RELATIONS]
-        return [*bronze, self.ingest_log, self.quarantine, *self._buffers(), self.batches, self.gold]
+        return [*bronze, self.ingest_log, self.quarantine, *self._buffers(), self.late_arrivals, self.batches, self.gold]

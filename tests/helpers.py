@@ -89,6 +89,15 @@ class Pipeline:
         for name, path in buffer_tables(warehouse).items():
             rows = engine.read(path).select("id", "ts", "key", "payload", "_arrival_seq").collect()
             tables[name] = Counter(tuple(row) for row in rows)
-        committed = engine.read(warehouse.batches).where("phase = 'committed'").select("batch_id", "seq_from", "seq_to")
-        tables["batches"] = Counter(tuple(row) for row in committed.collect())
+        late = engine.read(warehouse.late_arrivals)
+        late_columns = ("relation", "id", "ts", "reason", "watermark", "batch_id")
+        tables["late_arrivals"] = Counter() if late is None else Counter(tuple(row) for row in late.select(*late_columns).collect())
+        log_columns = ("batch_id", "seq_from", "seq_to", "watermarks", "late", "evicted")
+        committed = engine.read(warehouse.batches).where("phase = 'committed'").select(*log_columns)
+        tables["batches"] = Counter(tuple(_hashable(value) for value in row) for row in committed.collect())
         return tables
+
+
+def _hashable(value: object) -> object:
+    """Map columns arrive as dicts: as sorted item tuples they can be counted."""
+    return tuple(sorted(value.items())) if isinstance(value, dict) else value

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 from chispa import assert_df_equality
 
-from state.engines import Txn
+from state.engines import Eviction, Merged, Txn
 from state.engines.base import applied
 
 
@@ -46,17 +46,28 @@ def test_a_write_whose_transaction_the_table_records_is_skipped(engine, spark, t
     assert engine.txn_version(path, "pipe:t") == 1 and engine.txn_version(path, "other-app") is None
     assert applied(engine, path, Txn("pipe:t", 1)) and not applied(engine, path, Txn("pipe:t", 2))
     assert engine.append(path, frame(spark, [("a", 1)]), Txn("pipe:t", 1)) is None
-    assert engine.insert_new(path, frame(spark, [("z", 9)]), "id", Txn("pipe:t", 1)) is None
+    assert engine.merge(path, frame(spark, [("z", 9)]), "id", txn=Txn("pipe:t", 1)) is None
     assert engine.version(path) == version
     assert engine.append(path, frame(spark, [("b", 2)]), Txn("other-app", 1)) == 1
 
 
-def test_insert_new_merges_only_unseen_keys_and_is_idempotent(engine, spark, tmp_path):
+def test_merge_inserts_only_unseen_keys_and_is_idempotent(engine, spark, tmp_path):
     path = str(tmp_path / "t")
-    assert engine.insert_new(path, frame(spark, [("a", 1), ("b", 2)]), "id", Txn("pipe:t", 1)) == 2
-    assert engine.insert_new(path, frame(spark, [("b", 2), ("c", 3)]), "id", Txn("pipe:t", 2)) == 1
-    assert engine.insert_new(path, frame(spark, [("b", 2), ("c", 3)]), "id", Txn("pipe:t", 2)) is None
+    assert engine.merge(path, frame(spark, [("a", 1), ("b", 2)]), "id", txn=Txn("pipe:t", 1)) == Merged(2, 0)
+    assert engine.merge(path, frame(spark, [("b", 2), ("c", 3)]), "id", txn=Txn("pipe:t", 2)) == Merged(1, 0)
+    assert engine.merge(path, frame(spark, [("b", 2), ("c", 3)]), "id", txn=Txn("pipe:t", 2)) is None
     assert sorted(row.id for row in engine.read(path).collect()) == ["a", "b", "c"]
+
+
+def test_merge_evicts_rows_below_the_cutoff_in_the_same_commit(engine, spark, tmp_path):
+    path = str(tmp_path / "t")
+    engine.merge(path, frame(spark, [("a", 1), ("b", 5), ("c", 9)]), "id")
+    version = engine.version(path)
+    assert engine.merge(path, frame(spark, [("d", 2)]), "id", Eviction("ts", 6)) == Merged(1, 2)
+    assert engine.version(path) == version + 1
+    assert sorted(row.id for row in engine.read(path).collect()) == ["c", "d"]
+    assert engine.merge(path, frame(spark, []), "id", Eviction("ts", 9)) == Merged(0, 1)
+    assert [row.id for row in engine.read(path).collect()] == ["c"]
 
 
 def test_time_travel_reads_the_snapshot_at_a_version(engine, spark, tmp_path):

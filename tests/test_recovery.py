@@ -6,16 +6,28 @@ from collections import Counter
 
 import pytest
 
+from pipelines.config import Config
 from state.engines import make_engine
 from state.faults import CRASH_AT, InjectedCrash
 from tests.helpers import Pipeline
 from tests.reference import Pair, Record, batch_join
 
-STEPS = ["plan", "gold", "r_store", "r_probes", "s_store", "s_probes", "commit"]
+STEPS = ["plan", "gold", "late_arrivals", "r_store", "r_probes", "s_store", "s_probes", "commit"]
 POINTS = [f"{moment}:{step}" for step in STEPS for moment in ("before", "after")]
 
 FIRST = [Record("s", "s1", 1, "a"), Record("r", "r2", 2, "a"), Record("r", "r3", 3, "b"), Record("s", "s4", 4, "b")]
 LATER = [Record("r", "r5", 5, "a"), Record("r", "r1", 1, "b"), Record("s", "s9", 9, "a"), Record("s", "s6", 6, "b"), Record("s", "s0", 0, "a")]
+# Bounded: batch 4 finds s6 and s0 below S's watermark (late); batch 3 evicts from every buffer.
+BOUNDED = Config(allowed_lateness=2, window=4)
+LATE = {"s6", "s0"}
+
+
+def in_window(r: Record, s: Record) -> bool:
+    return r.key == s.key and abs(r.ts - s.ts) <= BOUNDED.window
+
+
+def bounded(engine, root) -> Pipeline:
+    return Pipeline(engine, str(root), BOUNDED)
 
 
 def first_part_joined(pipeline: Pipeline) -> None:
@@ -26,7 +38,7 @@ def first_part_joined(pipeline: Pipeline) -> None:
 
 @pytest.fixture(scope="module")
 def uninterrupted(spark, tmp_path_factory) -> dict[str, Counter]:
-    pipeline = Pipeline(make_engine(spark, "delta-rs"), str(tmp_path_factory.mktemp("uninterrupted")))
+    pipeline = bounded(make_engine(spark, "delta-rs"), tmp_path_factory.mktemp("uninterrupted"))
     first_part_joined(pipeline)
     pipeline.run(max_batch_rows=3)
     return pipeline.snapshot()
@@ -34,7 +46,7 @@ def uninterrupted(spark, tmp_path_factory) -> dict[str, Counter]:
 
 @pytest.mark.parametrize("point", POINTS)
 def test_crash_at_any_write_then_rerun_equals_an_uninterrupted_run(deltars, tmp_path, monkeypatch, point, uninterrupted):
-    pipeline = Pipeline(deltars, str(tmp_path))
+    pipeline = bounded(deltars, tmp_path)
     first_part_joined(pipeline)
     monkeypatch.setenv(CRASH_AT, point)
     with pytest.raises(InjectedCrash):
@@ -44,9 +56,13 @@ def test_crash_at_any_write_then_rerun_equals_an_uninterrupted_run(deltars, tmp_
     assert pipeline.snapshot() == uninterrupted
 
 
-def test_the_uninterrupted_run_is_the_batch_join(uninterrupted):
+def test_the_uninterrupted_run_is_the_batch_join_of_what_was_on_time(uninterrupted):
     pairs = Counter(Pair(row["r_id"], row["s_id"], row["owner"]) for row in map(dict, uninterrupted["gold"].elements()))
-    assert pairs == Counter(batch_join(FIRST + LATER))
+    on_time = [rec for rec in FIRST + LATER if rec.id not in LATE]
+    assert pairs == Counter(batch_join(on_time, in_window))
+    assert {late[1] for late in uninterrupted["late_arrivals"]} == LATE
+    evicted = [count for batch in uninterrupted["batches"] for _, count in batch[-1] or ()]
+    assert sum(evicted) == 7  # after batch 3: r1, r2 from r_store; s1 from r_probes; r1, r2, r3, r5 from s_probes
 
 
 def test_an_ingest_that_dies_before_its_log_entry_is_not_joined_until_retried(deltars, tmp_path, monkeypatch):

@@ -34,7 +34,7 @@ def test_status_shows_tables_batches_and_pending_arrivals(pipeline, monkeypatch)
     monkeypatch.delenv(CRASH_AT)
     before = pipeline.versions()
 
-    status = warehouse_status(pipeline.engine, pipeline.warehouse, "lakejoin")
+    status = warehouse_status(pipeline.engine, pipeline.warehouse, pipeline.config)
 
     assert pipeline.versions() == before
     tables = {table.name: (table.version, table.rows) for table in status.tables}
@@ -52,7 +52,7 @@ def test_status_shows_tables_batches_and_pending_arrivals(pipeline, monkeypatch)
 def test_status_names_what_a_run_would_refuse(pipeline):
     pipeline.run(max_batch_rows=2)
     pipeline.engine.drop(pipeline.warehouse.gold)
-    status = warehouse_status(pipeline.engine, pipeline.warehouse, "lakejoin")
+    status = warehouse_status(pipeline.engine, pipeline.warehouse, pipeline.config)
     assert status.problem.startswith("gold/join_results is missing")
     assert status.last_committed_batch == 3
 
@@ -60,11 +60,13 @@ def test_status_names_what_a_run_would_refuse(pipeline):
 def test_reset_then_run_rebuilds_the_same_gold_and_state(pipeline):
     pipeline.run(max_batch_rows=2)
     before = pipeline.snapshot()
-    bronze = {name: version for name, version in pipeline.versions().items() if not name.startswith(("silver", "gold"))}
+    versions = pipeline.versions()
+    derived = {pipeline.warehouse.name_of(path) for path in pipeline.warehouse.derived_tables()}
+    bronze = {name: version for name, version in versions.items() if name not in derived}
 
     dropped = reset(pipeline.engine, pipeline.warehouse)
 
-    assert sorted(dropped) == sorted(pipeline.warehouse.name_of(path) for path in pipeline.warehouse.derived_tables())
+    assert set(dropped) == {name for name in derived if versions[name] is not None}
     after_reset = pipeline.versions()
     assert all(after_reset[name] is None for name in dropped)
     assert {name: after_reset[name] for name in bronze} == bronze

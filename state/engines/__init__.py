@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pyspark.sql import SparkSession
 
-from state.engines.base import Data, DeltaEngine, Txn
+from state.engines.base import Data, DeltaEngine, Eviction, Merged, Txn
 from state.errors import LakejoinError
 
 ENGINE_NAMES = ("auto", "delta-rs", "spark")
@@ -46,4 +46,4 @@ def make_engine(spark: SparkSession, name: str = "auto") -> DeltaEngine:
     return DeltaRsEngine(spark)
 
 
-__all__ = ["Data", "DeltaEngine", "Txn", "make_engine", "session_has_delta", "ENGINE_NAMES"]
+__all__ = ["Data", "DeltaEngine", "Eviction", "Merged", "Txn", "make_engine", "session_has_delta", "ENGINE_NAMES"]

@@ -25,6 +25,24 @@ class Txn:
     version: int
 
 
+@dataclass(frozen=True)
+class Eviction:
+    """Target rows whose ``column`` is below ``below`` leave the table in the MERGE that inserts new rows."""
+
+    column: str
+    below: int
+
+    def sql(self, alias: str | None = None) -> str:
+        column = self.column if alias is None else f"{alias}.{self.column}"
+        return f"{column} < {self.below}"
+
+
+@dataclass(frozen=True)
+class Merged:
+    inserted: int
+    evicted: int
+
+
 class DeltaEngine(Protocol):
     """Reads Delta snapshots into Spark and commits Spark DataFrames to Delta."""
 
@@ -54,10 +72,11 @@ class DeltaEngine(Protocol):
         """
         ...
 
-    def insert_new(self, path: str, df: Data, key: str, txn: Txn | None = None) -> int | None:
-        """MERGE ``df`` into the table, inserting rows whose ``key`` is not there yet.
+    def merge(self, path: str, df: Data, key: str, evict: Eviction | None = None, txn: Txn | None = None) -> Merged | None:
+        """One MERGE: insert the rows of ``df`` whose ``key`` is not in the table yet, and delete the
+        table's rows that ``evict`` selects (unless ``df`` holds their key). Creates the table if needed.
 
-        Returns the rows inserted, or None when the table already records ``txn``.
+        Returns what it inserted and evicted, or None when the table already records ``txn``.
         """
         ...
 

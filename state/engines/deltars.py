@@ -15,7 +15,7 @@ from deltalake.exceptions import DeltaError, TableNotFoundError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from state.engines.base import Data, Txn, applied
+from state.engines.base import Data, Eviction, Merged, Txn, applied
 from state.errors import LakejoinError
 
 
@@ -80,28 +80,28 @@ class DeltaRsEngine:
             raise LakejoinError(f"cannot append to {path}: {_first_line(exc)}") from exc
         return data.num_rows
 
-    def insert_new(self, path: str, df: Data, key: str, txn: Txn | None = None) -> int | None:
+    def merge(self, path: str, df: Data, key: str, evict: Eviction | None = None, txn: Txn | None = None) -> Merged | None:
         table = self._table(path)
         if table is None:
-            return self.append(path, df, txn)
+            written = self.append(path, df, txn)
+            return None if written is None else Merged(written, 0)
         if applied(self, path, txn):
             return None
         try:
-            metrics = (
-                table.merge(
-                    to_arrow(df),
-                    predicate=f"target.`{key}` = source.`{key}`",
-                    source_alias="source",
-                    target_alias="target",
-                    merge_schema=True,
-                    commit_properties=_commit(txn),
-                )
-                .when_not_matched_insert_all()
-                .execute()
-            )
+            merger = table.merge(
+                to_arrow(df),
+                predicate=f"target.`{key}` = source.`{key}`",
+                source_alias="source",
+                target_alias="target",
+                merge_schema=True,
+                commit_properties=_commit(txn),
+            ).when_not_matched_insert_all()
+            if evict is not None:
+                merger = merger.when_not_matched_by_source_delete(evict.sql("target"))
+            metrics = merger.execute()
         except DeltaError as exc:
             raise LakejoinError(f"cannot merge into {path}: {_first_line(exc)}") from exc
-        return int(metrics["num_target_rows_inserted"])
+        return Merged(int(metrics["num_target_rows_inserted"]), int(metrics["num_target_rows_deleted"]))
 
 
 def _commit(txn: Txn | None) -> CommitProperties | None:

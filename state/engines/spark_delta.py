@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from state.engines.base import Data, Txn, applied
+from state.engines.base import Data, Eviction, Merged, Txn, applied
 
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"
@@ -78,30 +78,33 @@ class SparkDeltaEngine:
         if txn is not None:
             writer = writer.option("txnAppId", txn.app_id).option("txnVersion", txn.version)
         writer.save(path)
-        return self._last_metric(path, "numOutputRows")
+        return int(self._last_metrics(path).get("numOutputRows", 0))
 
-    def insert_new(self, path: str, df: Data, key: str, txn: Txn | None = None) -> int | None:
+    def merge(self, path: str, df: Data, key: str, evict: Eviction | None = None, txn: Txn | None = None) -> Merged | None:
         if not self._delta_table.isDeltaTable(self.spark, path):
-            return self.append(path, df, txn)
+            written = self.append(path, df, txn)
+            return None if written is None else Merged(written, 0)
         if applied(self, path, txn):
             return None
         confs = {AUTO_MERGE: "true"}
         if txn is not None:
             confs |= {TXN_APP_ID: txn.app_id, TXN_VERSION: str(txn.version)}
+        merger = (
+            self._delta_table.forPath(self.spark, path)
+            .alias("target")
+            .merge(self._frame(df).alias("source"), f"target.`{key}` = source.`{key}`")
+            .whenNotMatchedInsertAll()
+        )
+        if evict is not None:
+            merger = merger.whenNotMatchedBySourceDelete(evict.sql("target"))
         with self._session_confs(confs):
-            (
-                self._delta_table.forPath(self.spark, path)
-                .alias("target")
-                .merge(self._frame(df).alias("source"), f"target.`{key}` = source.`{key}`")
-                .whenNotMatchedInsertAll()
-                .execute()
-            )
-        return self._last_metric(path, "numTargetRowsInserted")
+            merger.execute()
+        metrics = self._last_metrics(path)
+        return Merged(int(metrics.get("numTargetRowsInserted", 0)), int(metrics.get("numTargetRowsDeleted", 0)))
 
-    def _last_metric(self, path: str, metric: str) -> int:
-        """A row count from the operation metrics of the table's latest commit."""
-        metrics = self._delta_table.forPath(self.spark, path).history(1).select("operationMetrics").first()[0]
-        return int((metrics or {}).get(metric, 0))
+    def _last_metrics(self, path: str) -> dict[str, str]:
+        """The operation metrics (row counts) of the table's latest commit."""
+        return self._delta_table.forPath(self.spark, path).history(1).select("operationMetrics").first()[0] or {}
 
     @contextmanager
     def _session_confs(self, confs: dict[str, str]) -> Iterator[None]:

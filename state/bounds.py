@@ -1,0 +1,71 @@
+"""Bounded state (DESIGN.md section 4): watermarks, late arrivals, and what each buffer may evict.
+
+The watermark of X after a batch is ``max(ts of X seen) - allowed_lateness(X)``; a batch classifies its
+arrivals against the watermarks before it. Every arrival that is not late has ``ts >= watermark``, which
+is what makes eviction safe:
+
+- a probe ``y`` in X's probe buffer can only meet a future X arrival older than it, so it goes once
+  ``y.ts < watermark(X)``;
+- with a band window W, a record ``x`` in X's store can only meet a future Y arrival with
+  ``y.ts <= x.ts + W``, so it goes once ``x.ts + W < watermark(Y)``.
+
+Both are "``ts`` below a cutoff", applied by the same MERGE that inserts the batch's arrivals.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from state.engines import Eviction
+from state.relations import Relation, others
+
+Watermarks = dict[str, int]  # relation name -> watermark; a relation without one is absent
+
+
+def split_late(arrivals: pa.Table, watermark: int | None) -> tuple[pa.Table, pa.Table]:
+    """``arrivals`` as (on time, late): late rows have ``ts`` below the relation's watermark."""
+    if watermark is None or arrivals.num_rows == 0:
+        return arrivals, arrivals.slice(0, 0)
+    late = pc.less(arrivals["ts"], watermark)
+    return arrivals.filter(pc.invert(late)), arrivals.filter(late)
+
+
+def late_rows(late: pa.Table, rel: Relation, watermark: int | None, lateness: int | None, batch_id: int) -> pa.Table:
+    """What ``quarantine/late_arrivals`` keeps of late records: the record, why, and the watermark then."""
+    reason = f"ts below the watermark of {rel.label} (newest {rel.label} ts seen minus allowed lateness {lateness})"
+    extra = {
+        "relation": pa.array([rel.name] * late.num_rows, pa.string()),
+        "reason": pa.array([reason] * late.num_rows, pa.string()),
+        "watermark": pa.array([watermark] * late.num_rows, pa.int64()),
+        "batch_id": pa.array([batch_id] * late.num_rows, pa.int64()),
+    }
+    for name, column in extra.items():
+        late = late.append_column(name, column)
+    return late
+
+
+def advance(before: Watermarks, on_time: dict[Relation, pa.Table], lateness: dict[str, int]) -> Watermarks:
+    """The watermarks after a batch: they only move forward, and only for relations with a lateness."""
+    after = dict(before)
+    for rel, arrivals in on_time.items():
+        if rel.name not in lateness or arrivals.num_rows == 0:
+            continue
+        candidate = pc.max(arrivals["ts"]).as_py() - lateness[rel.name]
+        after[rel.name] = max(candidate, before.get(rel.name, candidate))
+    return after
+
+
+def probe_eviction(rel: Relation, marks: Watermarks) -> Eviction | None:
+    """Probes in ``rel``'s probe buffer that no future arrival of ``rel`` can still meet."""
+    watermark = marks.get(rel.name)
+    return None if watermark is None else Eviction("ts", watermark)
+
+
+def store_eviction(rel: Relation, marks: Watermarks, window: int | None) -> Eviction | None:
+    """Records in ``rel``'s store that the band window has left behind (never without a window)."""
+    (other,) = others(rel)
+    watermark = marks.get(other.name)
+    if window is None or watermark is None:
+        return None
+    return Eviction("ts", watermark - window)
