@@ -10,11 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 
 from state.batch_log import BatchPlan
 from state.bounds import Watermarks, probe_eviction, store_eviction
-from state.engines import DeltaEngine, Txn
+from state.engines import DeltaEngine, Eviction, Txn
 from state.faults import step
 from state.joiner import Side
 from state.layout import Warehouse
@@ -84,12 +85,20 @@ def update_buffers(
         for name, (new, rule) in rules.items():
             eviction = rule(after)
             exists = name in plan.state_versions
+            kept = _not_evictable(arrivals[new], eviction)
             with step(name):
-                if len(arrivals[new]) == 0 and not (exists and eviction is not None and eviction != rule(before)):
+                if len(kept) == 0 and not (exists and eviction is not None and eviction != rule(before)):
                     continue
-                merged = engine.merge(tables[name], arrivals[new], BUFFER_KEY, eviction, txn_for(tables[name]))
+                merged = engine.merge(tables[name], kept, BUFFER_KEY, eviction, txn_for(tables[name]))
             if merged is not None:
                 evicted[name] = merged.evicted
             elif exists and eviction is not None:  # committed by the run this one resumes: count it again
                 evicted[name] = engine.read(tables[name], plan.state_versions[name], eviction.sql()).count()
     return evicted
+
+
+def _not_evictable(arrivals: pa.Table, eviction: Eviction | None) -> pa.Table:
+    """Arrivals the eviction would remove at once are never stored (they can meet no future arrival)."""
+    if eviction is None or len(arrivals) == 0:
+        return arrivals
+    return arrivals.filter(pc.greater_equal(arrivals[eviction.column], eviction.below))
