@@ -67,6 +67,27 @@ class Pipeline:
             rows = [{"id": rec.id, "ts": rec.ts, "key": rec.key, "payload": rec.payload} for rec in run_of]
             self.ingest(side, self.write_file(rows))
 
+    def land_chunk(self, records: Sequence[Record]) -> None:
+        """Ingest a chunk as one file per relation (each relation's records in their order)."""
+        for side in ("r", "s"):
+            rows = [{"id": rec.id, "ts": rec.ts, "key": rec.key, "payload": rec.payload} for rec in records if rec.relation == side]
+            if rows:
+                self.ingest(side, self.write_file(rows))
+
+    def batches(self) -> list[list[Record]]:
+        """The records of each committed batch, read back from the batch log and bronze."""
+        arrivals = {}
+        for side in ("r", "s"):
+            bronze = self.engine.read(self.warehouse.bronze(relation(side)))
+            for row in [] if bronze is None else bronze.collect():
+                arrivals[row["_arrival_seq"]] = Record(side, row["id"], row["ts"], row["key"], row["payload"])
+        log = self.engine.read(self.warehouse.batches).where("phase = 'committed'").orderBy("batch_id").collect()
+        return [[arrivals[seq] for seq in range(row["seq_from"] + 1, row["seq_to"] + 1) if seq in arrivals] for row in log]
+
+    def late_ids(self) -> set[str]:
+        late = self.engine.read(self.warehouse.late_arrivals)
+        return set() if late is None else {row["id"] for row in late.select("id").collect()}
+
     def run(self, max_batch_rows: int | None = None) -> list[BatchReport]:
         return run(self.engine, self.warehouse, self.config.with_overrides(max_batch_rows=max_batch_rows))
 

@@ -93,3 +93,33 @@ def batch_join(records: Iterable[Record], predicate: Predicate = equal_keys) -> 
     rs = [rec for rec in records if rec.relation == "r"]
     ss = [rec for rec in records if rec.relation == "s"]
     return [Pair(r.id, s.id, "R" if r.older_than(s) else "S") for r in rs for s in ss if predicate(r, s)]
+
+
+def within(window: int | None, predicate: Predicate = equal_keys) -> Predicate:
+    """``predicate`` and, with a band window, ``|r.ts - s.ts| <= window``."""
+    if window is None:
+        return predicate
+    return lambda r, s: predicate(r, s) and abs(r.ts - s.ts) <= window
+
+
+def respects_lateness(arrivals: Iterable[Record], lateness: int) -> bool:
+    """No record arrives more than ``lateness`` below the newest ts its relation had before it."""
+    newest: dict[str, int] = {}
+    for record in arrivals:
+        if record.ts < newest.get(record.relation, record.ts) - lateness:
+            return False
+        newest[record.relation] = max(newest.get(record.relation, record.ts), record.ts)
+    return True
+
+
+def late_in_batches(batches: Iterable[list[Record]], lateness: int) -> list[Record]:
+    """DESIGN.md section 4 per micro-batch: a record is late when its ts is below its relation's watermark
+    after the previous batches, ``max(ts of on-time records) - lateness``."""
+    marks: dict[str, int] = {}
+    late: list[Record] = []
+    for batch in batches:
+        on_time = [rec for rec in batch if rec.ts >= marks.get(rec.relation, rec.ts)]
+        late += [rec for rec in batch if rec not in on_time]
+        for rec in on_time:
+            marks[rec.relation] = max(marks.get(rec.relation, rec.ts - lateness), rec.ts - lateness)
+    return late

@@ -1,0 +1,109 @@
+"""Bounded state (DESIGN.md section 4): late arrivals are set aside, eviction never loses a pair, state stays small."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pipelines.config import Config
+from state.buffers import buffer_tables
+from tests.helpers import Pipeline
+from tests.reference import Record, batch_join, late_in_batches, respects_lateness, within
+
+PROPERTY = settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@st.composite
+def delayed_streams(draw: st.DrawFn, max_delay: int) -> list[Record]:
+    """Records with random ts, each arriving up to ``max_delay`` ts units late: order by ts + delay."""
+    rows = draw(st.lists(st.tuples(st.sampled_from("rs"), st.integers(0, 12), st.sampled_from("ab"), st.integers(0, max_delay)), min_size=1, max_size=12))
+    records = [(ts + delay, i, Record(rel, f"{rel}{i}", ts, key, f"p{i}")) for i, (rel, ts, key, delay) in enumerate(rows)]
+    return [record for _, _, record in sorted(records)]
+
+
+def land_and_run(pipeline: Pipeline, order: list[Record], data: st.DataObject) -> None:
+    """Random ingest splits, a run after each, random batch sizes."""
+    cuts = sorted(data.draw(st.sets(st.integers(1, len(order) - 1), max_size=3))) if len(order) > 1 else []
+    for start, end in zip([0, *cuts], [*cuts, len(order)]):
+        pipeline.land(order[start:end])
+        pipeline.run(max_batch_rows=data.draw(st.integers(1, 5)))
+
+
+@PROPERTY
+@given(data=st.data(), lateness=st.integers(0, 4), window=st.one_of(st.none(), st.integers(0, 5)))
+def test_when_every_record_respects_the_lateness_bound_gold_is_the_unbounded_join(deltars, tmp_path_factory, data, lateness, window):
+    order = data.draw(delayed_streams(lateness))
+    assert respects_lateness(order, lateness)
+    pipeline = Pipeline(deltars, str(tmp_path_factory.mktemp("bound")), Config(allowed_lateness=lateness, window=window))
+    land_and_run(pipeline, order, data)
+    assert pipeline.late_ids() == set()
+    assert pipeline.gold_pairs() == Counter(batch_join(order, within(window)))
+
+
+@PROPERTY
+@given(data=st.data(), lateness=st.integers(0, 2), window=st.one_of(st.none(), st.integers(0, 3)))
+def test_exactly_the_violators_are_quarantined_and_the_rest_join_exactly(deltars, tmp_path_factory, data, lateness, window):
+    order = data.draw(delayed_streams(8))
+    pipeline = Pipeline(deltars, str(tmp_path_factory.mktemp("late")), Config(allowed_lateness=lateness, window=window))
+    land_and_run(pipeline, order, data)
+    late = late_in_batches(pipeline.batches(), lateness)
+    assert pipeline.late_ids() == {rec.id for rec in late}
+    on_time = [rec for rec in order if rec not in late]
+    assert pipeline.gold_pairs() == Counter(batch_join(on_time, within(window)))
+
+
+def test_a_late_record_is_kept_with_its_reason_watermark_and_batch(deltars, tmp_path):
+    first = [Record("r", "r20", 20, "a"), Record("s", "s1", 1, "a")]
+    then = [Record("r", "r14", 14, "a"), Record("r", "r15", 15, "a"), Record("s", "s0", 0, "a")]
+    pipeline = Pipeline(deltars, str(tmp_path), Config(allowed_lateness={"r": 5}))
+    pipeline.land(first)
+    pipeline.run()
+    pipeline.land(then)
+    reports = pipeline.run()
+    (late,) = [row.asDict() for row in pipeline.engine.read(pipeline.warehouse.late_arrivals).collect()]
+    assert (late["id"], late["ts"], late["relation"], late["watermark"], late["batch_id"]) == ("r14", 14, "r", 15, 2)
+    assert late["reason"] == "ts below the watermark of R (newest R ts seen minus allowed lateness 5)"
+    assert reports[-1].late == {"r": 1, "s": 0}  # S has no lateness: s0 is never late
+    assert pipeline.gold_pairs() == Counter(batch_join([rec for rec in first + then if rec.id != "r14"]))
+
+
+def steady_stream(per_relation: int, disorder: int, seed: int) -> list[Record]:
+    """One record per relation per ts unit over 3 keys, each arriving up to ``disorder`` units late."""
+    rng = random.Random(seed)
+    records = [Record(rel, f"{rel}{ts}", ts, f"k{rng.randrange(3)}") for ts in range(per_relation) for rel in "rs"]
+    arrival = {rec.id: rec.ts + rng.randrange(disorder + 1) for rec in records}
+    return sorted(records, key=lambda rec: (arrival[rec.id], rec.order()))
+
+
+def largest_state(pipeline: Pipeline, records: list[Record], chunk: int) -> dict[str, int]:
+    """Stream ``records`` in chunks (ingest, then run) and return each state table's largest row count."""
+    largest: Counter[str] = Counter()
+    for start in range(0, len(records), chunk):
+        pipeline.land_chunk(records[start : start + chunk])
+        pipeline.run(max_batch_rows=chunk)
+        for name, path in buffer_tables(pipeline.warehouse).items():
+            largest[name] = max(largest[name], pipeline.engine.read(path).count())
+    return dict(largest)
+
+
+@pytest.mark.parametrize("window", [10, None])
+def test_state_stays_bounded_with_a_window_and_grows_without_one(deltars, tmp_path, window):
+    lateness, disorder, chunk = 20, 20, 400  # chunk: 200 arrivals per relation, about 200 ts units
+    records = steady_stream(2_000, disorder, seed=1)  # 10 chunks: the bound holds after the first
+    pipeline = Pipeline(deltars, str(tmp_path), Config(allowed_lateness=lateness, window=window))
+    largest = largest_state(pipeline, records, chunk)
+    assert pipeline.late_ids() == set()
+    # Rate 1 record per ts unit per relation: a probe lives while ts >= watermark = newest - lateness, a
+    # stored record while ts + window >= the other's watermark; a batch adds up to chunk / 2 + disorder units.
+    probe_bound = lateness + disorder + chunk // 2
+    assert largest["r_probes"] <= probe_bound and largest["s_probes"] <= probe_bound
+    if window is None:
+        assert largest["r_store"] == largest["s_store"] == 2_000  # full history
+    else:
+        store_bound = lateness + window + disorder + chunk // 2
+        assert largest["r_store"] <= store_bound and largest["s_store"] <= store_bound
+    assert pipeline.gold_pairs() == Counter(batch_join(records, within(window)))
