@@ -1,7 +1,7 @@
-"""Gold against the batch SQL join of everything in bronze: the contract of DESIGN.md section 2.
+"""Gold against the batch SQL join of bronze: the contract of DESIGN.md section 2.
 
 Gold, ignoring bookkeeping columns (batch id, produced_at), must equal ``SELECT … FROM R JOIN S ON
-predicate`` as a multiset, with each pair owned by the relation of its older member.
+predicate`` over bronze minus late arrivals as a multiset, each pair owned by the relation of its older member.
 """
 
 from __future__ import annotations
@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from state.joiner import pair_columns, older
+from state.engines import DeltaEngine
+from state.joiner import older, pair_columns
+from state.layout import Warehouse
 from state.relations import RELATIONS, Relation
 
 BOOKKEEPING = ("batch_id", "produced_at")
@@ -40,6 +42,18 @@ class Reconciliation:
         for label, frame in (("missing", self.missing), ("extra", self.extra)):
             lines += [f"  {label}: {row.asDict()}" for row in frame.limit(examples).collect()]
         return "\n".join(lines)
+
+
+def joinable(engine: DeltaEngine, warehouse: Warehouse) -> dict[Relation, DataFrame]:
+    """Each relation's bronze minus its late arrivals: what gold must be the join of (DESIGN.md section 4)."""
+    late = engine.read(warehouse.late_arrivals)
+    relations = {}
+    for rel in RELATIONS:
+        bronze = engine.read(warehouse.bronze(rel))
+        if late is not None:
+            bronze = bronze.join(late.where(F.col("relation") == rel.name).select("id"), "id", "left_anti")
+        relations[rel] = bronze
+    return relations
 
 
 def batch_join(relations: dict[Relation, DataFrame], predicate: str) -> DataFrame:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from expectations.reconcile import batch_join, reconcile
+from expectations.reconcile import batch_join, joinable, reconcile
 from pipelines.config import Config
 from pipelines.ingest import ingest_file
 from pipelines.silver import run
@@ -94,7 +94,7 @@ def run_demo(options: DemoOptions, config: Config, warehouse_root: str | None = 
         engine = make_engine(spark, config.engine)
         print(f"engine: {engine.name}")
         started = time.perf_counter()
-        batches = quarantined = 0
+        batches = quarantined = late = 0
         by_name = {rel.name: rel for rel in RELATIONS}
         for number, files in enumerate(chunks, start=1):
             landed = 0
@@ -103,16 +103,15 @@ def run_demo(options: DemoOptions, config: Config, warehouse_root: str | None = 
                 landed, quarantined = landed + result.landed, quarantined + result.quarantined
             reports = run(engine, warehouse, config)
             batches += len(reports)
+            late += sum(sum(report.late.values()) for report in reports)
             pairs = sum(report.pairs for report in reports)
             print(f"[chunk {number}/{len(chunks)}] {landed} arrivals landed, {len(reports)} batches, {pairs} pairs "
                   f"({time.perf_counter() - started:.1f} s)", flush=True)
         seconds = time.perf_counter() - started
 
         arrivals = options.rows * len(RELATIONS)
-        bronze = {rel: engine.read(warehouse.bronze(rel)) for rel in RELATIONS}
-        gold = engine.read(warehouse.gold)
-        check = reconcile(batch_join(bronze, config.predicate), gold)
-        print(f"arrivals: {arrivals}  batches: {batches}  results: {check.actual}  quarantined: {quarantined}")
+        check = reconcile(batch_join(joinable(engine, warehouse), config.join_condition), engine.read(warehouse.gold))
+        print(f"arrivals: {arrivals}  batches: {batches}  results: {check.actual}  quarantined: {quarantined}  late: {late}")
         print(f"seconds: {seconds:.1f}  rows per second: {arrivals / seconds:,.0f}")
         print(check.describe())
         return check.passed

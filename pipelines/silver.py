@@ -68,6 +68,7 @@ def run(
     log = BatchLog(engine, warehouse.batches, warehouse.app_id(config.pipeline, warehouse.batches))
     reports = []
     while True:
+        started = time.perf_counter()  # a batch's seconds include reading the log and planning
         tail = log.tail()
         plan = tail.unfinished or _plan_next(engine, warehouse, config, tail)
         if plan is None:
@@ -75,7 +76,7 @@ def run(
         if tail.unfinished is None:
             with step("plan"):
                 log.record_plan(plan)
-        report = _execute(engine, warehouse, config, log, plan, resumed=tail.unfinished is not None)
+        report = _execute(engine, warehouse, config, log, plan, started, resumed=tail.unfinished is not None)
         progress(report.describe())
         reports.append(report)
 
@@ -116,8 +117,9 @@ def _arrivals(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, plan: Ba
     return sliced.toArrow()
 
 
-def _execute(engine: DeltaEngine, warehouse: Warehouse, config: Config, log: BatchLog, plan: BatchPlan, resumed: bool) -> BatchReport:
-    started = time.perf_counter()
+def _execute(
+    engine: DeltaEngine, warehouse: Warehouse, config: Config, log: BatchLog, plan: BatchPlan, started: float, resumed: bool
+) -> BatchReport:
     arrived = {rel: _arrivals(engine, warehouse, rel, plan) for rel in RELATIONS}
     split = {rel: split_late(arrived[rel], plan.watermarks.get(rel.name)) for rel in RELATIONS}
     on_time = {rel: parts[0] for rel, parts in split.items()}

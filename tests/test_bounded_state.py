@@ -10,6 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipelines.config import Config
+from pipelines.silver import summarize
+from pipelines.status import warehouse_status
 from state.buffers import buffer_tables
 from tests.helpers import Pipeline
 from tests.reference import Record, batch_join, late_in_batches, respects_lateness, within
@@ -68,6 +70,10 @@ def test_a_late_record_is_kept_with_its_reason_watermark_and_batch(deltars, tmp_
     assert (late["id"], late["ts"], late["relation"], late["watermark"], late["batch_id"]) == ("r14", 14, "r", 15, 2)
     assert late["reason"] == "ts below the watermark of R (newest R ts seen minus allowed lateness 5)"
     assert reports[-1].late == {"r": 1, "s": 0}  # S has no lateness: s0 is never late
+    assert "1 late" in summarize(reports)
+    status = warehouse_status(pipeline.engine, pipeline.warehouse, pipeline.config)
+    assert (status.late, status.watermarks, status.bounded) == (1, {"r": 15}, False)
+    assert "stores keep full history" in status.describe()
     assert pipeline.gold_pairs() == Counter(batch_join([rec for rec in first + then if rec.id != "r14"]))
 
 
