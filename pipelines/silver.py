@@ -180,13 +180,14 @@ def _empty(side: Side) -> Side:
 
 def _check_predicate(engine: DeltaEngine, warehouse: Warehouse, predicate: str) -> None:
     """Fail before any write when the predicate does not resolve against the relations' columns."""
-    bronze = {rel: engine.read(warehouse.bronze(rel)) for rel in RELATIONS}
-    if any(df is None for df in bronze.values()):
+    schemas = {rel: engine.schema(warehouse.bronze(rel)) for rel in RELATIONS}
+    if any(schema is None for schema in schemas.values()):
         return
-    sides = [Side(rel, df.limit(0), df.limit(0), bronze[partner(rel)].limit(0)) for rel, df in bronze.items()]
+    empty = {rel: engine.spark.createDataFrame([], schema) for rel, schema in schemas.items()}
+    sides = [Side(rel, df, df, empty[partner(rel)]) for rel, df in empty.items()]
     try:
         batch_pairs(sides, predicate)
     except AnalysisException as exc:
-        columns = "; ".join(f"{rel.name}: {', '.join(c for c in df.columns if not c.startswith('_'))}" for rel, df in bronze.items())
+        columns = "; ".join(f"{rel.name}: {', '.join(c for c in df.columns if not c.startswith('_'))}" for rel, df in empty.items())
         reason = str(exc).strip().splitlines()[0]
         raise LakejoinError(f"join predicate {predicate!r} does not resolve ({reason}); columns are {columns}") from exc

@@ -75,8 +75,8 @@ def _rebuild(warehouse: Warehouse) -> str:
 
 
 def _require_columns(engine: DeltaEngine, warehouse: Warehouse, path: str, columns: tuple[str, ...]) -> None:
-    table = engine.read(path)
-    missing = [] if table is None else [column for column in columns if column not in table.columns]
+    schema = engine.schema(path)
+    missing = [] if schema is None else [column for column in columns if column not in schema.fieldNames()]
     if missing:
         raise LakejoinError(
             f"{warehouse.name_of(path)} was not written by lakejoin (no column {missing[0]}): "

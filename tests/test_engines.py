@@ -18,6 +18,7 @@ def test_a_missing_table_has_no_version_and_reads_as_none(engine, tmp_path):
     assert engine.version(path) is None
     assert engine.read(path) is None
     assert engine.max_value(path, "ts") is None
+    assert engine.schema(path) is None
     assert engine.txn_version(path, "app") is None
     assert not applied(engine, path, Txn("app", 1))
     engine.drop(path)
@@ -35,6 +36,7 @@ def test_append_adds_new_columns(engine, spark, tmp_path):
     path = str(tmp_path / "t")
     engine.append(path, frame(spark, [("a", 1)]))
     engine.append(path, spark.createDataFrame([("b", 2, "eu")], "id string, ts bigint, region string"))
+    assert engine.schema(path).fieldNames() == ["id", "ts", "region"]
     rows = sorted(engine.read(path).collect())
     assert [(row.id, row.region) for row in rows] == [("a", None), ("b", "eu")]
 

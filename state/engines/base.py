@@ -7,6 +7,7 @@ from typing import Protocol, TypeAlias
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
 
 # What an engine commits: a Spark DataFrame, or rows already on the driver as Arrow (small deltas,
 # log rows), which the delta-rs engine writes as they are instead of a round trip through the JVM.
@@ -51,6 +52,10 @@ class DeltaEngine(Protocol):
 
     def version(self, path: str) -> int | None:
         """The table's latest version, or None when there is no Delta table at ``path``."""
+        ...
+
+    def schema(self, path: str) -> StructType | None:
+        """The table's latest schema, from its log alone (no data file is opened); None when absent."""
         ...
 
     def read(self, path: str, version: int | None = None, where: str | None = None) -> DataFrame | None:

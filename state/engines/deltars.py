@@ -14,6 +14,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import DeltaError, TableNotFoundError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.types import StructType
 
 from state.engines.base import Data, Eviction, Merged, Txn, applied
 from state.errors import LakejoinError
@@ -41,11 +42,15 @@ class DeltaRsEngine:
         table = self._table(path)
         return None if table is None else table.version()
 
+    def schema(self, path: str) -> StructType | None:
+        table = self._table(path)
+        return None if table is None else _spark_schema(table)
+
     def read(self, path: str, version: int | None = None, where: str | None = None) -> DataFrame | None:
         table = self._table(path, version)
         if table is None:
             return None
-        schema = from_arrow_schema(pa.schema(table.schema().to_arrow()))
+        schema = _spark_schema(table)
         files = table.file_uris(file_pruning_predicate=where)
         if not files:
             return self.spark.createDataFrame([], schema)
@@ -102,6 +107,10 @@ class DeltaRsEngine:
         except DeltaError as exc:
             raise LakejoinError(f"cannot merge into {path}: {_first_line(exc)}") from exc
         return Merged(int(metrics["num_target_rows_inserted"]), int(metrics["num_target_rows_deleted"]))
+
+
+def _spark_schema(table: DeltaTable) -> StructType:
+    return from_arrow_schema(pa.schema(table.schema().to_arrow()))
 
 
 def _commit(txn: Txn | None) -> CommitProperties | None:

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from state.engines.base import Data, Eviction, Merged, Txn, applied
 
@@ -36,6 +37,11 @@ class SparkDeltaEngine:
         if not self._delta_table.isDeltaTable(self.spark, path):
             return None
         return int(self._delta_table.forPath(self.spark, path).history(1).select("version").first()[0])
+
+    def schema(self, path: str) -> StructType | None:
+        if not self._delta_table.isDeltaTable(self.spark, path):
+            return None
+        return self._delta_table.forPath(self.spark, path).toDF().schema
 
     def read(self, path: str, version: int | None = None, where: str | None = None) -> DataFrame | None:
         if not self._delta_table.isDeltaTable(self.spark, path):
