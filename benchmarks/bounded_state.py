@@ -23,7 +23,6 @@ from pipelines.demo import DemoOptions, generate_stream, write_chunks
 from pipelines.ingest import ingest_file
 from pipelines.silver import run
 from pipelines.spark import get_spark
-from state.buffers import buffer_tables
 from state.engines import make_engine
 from state.layout import Warehouse
 from state.relations import relation
@@ -58,7 +57,7 @@ def main() -> None:
         for name, path in files:
             ingest_file(spark, engine, warehouse, relation(name), path)
         batch_seconds += [report.seconds for report in run(engine, warehouse, config)]
-        state_rows.append({name: engine.read(path).count() for name, path in buffer_tables(warehouse).items()})
+        state_rows.append({name: engine.read(path).count() for name, path in warehouse.buffers().items()})
         print(f"[chunk {number}/{len(chunks)}] batches {len(batch_seconds)}, last {batch_seconds[-1]:.2f} s, state {state_rows[-1]}", flush=True)
     total = time.perf_counter() - started
 

@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 from pipelines.config import Config
 from state.batch_log import BatchLog, BatchOutcome, BatchPlan, LogTail
 from state.bounds import advance, late_rows, split_late
-from state.buffers import buffer_tables, partner, read_sides, update_buffers
+from state.buffers import partner, read_sides, update_buffers
 from state.checks import check_consistency
 from state.engines import DeltaEngine, Txn
 from state.errors import LakejoinError
@@ -95,7 +95,7 @@ def _plan_next(engine: DeltaEngine, warehouse: Warehouse, config: Config, tail: 
     if pending_to <= tail.last_seq:
         return None
     state_versions = {
-        name: version for name, path in buffer_tables(warehouse).items() if (version := engine.version(path)) is not None
+        name: version for name, path in warehouse.buffers().items() if (version := engine.version(path)) is not None
     }
     return BatchPlan(
         batch_id=tail.last_batch_id + 1,

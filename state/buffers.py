@@ -30,15 +30,6 @@ def partner(rel: Relation) -> Relation:
     return other
 
 
-def buffer_tables(warehouse: Warehouse) -> dict[str, str]:
-    """Every state table, by the name the batch log records its version under."""
-    tables = {}
-    for rel in RELATIONS:
-        tables[f"{rel.name}_store"] = warehouse.store(rel)
-        tables[f"{rel.name}_probes"] = warehouse.probes(rel)
-    return tables
-
-
 def read_sides(
     engine: DeltaEngine, warehouse: Warehouse, plan: BatchPlan, arrivals: dict[Relation, DataFrame]
 ) -> list[Side]:
@@ -75,7 +66,7 @@ def update_buffers(
     A table is left alone when it gains nothing and its eviction cutoff did not move.
     """
     before, after = marks
-    tables = buffer_tables(warehouse)
+    tables = warehouse.buffers()
     evicted = {}
     for rel in RELATIONS:
         rules = {

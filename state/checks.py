@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 
 from state.batch_log import BatchLog, LogTail
-from state.buffers import buffer_tables
 from state.engines import DeltaEngine
 from state.errors import LakejoinError
 from state.layout import Warehouse
@@ -55,7 +54,7 @@ def check_consistency(engine: DeltaEngine, warehouse: Warehouse, pipeline: str) 
     _require_columns(engine, warehouse, warehouse.batches, LOG_COLUMNS)
     tail = BatchLog(engine, warehouse.batches, warehouse.app_id(pipeline, warehouse.batches)).tail()
     recorded = tail.newest.state_versions if tail.newest else {}
-    for name, path in buffer_tables(warehouse).items():
+    for name, path in warehouse.buffers().items():
         _check_output(engine, warehouse, path, STATE_COLUMNS, pipeline, tail, recorded.get(name))
     _check_output(engine, warehouse, warehouse.late_arrivals, LATE_COLUMNS, pipeline, tail, None)
     _check_output(engine, warehouse, warehouse.gold, GOLD_COLUMNS, pipeline, tail, None, written_every_batch=True)

@@ -60,14 +60,17 @@ class Warehouse:
         """One row per joined pair."""
         return self._path("gold", "join_results")
 
-    def _buffers(self) -> list[str]:
-        return [path for rel in RELATIONS for path in (self.store(rel), self.probes(rel))]
+    def buffers(self) -> dict[str, str]:
+        """Every state table by the name the batch log records its version under (``r_store``, …)."""
+        return {
+            f"{rel.name}_{kind}": path for rel in RELATIONS for kind, path in (("store", self.store(rel)), ("probes", self.probes(rel)))
+        }
 
     def derived_tables(self) -> list[str]:
         """What the joiner builds from bronze (``lakejoin reset`` drops these): gold, then silver, the batch log last."""
-        return [self.gold, self.late_arrivals, *self._buffers(), self.batches]
+        return [self.gold, self.late_arrivals, *self.buffers().values(), self.batches]
 
     def tables(self) -> list[str]:
         """Every table, in the order data flows through them."""
         bronze = [self.bronze(rel) for rel in RELATIONS]
-        return [*bronze, self.ingest_log, self.quarantine, *self._buffers(), self.late_arrivals, self.batches, self.gold]
+        return [*bronze, self.ingest_log, self.quarantine, *self.buffers().values(), self.late_arrivals, self.batches, self.gold]

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pipelines.config import Config
 from pipelines.ingest import IngestResult, ingest_file
 from pipelines.silver import BatchReport, run
-from state.buffers import buffer_tables
 from state.engines import DeltaEngine
 from state.layout import Warehouse
 from state.relations import relation
@@ -107,7 +106,7 @@ class Pipeline:
         engine, warehouse = self.engine, self.warehouse
         gold = Counter(tuple(sorted((k, v) for k, v in row.items() if k != "produced_at")) for row in self.gold_rows())
         tables = {"gold": gold}
-        for name, path in buffer_tables(warehouse).items():
+        for name, path in warehouse.buffers().items():
             rows = engine.read(path).select("id", "ts", "key", "payload", "_arrival_seq").collect()
             tables[name] = Counter(tuple(row) for row in rows)
         late = engine.read(warehouse.late_arrivals)

@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 from pipelines.config import Config
 from pipelines.silver import summarize
 from pipelines.status import warehouse_status
-from state.buffers import buffer_tables
 from tests.helpers import Pipeline
 from tests.reference import Record, batch_join, late_in_batches, respects_lateness, within
 
@@ -91,7 +90,7 @@ def largest_state(pipeline: Pipeline, records: list[Record], chunk: int) -> dict
     for start in range(0, len(records), chunk):
         pipeline.land_chunk(records[start : start + chunk])
         pipeline.run(max_batch_rows=chunk)
-        for name, path in buffer_tables(pipeline.warehouse).items():
+        for name, path in pipeline.warehouse.buffers().items():
             largest[name] = max(largest[name], pipeline.engine.read(path).count())
     return dict(largest)
 
