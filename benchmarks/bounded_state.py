@@ -17,7 +17,7 @@ import statistics
 import tempfile
 import time
 
-from expectations.reconcile import batch_join, joinable, reconcile
+from expectations.reconcile import expected_gold, reconcile
 from pipelines.config import Config
 from pipelines.demo import DemoOptions, generate_stream, write_chunks
 from pipelines.ingest import ingest_file
@@ -64,7 +64,7 @@ def main() -> None:
     measured = batch_seconds[args.warmup :]
     tenth = max(1, len(measured) // 10)
     early, late = statistics.median(measured[:tenth]), statistics.median(measured[-tenth:])
-    check = reconcile(batch_join(joinable(engine, warehouse), config.join_condition), engine.read(warehouse.gold))
+    check = reconcile(expected_gold(engine, warehouse, config.join_condition), engine.read(warehouse.gold))
     result = {
         "config": {**vars(args), "bounded": not args.unbounded},
         "batches": len(batch_seconds),

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from expectations.batch import NULL_KEY
 from state.engines import DeltaEngine
 from state.joiner import older, pair_columns
 from state.layout import Warehouse
@@ -45,15 +46,36 @@ class Reconciliation:
 
 
 def joinable(engine: DeltaEngine, warehouse: Warehouse) -> dict[Relation, DataFrame]:
-    """Each relation's bronze minus its late arrivals: what gold must be the join of (DESIGN.md section 4)."""
+    """Each relation's bronze minus its late arrivals and the rows rules quarantined: what gold must be the
+    join of (DESIGN.md section 4)."""
     late = engine.read(warehouse.late_arrivals)
     relations = {}
     for rel in RELATIONS:
         bronze = engine.read(warehouse.bronze(rel))
         if late is not None:
             bronze = bronze.join(late.where(F.col("relation") == rel.name).select("id"), "id", "left_anti")
+        taken = _quarantined_keys(engine, warehouse, warehouse.bronze(rel))
+        if taken is not None:
+            bronze = bronze.join(taken, F.coalesce(bronze["id"], F.lit(NULL_KEY)) == taken["row_key"], "left_anti")
         relations[rel] = bronze
     return relations
+
+
+def expected_gold(engine: DeltaEngine, warehouse: Warehouse, condition: str) -> DataFrame:
+    """What gold must hold: the batch join of what is joinable, minus the pairs rules quarantined."""
+    expected = batch_join(joinable(engine, warehouse), condition)
+    taken = _quarantined_keys(engine, warehouse, warehouse.gold)
+    if taken is None:
+        return expected
+    pair_key = F.concat_ws("|", *[F.coalesce(f"{rel.name}_id", F.lit(NULL_KEY)) for rel in RELATIONS])
+    return expected.join(taken, pair_key == taken["row_key"], "left_anti")
+
+
+def _quarantined_keys(engine: DeltaEngine, warehouse: Warehouse, path: str) -> DataFrame | None:
+    quarantined = engine.read(warehouse.dq_quarantine)
+    if quarantined is None:
+        return None
+    return quarantined.where(F.col("table") == warehouse.name_of(path)).select("row_key").distinct()
 
 
 def batch_join(relations: dict[Relation, DataFrame], predicate: str) -> DataFrame:

@@ -41,6 +41,9 @@ def _parser() -> argparse.ArgumentParser:
     status = command("status", "show every table's version and rows, the last batch, pending arrivals and watermarks")
     status.add_argument("--json", action="store_true", help="print the status as JSON")
 
+    validate = command("validate", "run every data-quality suite over the whole tables, reconcile gold, write Data Docs")
+    validate.add_argument("--docs", metavar="DIR", help="where Great Expectations writes Data Docs (default: DIR/quality/gx)")
+
     reset = command("reset", "drop silver and gold (bronze stays) so the next run rebuilds them from bronze")
     reset.add_argument("--yes", action="store_true", help="confirm: without it, reset changes nothing")
 
@@ -93,7 +96,7 @@ def _on_warehouse(args: argparse.Namespace, config: Config) -> int:
         )
     spark = get_spark()
     try:
-        command = {"ingest": _ingest, "run": _run, "status": _status, "reset": _reset}[args.command]
+        command = {"ingest": _ingest, "run": _run, "status": _status, "validate": _validate, "reset": _reset}[args.command]
         return command(args, config, make_engine(spark, config.engine), Warehouse(args.warehouse))
     finally:
         spark.stop()
@@ -130,6 +133,14 @@ def _status(args: argparse.Namespace, config: Config, engine: DeltaEngine, wareh
     status = warehouse_status(engine, warehouse, config)
     print(json.dumps(status.as_dict(), indent=2) if args.json else status.describe())
     return 0 if status.problem is None else 1
+
+
+def _validate(args: argparse.Namespace, config: Config, engine: DeltaEngine, warehouse: Warehouse) -> int:
+    from expectations.audit import audit
+
+    result = audit(engine, warehouse, config, args.docs or os.path.join(warehouse.root, "quality", "gx"))
+    print(result.describe())
+    return 0 if result.passed else 1
 
 
 def _reset(args: argparse.Namespace, config: Config, engine: DeltaEngine, warehouse: Warehouse) -> int:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 import yaml
 
+from expectations.rules import RULES, Rule, check_policy
 from state.engines import ENGINE_NAMES
 from state.errors import LakejoinError
 from state.joiner import DEFAULT_PREDICATE
@@ -22,9 +23,11 @@ class Config:
     # section 4). One number applies to both relations; None keeps no watermark (nothing is late).
     allowed_lateness: int | dict[str, int] | None = None
     window: int | None = None  # band W: pairs also need |r.ts - s.ts| <= W, and stores evict what it leaves behind
+    expectations: Expectations | dict | None = None  # data-quality settings (README "Data quality")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "allowed_lateness", _lateness(self.allowed_lateness))
+        object.__setattr__(self, "expectations", _expectations(self.expectations))
         if self.window is not None and not _non_negative(self.window):
             raise LakejoinError(f"config: 'window' must be a non-negative integer (ts units), got {self.window!r}")
         if not isinstance(self.predicate, str) or not self.predicate.strip():
@@ -39,6 +42,14 @@ class Config:
         return self.allowed_lateness.get(rel)  # type: ignore[union-attr] - normalised to a dict
 
     @property
+    def quality(self) -> Expectations:
+        return self.expectations  # type: ignore[return-value] - normalised in __post_init__
+
+    def rule_parameters(self) -> dict[str, object]:
+        """What ``${name}`` stands for in the suites."""
+        return {"ts_min": self.quality.ts_min, "ts_max": self.quality.ts_max, "window": self.window}
+
+    @property
     def join_condition(self) -> str:
         """The predicate, with the band window when one is set."""
         if self.window is None:
@@ -49,6 +60,48 @@ class Config:
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         values.update({name: value for name, value in overrides.items() if value is not None})
         return Config(**values)
+
+
+@dataclass(frozen=True)
+class Expectations:
+    """The ``expectations`` section: where per-batch rules run, the plausible ts range, per-rule policies."""
+
+    engine: str = "pandas"  # pandas: a batch's rows on the driver (fast); spark: as Spark DataFrames
+    ts_min: int | None = 0  # bronze_ts_plausible: ts below this is implausible (None: no lower bound)
+    ts_max: int | None = None  # and above this (None: no upper bound)
+    policies: dict[str, str] = field(default_factory=dict)  # rule name -> warn | quarantine | fail
+
+    def policy(self, rule: Rule) -> str:
+        return self.policies.get(rule.name, rule.policy)
+
+
+EXPECTATION_ENGINES = ("pandas", "spark")
+
+
+def _expectations(value: object) -> Expectations:
+    if isinstance(value, Expectations):
+        return value
+    if value is None:
+        return Expectations()
+    known = {f.name for f in fields(Expectations)}
+    if not isinstance(value, dict) or set(value) - known:
+        unknown = sorted(set(value) - known) if isinstance(value, dict) else [value]
+        raise LakejoinError(f"config: 'expectations' has unknown setting {unknown[0]!r}; known: {', '.join(sorted(known))}")
+    settings = Expectations(**value)
+    if settings.engine not in EXPECTATION_ENGINES:
+        raise LakejoinError(f"config: 'expectations.engine' must be one of {', '.join(EXPECTATION_ENGINES)}, got {settings.engine!r}")
+    for bound in ("ts_min", "ts_max"):
+        given = getattr(settings, bound)
+        if given is not None and (not isinstance(given, int) or isinstance(given, bool)):
+            raise LakejoinError(f"config: 'expectations.{bound}' must be an integer (ts units) or null, got {given!r}")
+    by_name = {rule.name: rule for rule in RULES}
+    if not isinstance(settings.policies, dict):
+        raise LakejoinError("config: 'expectations.policies' must map rule names to warn, quarantine or fail")
+    for name, policy in settings.policies.items():
+        if name not in by_name:
+            raise LakejoinError(f"config: 'expectations.policies' names unknown rule {name!r}; rules: {', '.join(by_name)}")
+        check_policy(by_name[name], policy)
+    return settings
 
 
 def _non_negative(value: object) -> bool:

@@ -9,12 +9,13 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from expectations.reconcile import batch_join, joinable, reconcile
+from expectations.reconcile import expected_gold, reconcile
 from pipelines.config import Config
 from pipelines.ingest import ingest_file
 from pipelines.silver import run
@@ -95,6 +96,8 @@ def run_demo(options: DemoOptions, config: Config, warehouse_root: str | None = 
         print(f"engine: {engine.name}")
         started = time.perf_counter()
         batches = quarantined = late = 0
+        batch_seconds = check_seconds = 0.0
+        failures: Counter[str] = Counter()
         by_name = {rel.name: rel for rel in RELATIONS}
         for number, files in enumerate(chunks, start=1):
             landed = 0
@@ -104,15 +107,21 @@ def run_demo(options: DemoOptions, config: Config, warehouse_root: str | None = 
             reports = run(engine, warehouse, config)
             batches += len(reports)
             late += sum(sum(report.late.values()) for report in reports)
+            batch_seconds += sum(report.seconds for report in reports)
+            check_seconds += sum(report.check_seconds for report in reports)
+            failures.update(Counter({rule: rows for report in reports for rule, rows in report.rule_failures.items()}))
             pairs = sum(report.pairs for report in reports)
             print(f"[chunk {number}/{len(chunks)}] {landed} arrivals landed, {len(reports)} batches, {pairs} pairs "
                   f"({time.perf_counter() - started:.1f} s)", flush=True)
         seconds = time.perf_counter() - started
 
         arrivals = options.rows * len(RELATIONS)
-        check = reconcile(batch_join(joinable(engine, warehouse), config.join_condition), engine.read(warehouse.gold))
+        check = reconcile(expected_gold(engine, warehouse, config.join_condition), engine.read(warehouse.gold))
         print(f"arrivals: {arrivals}  batches: {batches}  results: {check.actual}  quarantined: {quarantined}  late: {late}")
         print(f"seconds: {seconds:.1f}  rows per second: {arrivals / seconds:,.0f}")
+        broken = ", ".join(f"{rule}: {rows} rows" for rule, rows in sorted(failures.items())) or "every rule passed on every batch"
+        print(f"expectations ({config.quality.engine}): {check_seconds:.1f} s of {batch_seconds:.1f} s batch time "
+              f"({check_seconds / max(batch_seconds, 1e-9):.0%}); {broken}")
         print(check.describe())
         return check.passed
     finally:

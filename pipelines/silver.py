@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
 import pyarrow as pa
@@ -17,10 +17,13 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from expectations.batch import BatchChecks
+from expectations.frames import with_pair_checks, with_state_checks_local
+from expectations.runner import Validator
 from pipelines.config import Config
 from state.batch_log import BatchLog, BatchOutcome, BatchPlan, LogTail
 from state.bounds import advance, late_rows, split_late
-from state.buffers import partner, read_sides, update_buffers
+from state.buffers import BufferUpdate, buffer_updates, partner, read_sides, update_buffers
 from state.checks import check_consistency
 from state.engines import DeltaEngine, Txn
 from state.errors import LakejoinError
@@ -39,12 +42,15 @@ class BatchReport:
     resumed: bool
     late: dict[str, int]
     evicted: dict[str, int]
+    rule_failures: dict[str, int] = field(default_factory=dict)  # rows failing each warn/quarantine rule
+    check_seconds: float = 0.0  # of ``seconds``, spent evaluating data-quality rules
 
     def describe(self) -> str:
         arrived = ", ".join(f"{count} {name.upper()}" for name, count in self.arrivals.items())
         again = " (resumed)" if self.resumed else ""
         notes = [f"{sum(self.late.values())} late"] if any(self.late.values()) else []
         notes += [f"{sum(self.evicted.values())} evicted"] if any(self.evicted.values()) else []
+        notes += [f"{sum(self.rule_failures.values())} rule failures"] if self.rule_failures else []
         extra = "".join(f", {note}" for note in notes)
         return f"batch {self.batch_id}{again}: {arrived} arrivals, {self.pairs} pairs{extra}, {self.seconds:.2f} s"
 
@@ -66,6 +72,7 @@ def run(
     check_consistency(engine, warehouse, config.pipeline)
     _check_predicate(engine, warehouse, config.join_condition)
     log = BatchLog(engine, warehouse.batches, warehouse.app_id(config.pipeline, warehouse.batches))
+    validator = Validator(engine.spark)
     reports = []
     while True:
         started = time.perf_counter()  # a batch's seconds include reading the log and planning
@@ -73,10 +80,8 @@ def run(
         plan = tail.unfinished or _plan_next(engine, warehouse, config, tail)
         if plan is None:
             return reports
-        if tail.unfinished is None:
-            with step("plan"):
-                log.record_plan(plan)
-        report = _execute(engine, warehouse, config, log, plan, started, resumed=tail.unfinished is not None)
+        checks = BatchChecks(validator, config, plan.batch_id)
+        report = _execute(engine, warehouse, config, log, plan, checks, started, resumed=tail.unfinished is not None)
         progress(report.describe())
         reports.append(report)
 
@@ -118,28 +123,51 @@ def _arrivals(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, plan: Ba
 
 
 def _execute(
-    engine: DeltaEngine, warehouse: Warehouse, config: Config, log: BatchLog, plan: BatchPlan, started: float, resumed: bool
+    engine: DeltaEngine,
+    warehouse: Warehouse,
+    config: Config,
+    log: BatchLog,
+    plan: BatchPlan,
+    checks: BatchChecks,
+    started: float,
+    resumed: bool,
 ) -> BatchReport:
+    """Compute the whole batch and check its rows against the rules, then write: plan (unless resumed),
+    rule results, gold, late arrivals, state, and the commit row last."""
     arrived = {rel: _arrivals(engine, warehouse, rel, plan) for rel in RELATIONS}
-    split = {rel: split_late(arrived[rel], plan.watermarks.get(rel.name)) for rel in RELATIONS}
+    screened = {rel: checks.screen(warehouse.name_of(warehouse.bronze(rel)), "bronze", rows, ["id"]) for rel, rows in arrived.items()}
+    split = {rel: split_late(screened[rel], plan.watermarks.get(rel.name)) for rel in RELATIONS}
     on_time = {rel: parts[0] for rel, parts in split.items()}
+    late = {rel: parts[1] for rel, parts in split.items()}
     # Local relations: Spark knows their size and broadcasts them into the joins.
     sides = read_sides(engine, warehouse, plan, {rel: engine.spark.createDataFrame(t) for rel, t in on_time.items()})
+    gold = _pairs(sides, config.join_condition, plan).withColumns(
+        {"batch_id": F.lit(plan.batch_id), "produced_at": F.lit(datetime.now(timezone.utc))}
+    )
+    if all(rel.name in plan.bronze_versions for rel in RELATIONS):  # else no pairs yet
+        records = {rel: engine.read(warehouse.bronze(rel), plan.bronze_versions[rel.name]) for rel in RELATIONS}
+        gold = with_pair_checks(gold, config.join_condition, records)
+    gold_rows = checks.screen(warehouse.name_of(warehouse.gold), "gold", gold.toArrow(), ["r_id", "s_id"])
+    after = advance(plan.watermarks, on_time, config.allowed_lateness)
+    updates = {
+        name: replace(update, rows=checks.screen(warehouse.name_of(update.path), name.rsplit("_", 1)[1], _state_rows(update, late), ["id"]))
+        for name, update in buffer_updates(warehouse, plan, on_time, (plan.watermarks, after), config.window).items()
+    }
+    checks.raise_if_failed()
 
     def txn(path: str) -> Txn:
         return Txn(warehouse.app_id(config.pipeline, path), plan.batch_id)
 
-    gold = _pairs(sides, config.join_condition, plan).withColumns(
-        {"batch_id": F.lit(plan.batch_id), "produced_at": F.lit(datetime.now(timezone.utc))}
-    )
+    if not resumed:
+        with step("plan"):
+            log.record_plan(plan)
+    _record_checks(engine, warehouse, checks, txn)
     with step("gold"):
-        written = engine.append(warehouse.gold, gold, txn(warehouse.gold))
+        written = engine.append(warehouse.gold, gold_rows, txn(warehouse.gold))
     if written is None:  # already committed by the run this one resumes
         written = engine.read(warehouse.gold, where=f"batch_id = {plan.batch_id}").count()
-    late = {rel: parts[1] for rel, parts in split.items()}
     _quarantine_late(engine, warehouse, config, plan, late, txn(warehouse.late_arrivals))
-    after = advance(plan.watermarks, on_time, config.allowed_lateness)
-    evicted = update_buffers(engine, warehouse, plan, on_time, (plan.watermarks, after), config.window, txn)
+    evicted = update_buffers(engine, plan, updates, txn)
     outcome = BatchOutcome(
         arrivals={rel.name: arrived[rel].num_rows for rel in RELATIONS},
         pairs=written,
@@ -150,7 +178,27 @@ def _execute(
     )
     with step("commit"):
         log.record_commit(plan, outcome)
-    return BatchReport(plan.batch_id, outcome.arrivals, written, outcome.seconds, resumed, outcome.late, outcome.evicted)
+    return BatchReport(
+        plan.batch_id, outcome.arrivals, written, outcome.seconds, resumed, outcome.late, outcome.evicted, checks.summary(), checks.seconds
+    )
+
+
+def _state_rows(update: BufferUpdate, late: dict[Relation, pa.Table]) -> pa.Table:
+    """The rows a state table gains, with the columns its rules check (expectations/frames.py)."""
+    watermark = update.eviction.below if update.eviction is not None else None
+    return with_state_checks_local(update.rows, late[update.holds], watermark)
+
+
+def _record_checks(engine: DeltaEngine, warehouse: Warehouse, checks: BatchChecks, txn: Callable[[str], Txn]) -> None:
+    """Rule results and quarantined rows, each written once per batch (the app transaction makes a replay a no-op)."""
+    quarantined = checks.quarantine_rows()
+    with step("dq_quarantine"):
+        if quarantined is not None:
+            engine.append(warehouse.dq_quarantine, quarantined, txn(warehouse.dq_quarantine))
+    with step("dq_results"):
+        results = checks.result_rows()
+        if results.num_rows:
+            engine.append(warehouse.dq_results, results, txn(warehouse.dq_results))
 
 
 def _quarantine_late(

@@ -8,6 +8,7 @@ inserts the batch's arrivals and evicts what the watermarks allow, so a replayed
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -51,40 +52,63 @@ def read_sides(
     ]
 
 
-def update_buffers(
-    engine: DeltaEngine,
+@dataclass(frozen=True)
+class BufferUpdate:
+    """What one batch does to one state table: the rows its MERGE inserts and the eviction it applies."""
+
+    path: str
+    holds: Relation  # whose records the table holds
+    rows: pa.Table  # the batch's arrivals of ``holds`` that the table keeps
+    eviction: Eviction | None  # the cutoff after the batch
+    moved: bool  # the cutoff moved since before the batch
+    exists: bool  # the table existed before the batch
+
+    @property
+    def needed(self) -> bool:
+        """A table that gains nothing and whose cutoff did not move is left alone."""
+        return self.rows.num_rows > 0 or self.moved
+
+
+def buffer_updates(
     warehouse: Warehouse,
     plan: BatchPlan,
     arrivals: dict[Relation, pa.Table],
     marks: tuple[Watermarks, Watermarks],
     window: int | None,
-    txn_for: Callable[[str], Txn],
-) -> dict[str, int]:
-    """``X_store ∪= ΔX`` and ``X_probes ∪= ΔY`` for every relation, each by one MERGE that also evicts what
-    the watermarks after the batch leave behind (state/bounds.py). Returns the rows evicted per table.
-
-    A table is left alone when it gains nothing and its eviction cutoff did not move.
-    """
+) -> dict[str, BufferUpdate]:
+    """``X_store ∪= ΔX`` and ``X_probes ∪= ΔY`` for every relation, with the eviction the watermarks after the
+    batch allow (state/bounds.py), keyed by the name the batch log records the table under."""
     before, after = marks
     tables = warehouse.buffers()
-    evicted = {}
+    updates = {}
     for rel in RELATIONS:
         rules = {
             f"{rel.name}_store": (rel, lambda m, rel=rel: store_eviction(rel, m, window)),
             f"{rel.name}_probes": (partner(rel), lambda m, rel=rel: probe_eviction(rel, m)),
         }
-        for name, (new, rule) in rules.items():
+        for name, (holds, rule) in rules.items():
             eviction = rule(after)
             exists = name in plan.state_versions
-            kept = _not_evictable(arrivals[new], eviction)
-            with step(name):
-                if len(kept) == 0 and not (exists and eviction is not None and eviction != rule(before)):
-                    continue
-                merged = engine.merge(tables[name], kept, BUFFER_KEY, eviction, txn_for(tables[name]))
-            if merged is not None:
-                evicted[name] = merged.evicted
-            elif exists and eviction is not None:  # committed by the run this one resumes: count it again
-                evicted[name] = engine.read(tables[name], plan.state_versions[name], eviction.sql()).count()
+            kept = _not_evictable(arrivals[holds], eviction)
+            moved = exists and eviction is not None and eviction != rule(before)
+            updates[name] = BufferUpdate(tables[name], holds, kept, eviction, moved, exists)
+    return updates
+
+
+def update_buffers(
+    engine: DeltaEngine, plan: BatchPlan, updates: dict[str, BufferUpdate], txn_for: Callable[[str], Txn]
+) -> dict[str, int]:
+    """Apply each update by one MERGE on ``id`` that inserts and evicts; returns the rows evicted per table."""
+    evicted = {}
+    for name, update in updates.items():
+        with step(name):
+            if not update.needed:
+                continue
+            merged = engine.merge(update.path, update.rows, BUFFER_KEY, update.eviction, txn_for(update.path))
+        if merged is not None:
+            evicted[name] = merged.evicted
+        elif update.exists and update.eviction is not None:  # committed by the run this one resumes: count it again
+            evicted[name] = engine.read(update.path, plan.state_versions[name], update.eviction.sql()).count()
     return evicted
 
 

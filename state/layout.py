@@ -51,6 +51,16 @@ class Warehouse:
         return self._path("silver", f"{rel.name}_probes")
 
     @property
+    def dq_quarantine(self) -> str:
+        """Rows a data-quality rule with the quarantine policy took out of a batch, with the rule's name."""
+        return self._path("quarantine", "expectations")
+
+    @property
+    def dq_results(self) -> str:
+        """Per batch and rule: rows evaluated, rows failed, the policy, example keys."""
+        return self._path("quality", "dq_results")
+
+    @property
     def batches(self) -> str:
         """The batch log: the plan of every batch, then its commit."""
         return self._path("silver", "batches")
@@ -68,9 +78,9 @@ class Warehouse:
 
     def derived_tables(self) -> list[str]:
         """What the joiner builds from bronze (``lakejoin reset`` drops these): gold, then silver, the batch log last."""
-        return [self.gold, self.late_arrivals, *self.buffers().values(), self.batches]
+        return [self.gold, self.late_arrivals, self.dq_quarantine, self.dq_results, *self.buffers().values(), self.batches]
 
     def tables(self) -> list[str]:
         """Every table, in the order data flows through them."""
         bronze = [self.bronze(rel) for rel in RELATIONS]
-        return [*bronze, self.ingest_log, self.quarantine, *self.buffers().values(), self.late_arrivals, self.batches, self.gold]
+        return [*bronze, self.ingest_log, self.quarantine, *self.buffers().values(), self.late_arrivals, self.dq_quarantine, self.dq_results, self.batches, self.gold]

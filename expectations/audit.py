@@ -1,0 +1,97 @@
+"""``lakejoin validate``: every suite over the whole tables on Spark, the reconciliation of gold against the
+batch join of bronze, and Great Expectations Data Docs (HTML) of the results.
+
+Per batch, rules see only the batch's new rows; the audit sees everything, so it also catches what a
+batch cannot (a duplicate across batches, a gold row changed after it was written).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import great_expectations as gx
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from expectations.batch import bound_rules
+from expectations.frames import with_pair_checks, with_state_checks
+from expectations.reconcile import Reconciliation, expected_gold, reconcile
+from expectations.runner import RuleResult, Validator
+from pipelines.config import Config
+from state.batch_log import BatchLog
+from state.bounds import probe_eviction
+from state.checks import require_warehouse
+from state.engines import DeltaEngine
+from state.layout import Warehouse
+from state.relations import RELATIONS
+
+
+@dataclass(frozen=True)
+class Audit:
+    results: list[RuleResult]
+    reconciliation: Reconciliation | None  # None before the first batch
+    docs: str  # the Data Docs index page
+
+    @property
+    def passed(self) -> bool:
+        """Fail-policy rules hold on every table and gold reconciles; warn/quarantine findings are reported only."""
+        rules_hold = all(result.passed for result in self.results if result.policy == "fail")
+        return rules_hold and (self.reconciliation is None or self.reconciliation.passed)
+
+    def describe(self) -> str:
+        lines = []
+        for result in self.results:
+            verdict = "PASS" if result.passed else ("FAIL" if result.policy == "fail" else "WARN")
+            lines.append(f"{verdict}  {result.rule.name:<24} {result.table:<22} {result.failed:>8,} of {result.evaluated:>10,} rows failed ({result.policy})")
+            if not result.passed:
+                lines.append(f"      {result.describe()}")
+        if self.reconciliation is not None:
+            lines.append(f"reconciliation: {self.reconciliation.describe()}")
+        lines.append(f"data docs: {self.docs}")
+        return "\n".join(lines)
+
+
+def audit(engine: DeltaEngine, warehouse: Warehouse, config: Config, docs_root: str) -> Audit:
+    """Validate every table of ``warehouse`` and reconcile gold; Data Docs go under ``docs_root``."""
+    require_warehouse(engine, warehouse)
+    context = gx.get_context(mode="file", project_root_dir=docs_root)
+    validator = Validator(engine.spark, context)
+    results: list[RuleResult] = []
+    for table, target, frame, keys in _frames(engine, warehouse, config):
+        rules = bound_rules(config, target)
+        results += validator.check(warehouse.name_of(table), frame, keys, rules, "spark", complete=False, persist=True)
+    context.build_data_docs()
+    docs = _index_page(context)
+    gold = engine.read(warehouse.gold)
+    check = None if gold is None else reconcile(expected_gold(engine, warehouse, config.join_condition), gold)
+    return Audit(results, check, docs)
+
+
+def _frames(engine: DeltaEngine, warehouse: Warehouse, config: Config) -> list[tuple[str, str, DataFrame, list[str]]]:
+    """(table, rule target, rows with the derived columns, key columns) for every table that exists."""
+    spark = engine.spark
+    frames = []
+    bronze = {rel: engine.read(warehouse.bronze(rel)) for rel in RELATIONS}
+    frames += [(warehouse.bronze(rel), "bronze", rows, ["id"]) for rel, rows in bronze.items() if rows is not None]
+    late = engine.read(warehouse.late_arrivals)
+    watermarks = BatchLog(engine, warehouse.batches, warehouse.app_id(config.pipeline, warehouse.batches)).tail().watermarks
+    for rel in RELATIONS:
+        store, probes = engine.read(warehouse.store(rel)), engine.read(warehouse.probes(rel))
+        late_ids = spark.createDataFrame([], "id string") if late is None else late.where(F.col("relation") == rel.name)
+        if store is not None:
+            frames.append((warehouse.store(rel), "store", with_state_checks(store, late_ids, None), ["id"]))
+        if probes is not None:
+            eviction = probe_eviction(rel, watermarks)
+            cutoff = None if eviction is None else eviction.below
+            no_late = spark.createDataFrame([], "id string")
+            frames.append((warehouse.probes(rel), "probes", with_state_checks(probes, no_late, cutoff), ["id"]))
+    gold = engine.read(warehouse.gold)
+    if gold is not None and all(rows is not None for rows in bronze.values()):
+        frames.append((warehouse.gold, "gold", with_pair_checks(gold, config.join_condition, bronze), ["r_id", "s_id"]))
+    return frames
+
+
+def _index_page(context: gx.data_context.AbstractDataContext) -> str:
+    url = context.get_docs_sites_urls()[0]["site_url"]
+    return url.removeprefix("file://") if url.startswith("file://") else os.fspath(url)

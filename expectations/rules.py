@@ -1,0 +1,96 @@
+"""Data-quality rules as data: the suites in ``expectations/suites/*.yml``, each rule one Great Expectations
+expectation with a name, the table kind it checks, and a policy (README "Data quality").
+
+Policies: ``warn`` keeps the row and counts it, ``quarantine`` sets the row aside in
+``quarantine/expectations``, ``fail`` stops the batch before it writes anything.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from state.errors import LakejoinError
+
+SUITES_DIR = Path(__file__).parent / "suites"
+POLICIES = ("warn", "quarantine", "fail")
+TARGETS = ("bronze", "store", "probes", "gold")
+# Row-level expectations name failing rows, so they can be quarantined; table-level ones cannot.
+TABLE_LEVEL = frozenset({"expect_table_columns_to_match_set"})
+_PARAMETER = re.compile(r"^\$\{(\w+)\}$")
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    suite: str
+    target: str  # which kind of table it checks: bronze, store, probes or gold
+    expectation: str  # a Great Expectations 1.x expectation type, e.g. expect_column_values_to_not_be_null
+    kwargs: dict[str, Any]  # its arguments; "${name}" refers to a parameter
+    policy: str  # the default policy
+
+    @property
+    def row_level(self) -> bool:
+        return self.expectation not in TABLE_LEVEL
+
+    def parameters(self) -> set[str]:
+        return {match.group(1) for value in self.kwargs.values() if isinstance(value, str) and (match := _PARAMETER.match(value))}
+
+    def bound(self, parameters: dict[str, Any]) -> dict[str, Any] | None:
+        """The arguments with parameters filled in, or None when every parameter it has is unset (skipped)."""
+        names = self.parameters()
+        if names and all(parameters.get(name) is None for name in names):
+            return None
+        return {key: _fill(value, parameters) for key, value in self.kwargs.items()}
+
+
+def _fill(value: Any, parameters: dict[str, Any]) -> Any:
+    match = _PARAMETER.match(value) if isinstance(value, str) else None
+    return parameters[match.group(1)] if match else value
+
+
+def load_rules(directory: Path = SUITES_DIR) -> tuple[Rule, ...]:
+    """Every rule of every suite, in file then rule order."""
+    rules: list[Rule] = []
+    for path in sorted(directory.glob("*.yml")):
+        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+        for raw in document["rules"]:
+            rules.append(
+                Rule(
+                    name=raw["name"],
+                    suite=document["suite"],
+                    target=raw.get("target", document.get("target")),
+                    expectation=raw["expectation"],
+                    kwargs=dict(raw.get("kwargs", {})),
+                    policy=raw["policy"],
+                )
+            )
+    _check_suites(rules)
+    return tuple(rules)
+
+
+def _check_suites(rules: list[Rule]) -> None:
+    names = [rule.name for rule in rules]
+    duplicated = sorted({name for name in names if names.count(name) > 1})
+    if duplicated:
+        raise LakejoinError(f"expectation suites: rule name {duplicated[0]!r} is used twice; rule names must be unique")
+    for rule in rules:
+        if rule.target not in TARGETS:
+            raise LakejoinError(f"expectation rule {rule.name}: target must be one of {', '.join(TARGETS)}, got {rule.target!r}")
+        check_policy(rule, rule.policy)
+
+
+def check_policy(rule: Rule, policy: object) -> None:
+    if policy not in POLICIES:
+        raise LakejoinError(f"expectation rule {rule.name}: policy must be one of {', '.join(POLICIES)}, got {policy!r}")
+    if policy == "quarantine" and not rule.row_level:
+        raise LakejoinError(
+            f"expectation rule {rule.name} checks the whole table, so it cannot quarantine rows: use warn or fail"
+        )
+
+
+RULES = load_rules()
