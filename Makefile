@@ -4,7 +4,7 @@ PYTHON ?= python3.11
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench-state
+.PHONY: demo test bench-state bench-dq
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is required: install it, or pass PYTHON=/path/to/python3.11"; exit 1; }
@@ -22,3 +22,6 @@ test: $(STAMP)
 
 bench-state: $(STAMP)
 	$(VENV)/bin/python -m benchmarks.bounded_state
+
+bench-dq: $(STAMP)
+	$(VENV)/bin/python -m benchmarks.expectations_cost

@@ -20,12 +20,11 @@ import time
 from expectations.reconcile import expected_gold, reconcile
 from pipelines.config import Config
 from pipelines.demo import DemoOptions, generate_stream, write_chunks
-from pipelines.ingest import ingest_file
-from pipelines.silver import run
+from pipelines.silver import BatchReport
 from pipelines.spark import get_spark
 from state.engines import make_engine
 from state.layout import Warehouse
-from state.relations import relation
+from benchmarks.stream import replay
 
 
 def main() -> None:
@@ -50,15 +49,14 @@ def main() -> None:
 
     spark = get_spark()
     engine = make_engine(spark, "delta-rs")
-    batch_seconds: list[float] = []
     state_rows: list[dict[str, int]] = []
-    started = time.perf_counter()
-    for number, files in enumerate(chunks, start=1):
-        for name, path in files:
-            ingest_file(spark, engine, warehouse, relation(name), path)
-        batch_seconds += [report.seconds for report in run(engine, warehouse, config)]
+
+    def measure_state(number: int, reports: list[BatchReport]) -> None:
         state_rows.append({name: engine.read(path).count() for name, path in warehouse.buffers().items()})
-        print(f"[chunk {number}/{len(chunks)}] batches {len(batch_seconds)}, last {batch_seconds[-1]:.2f} s, state {state_rows[-1]}", flush=True)
+        print(f"[chunk {number}/{len(chunks)}] batches {len(reports)}, last {reports[-1].seconds:.2f} s, state {state_rows[-1]}", flush=True)
+
+    started = time.perf_counter()
+    batch_seconds = [report.seconds for report in replay(engine, warehouse, config, chunks, measure_state)]
     total = time.perf_counter() - started
 
     measured = batch_seconds[args.warmup :]

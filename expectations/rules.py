@@ -19,8 +19,9 @@ from state.errors import LakejoinError
 SUITES_DIR = Path(__file__).parent / "suites"
 POLICIES = ("warn", "quarantine", "fail")
 TARGETS = ("bronze", "store", "probes", "gold")
-# Row-level expectations name failing rows, so they can be quarantined; table-level ones cannot.
-TABLE_LEVEL = frozenset({"expect_table_columns_to_match_set"})
+# Row-level expectations name failing rows, so they can be quarantined; table-level ones (columns, and
+# types, which are a column's, not a value's) cannot.
+TABLE_LEVEL = frozenset({"expect_table_columns_to_match_set", "expect_column_values_to_be_in_type_list"})
 _PARAMETER = re.compile(r"^\$\{(\w+)\}$")
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from pyspark.sql import functions as F
+
 from pipelines.config import Config
 from state.batch_log import BatchLog, LogTail
 from state.checks import check_consistency, require_warehouse
@@ -32,6 +34,7 @@ class WarehouseStatus:
     watermarks: dict[str, int]
     late: int  # arrivals set aside in quarantine/late_arrivals
     bounded: bool  # False: stores keep full history (no window, or no watermarks to evict by)
+    rules: list[dict]  # the last checked batch's data-quality results: rule, table, policy, evaluated, failed, examples
     running: str | None  # who holds the run lock, when a run is in progress
     problem: str | None  # why the next run would refuse the warehouse, if it would
 
@@ -50,6 +53,13 @@ class WarehouseStatus:
         lines.append(f"watermarks: {marks or 'none (no allowed_lateness set)'}")
         lines.append(f"late arrivals: {self.late:,}")
         lines.append(f"state: {'bounded by watermarks and window' if self.bounded else 'stores keep full history (set allowed_lateness and window to bound them)'}")
+        if self.rules:
+            failing = [rule for rule in self.rules if rule["failed"]]
+            lines.append(f"data quality, batch {self.rules[0]['batch_id']}: {len(self.rules) - len(failing)} of {len(self.rules)} rule checks passed")
+            lines += [
+                f"  {rule['rule']} on {rule['table']}: {rule['failed']:,} of {rule['evaluated']:,} rows failed ({rule['policy']}), e.g. {rule['examples']}"
+                for rule in failing
+            ]
         if self.running:
             lines.append(f"running: {self.running}")
         lines.append(f"consistency: {self.problem or 'OK'}")
@@ -84,9 +94,19 @@ def warehouse_status(engine: DeltaEngine, warehouse: Warehouse, config: Config) 
         watermarks=tail.watermarks,
         late=late or 0,
         bounded=config.window is not None and all(config.lateness(rel.name) is not None for rel in RELATIONS),
+        rules=_last_rule_results(engine, warehouse),
         running=holder(warehouse.root, JOIN),
         problem=problem,
     )
+
+
+def _last_rule_results(engine: DeltaEngine, warehouse: Warehouse) -> list[dict]:
+    results = engine.read(warehouse.dq_results)
+    if results is None:
+        return []
+    last = results.agg(F.max("batch_id")).first()[0]
+    columns = ("batch_id", "rule", "table", "policy", "evaluated", "failed", "examples")
+    return [row.asDict() for row in results.where(F.col("batch_id") == last).select(*columns).orderBy("table", "rule").collect()]
 
 
 def _tail_anyway(engine: DeltaEngine, warehouse: Warehouse, pipeline: str) -> LogTail:

@@ -21,6 +21,8 @@ STATE_COLUMNS = ("id", "ts", "key", "_arrival_seq")
 GOLD_COLUMNS = ("r_id", "s_id", "owner", "batch_id")
 LATE_COLUMNS = ("relation", "id", "ts", "reason", "watermark", "batch_id")
 LOG_COLUMNS = ("batch_id", "phase", "seq_from", "seq_to", "bronze_versions", "state_versions")
+DQ_RESULT_COLUMNS = ("batch_id", "rule", "table", "policy", "evaluated", "failed")
+DQ_QUARANTINE_COLUMNS = ("batch_id", "rule", "table", "row_key", "row")
 
 
 def require_warehouse(engine: DeltaEngine, warehouse: Warehouse) -> None:
@@ -57,6 +59,8 @@ def check_consistency(engine: DeltaEngine, warehouse: Warehouse, pipeline: str) 
     for name, path in warehouse.buffers().items():
         _check_output(engine, warehouse, path, STATE_COLUMNS, pipeline, tail, recorded.get(name))
     _check_output(engine, warehouse, warehouse.late_arrivals, LATE_COLUMNS, pipeline, tail, None)
+    _check_output(engine, warehouse, warehouse.dq_quarantine, DQ_QUARANTINE_COLUMNS, pipeline, tail, None)
+    _check_output(engine, warehouse, warehouse.dq_results, DQ_RESULT_COLUMNS, pipeline, tail, None)
     _check_output(engine, warehouse, warehouse.gold, GOLD_COLUMNS, pipeline, tail, None, written_every_batch=True)
     for name, version in (tail.newest.bronze_versions if tail.newest else {}).items():
         bronze = warehouse.bronze(relation(name))

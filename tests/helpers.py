@@ -102,7 +102,8 @@ class Pipeline:
         return {self.warehouse.name_of(path): self.engine.version(path) for path in self.warehouse.tables()}
 
     def snapshot(self) -> dict[str, Counter]:
-        """Gold, every state table and the committed batches as multisets, without wall-clock columns."""
+        """Gold, every state table, rule results, quarantined rows and the committed batches as multisets,
+        without wall-clock columns."""
         engine, warehouse = self.engine, self.warehouse
         gold = Counter(tuple(sorted((k, v) for k, v in row.items() if k != "produced_at")) for row in self.gold_rows())
         tables = {"gold": gold}
@@ -112,6 +113,12 @@ class Pipeline:
         late = engine.read(warehouse.late_arrivals)
         late_columns = ("relation", "id", "ts", "reason", "watermark", "batch_id")
         tables["late_arrivals"] = Counter() if late is None else Counter(tuple(row) for row in late.select(*late_columns).collect())
+        for name, path, columns in (
+            ("dq_quarantine", warehouse.dq_quarantine, ("batch_id", "rule", "table", "row_key")),  # row names the file
+            ("dq_results", warehouse.dq_results, ("batch_id", "rule", "table", "policy", "evaluated", "failed", "examples")),
+        ):
+            rows = engine.read(path)
+            tables[name] = Counter() if rows is None else Counter(tuple(row) for row in rows.select(*columns).collect())
         log_columns = ("batch_id", "seq_from", "seq_to", "watermarks", "late", "evicted")
         committed = engine.read(warehouse.batches).where("phase = 'committed'").select(*log_columns)
         tables["batches"] = Counter(tuple(_hashable(value) for value in row) for row in committed.collect())

@@ -12,14 +12,19 @@ from state.faults import CRASH_AT, InjectedCrash
 from tests.helpers import Pipeline
 from tests.reference import Pair, Record, batch_join
 
-STEPS = ["plan", "gold", "late_arrivals", "r_store", "r_probes", "s_store", "s_probes", "commit"]
+STEPS = ["plan", "dq_quarantine", "dq_results", "gold", "late_arrivals", "r_store", "r_probes", "s_store", "s_probes", "commit"]
 POINTS = [f"{moment}:{step}" for step in STEPS for moment in ("before", "after")]
 
 FIRST = [Record("s", "s1", 1, "a"), Record("r", "r2", 2, "a"), Record("r", "r3", 3, "b"), Record("s", "s4", 4, "b")]
-LATER = [Record("r", "r5", 5, "a"), Record("r", "r1", 1, "b"), Record("s", "s9", 9, "a"), Record("s", "s6", 6, "b"), Record("s", "s0", 0, "a")]
+LATER = [
+    Record("r", "r5", 5, "a"), Record("r", "r1", 1, "b"), Record("s", "s9", 9, "a"),
+    Record("s", "s6", 6, "b"), Record("s", "s0", 0, "a"), Record("r", "r99", 99, "a"),
+]
 # Bounded: batch 4 finds s6 and s0 below S's watermark (late); batch 3 evicts from every buffer.
-BOUNDED = Config(allowed_lateness=2, window=4)
+# r99 breaks bronze_ts_plausible (ts_max 50): batch 4 quarantines it.
+BOUNDED = Config(allowed_lateness=2, window=4, expectations={"ts_max": 50})
 LATE = {"s6", "s0"}
+IMPLAUSIBLE = {"r99"}
 
 
 def in_window(r: Record, s: Record) -> bool:
@@ -58,9 +63,10 @@ def test_crash_at_any_write_then_rerun_equals_an_uninterrupted_run(deltars, tmp_
 
 def test_the_uninterrupted_run_is_the_batch_join_of_what_was_on_time(uninterrupted):
     pairs = Counter(Pair(row["r_id"], row["s_id"], row["owner"]) for row in map(dict, uninterrupted["gold"].elements()))
-    on_time = [rec for rec in FIRST + LATER if rec.id not in LATE]
+    on_time = [rec for rec in FIRST + LATER if rec.id not in LATE | IMPLAUSIBLE]
     assert pairs == Counter(batch_join(on_time, in_window))
     assert {late[1] for late in uninterrupted["late_arrivals"]} == LATE
+    assert {(row[1], row[3]) for row in uninterrupted["dq_quarantine"]} == {("bronze_ts_plausible", "r99")}
     evicted = [count for batch in uninterrupted["batches"] for _, count in batch[-1] or ()]
     # Batch 3 moves both watermarks (R 3, S 7): r2 leaves r_store, s1 r_probes, r2 and r3 s_probes; its own
     # arrivals already below a cutoff (r1 for r_store, r1 and r5 for s_probes) are never stored.
@@ -80,4 +86,4 @@ def test_an_ingest_that_dies_before_its_log_entry_is_not_joined_until_retried(de
     pipeline.ingest("r", late_file)  # the retry logs the file; its rows are duplicates of what landed
     pipeline.land(LATER[2:])
     pipeline.run(max_batch_rows=3)
-    assert pipeline.gold_pairs() == Counter(batch_join(FIRST + LATER))
+    assert pipeline.gold_pairs() == Counter(batch_join(FIRST + LATER))  # no expectations config: r99 is plausible

@@ -1,0 +1,123 @@
+"""Data-quality rules: each one passing and failing on purpose-built rows, the suites as data, the config."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from expectations.batch import bound_rules
+from expectations.frames import with_pair_checks, with_state_checks_local
+from expectations.rules import RULES
+from expectations.runner import Validator
+from pipelines.config import Config
+from state.errors import LakejoinError
+from state.relations import RELATIONS
+
+CONFIG = Config(window=5, expectations={"ts_min": 0, "ts_max": 1_000})
+RECORD = {"id": "x1", "ts": 10, "key": "a", "payload": "p"}
+
+
+def bronze(*changes: dict, schema: pa.Schema | None = None) -> pa.Table:
+    """Two good records, then one per change applied to a good record (the rows a rule should catch)."""
+    rows = [RECORD, {**RECORD, "id": "x2"}] + [{**RECORD, "id": f"bad{n}", **change} for n, change in enumerate(changes)]
+    return pa.Table.from_pylist(rows, schema)
+
+
+def state(rows: pa.Table, late_ids: list[str] = (), watermark: int | None = None) -> pa.Table:
+    return with_state_checks_local(rows, pa.table({"id": pa.array(list(late_ids), pa.string())}), watermark)
+
+
+def gold(spark, *changes: dict) -> pa.Table:
+    good = {"r_id": "r1", "s_id": "s1", "r_ts": 1, "s_ts": 2, "r_key": "a", "s_key": "a", "r_payload": "", "s_payload": "", "owner": "R"}
+    rows = [good, {**good, "s_id": "s2", "s_ts": 3}] + [{**good, "s_id": f"bad{n}", "s_ts": 4, **change} for n, change in enumerate(changes)]
+    frame = spark.createDataFrame(rows, "r_id string, s_id string, r_ts bigint, s_ts bigint, r_key string, s_key string, "
+                                        "r_payload string, s_payload string, owner string")
+    empty = spark.createDataFrame([], "id string, ts bigint, key string, payload string")
+    return with_pair_checks(frame, CONFIG.join_condition, dict.fromkeys(RELATIONS, empty)).toArrow()
+
+
+STRING_TS = pa.schema([("id", pa.string()), ("ts", pa.string()), ("key", pa.string()), ("payload", pa.string())])
+INT_ID = pa.schema([("id", pa.int64()), ("ts", pa.int64()), ("key", pa.string()), ("payload", pa.string())])
+
+# rule -> (target, key columns, rows that pass it, rows that break it, how many rows break it)
+CASES = {
+    "bronze_columns_present": ("bronze", ["id"], lambda s: bronze(), lambda s: bronze().drop_columns(["payload"]), 2),
+    "bronze_id_is_string": ("bronze", ["id"], lambda s: bronze(), lambda s: pa.table({"id": [1, 2], "ts": [1, 2], "key": ["a", "a"], "payload": ["", ""]}, INT_ID), 2),
+    "bronze_ts_is_integer": ("bronze", ["id"], lambda s: bronze(), lambda s: pa.table({"id": ["x1", "x2"], "ts": ["1", "soon"], "key": ["a", "a"], "payload": ["", ""]}, STRING_TS), 2),
+    "bronze_id_not_null": ("bronze", ["id"], lambda s: bronze(), lambda s: bronze({"id": None}), 1),
+    "bronze_ts_not_null": ("bronze", ["id"], lambda s: bronze(), lambda s: bronze({"ts": None}), 1),
+    "bronze_key_not_null": ("bronze", ["id"], lambda s: bronze(), lambda s: bronze({"key": None}), 1),
+    "bronze_id_unique": ("bronze", ["id"], lambda s: bronze(), lambda s: bronze({"id": "x1"}), 2),
+    "bronze_ts_plausible": ("bronze", ["id"], lambda s: bronze(), lambda s: bronze({"ts": -5}, {"ts": 5_000}), 2),
+    "store_id_unique": ("store", ["id"], lambda s: state(bronze()), lambda s: state(bronze({"id": "x2"})), 2),
+    "store_not_late": ("store", ["id"], lambda s: state(bronze(), ["elsewhere"]), lambda s: state(bronze(), ["x2"]), 1),
+    "probe_id_unique": ("probes", ["id"], lambda s: state(bronze()), lambda s: state(bronze({"id": "x1"})), 2),
+    "probe_above_watermark": ("probes", ["id"], lambda s: state(bronze(), watermark=10), lambda s: state(bronze({"ts": 9}), watermark=10), 1),
+    "gold_pair_unique": ("gold", ["r_id", "s_id"], lambda s: gold(s), lambda s: gold(s, {"s_id": "s1", "s_ts": 2}), 2),
+    "gold_predicate_true": ("gold", ["r_id", "s_id"], lambda s: gold(s), lambda s: gold(s, {"s_key": "b"}), 1),
+    "gold_owner_consistent": ("gold", ["r_id", "s_id"], lambda s: gold(s), lambda s: gold(s, {"owner": "S"}), 1),
+    "gold_r_key_not_null": ("gold", ["r_id", "s_id"], lambda s: gold(s), lambda s: gold(s, {"r_key": None}), 1),
+    "gold_s_key_not_null": ("gold", ["r_id", "s_id"], lambda s: gold(s), lambda s: gold(s, {"s_key": None}), 1),
+    "gold_within_window": ("gold", ["r_id", "s_id"], lambda s: gold(s), lambda s: gold(s, {"s_ts": 7}), 1),
+}
+
+
+@pytest.fixture(scope="module")
+def validator(spark) -> Validator:
+    return Validator(spark)
+
+
+def test_every_rule_of_every_suite_has_a_case():
+    assert sorted(CASES) == sorted(rule.name for rule in RULES)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_each_rule_passes_on_good_rows_and_fails_on_the_rows_that_break_it(spark, validator, name):
+    target, keys, good, bad, failing = CASES[name]
+    rules = [chosen for chosen in bound_rules(CONFIG, target) if chosen[0].name == name]
+    (passed,) = validator.check("t", good(spark), keys, rules, "pandas")
+    assert passed.passed and passed.evaluated >= 2
+    (failed,) = validator.check("t", bad(spark), keys, rules, "pandas")
+    assert not failed.passed and failed.failed == failing
+    if failed.rule.row_level:
+        assert len(failed.failing) == failing and all(set(row) == set(keys) for row in failed.failing)
+
+
+def test_the_spark_engine_reaches_the_same_verdicts(spark, validator):
+    rows = bronze({"id": None}, {"id": "x1"}, {"ts": 5_000})
+    rules = bound_rules(CONFIG, "bronze")
+    on_pandas = {r.rule.name: r.failed for r in validator.check("t", rows, ["id"], rules, "pandas")}
+    on_spark = {r.rule.name: r.failed for r in validator.check("t", rows, ["id"], rules, "spark")}
+    assert on_spark == on_pandas
+    assert {name for name, failed in on_spark.items() if failed} == {"bronze_id_not_null", "bronze_id_unique", "bronze_ts_plausible"}
+
+
+def test_a_predicate_over_columns_gold_does_not_keep_is_checked_on_the_bronze_records(spark):
+    pairs = spark.createDataFrame([("r1", "s1", 1, 2, "a", "a", "", "", "R"), ("r2", "s1", 1, 2, "a", "a", "", "", "R")],
+                                  "r_id string, s_id string, r_ts bigint, s_ts bigint, r_key string, s_key string, r_payload string, s_payload string, owner string")
+    r = spark.createDataFrame([("r1", 1, "a", "", 1), ("r2", 1, "a", "", 9)], "id string, ts bigint, key string, payload string, x int")
+    s = spark.createDataFrame([("s1", 2, "a", "", 5)], "id string, ts bigint, key string, payload string, y int")
+    checked = with_pair_checks(pairs, "r.x < s.y", dict(zip(RELATIONS, (r, s))))
+    assert {row["r_id"]: row["_dq_predicate"] for row in checked.collect()} == {"r1": True, "r2": False}
+
+
+def test_rules_skip_when_their_parameter_is_unset():
+    assert "gold_within_window" not in {rule.name for rule, _, _ in bound_rules(Config(), "gold")}
+    assert "gold_within_window" in {rule.name for rule, _, _ in bound_rules(CONFIG, "gold")}
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ({"policies": {"no_such_rule": "warn"}}, "unknown rule 'no_such_rule'"),
+        ({"policies": {"gold_pair_unique": "drop"}}, "policy must be one of warn, quarantine, fail"),
+        ({"policies": {"bronze_columns_present": "quarantine"}}, "cannot quarantine rows"),
+        ({"engine": "dask"}, "'expectations.engine' must be one of pandas, spark"),
+        ({"ts_max": "soon"}, "'expectations.ts_max' must be an integer"),
+        ({"strict": True}, "unknown setting 'strict'"),
+    ],
+)
+def test_bad_expectation_settings_are_refused_with_one_line(settings, message):
+    with pytest.raises(LakejoinError, match=message) as error:
+        Config(expectations=settings)
+    assert "\n" not in str(error.value)

@@ -1,0 +1,115 @@
+"""Rule policies end to end through ``lakejoin run``, and ``lakejoin validate`` finding a corrupted gold row."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from deltalake import DeltaTable, write_deltalake
+
+from expectations.audit import audit
+from pipelines.config import Config
+from tests.helpers import Pipeline, lakejoin
+from tests.reference import Record, batch_join
+
+RECORDS = [Record("r", "r1", 1, "a"), Record("r", "r2", 2, "b"), Record("s", "s1", 3, "a"), Record("s", "s99", 99, "a")]
+PLAUSIBLE = [rec for rec in RECORDS if rec.id != "s99"]  # ts_max 50 makes s99 implausible
+
+
+def landed(tmp_path) -> str:
+    """A warehouse holding RECORDS in bronze, nothing joined yet."""
+    warehouse = str(tmp_path / "wh")
+    for side in ("r", "s"):
+        path = tmp_path / f"{side}.jsonl"
+        rows = [{"id": rec.id, "ts": rec.ts, "key": rec.key} for rec in RECORDS if rec.relation == side]
+        path.write_text("\n".join(map(json.dumps, rows)))
+        assert lakejoin("ingest", "--warehouse", warehouse, "--side", side, str(path), cwd=str(tmp_path)).returncode == 0
+    return warehouse
+
+
+def config_file(tmp_path, policy: str) -> str:
+    path = tmp_path / f"{policy}.yml"
+    path.write_text(f"expectations:\n  ts_max: 50\n  policies:\n    bronze_ts_plausible: {policy}\n")
+    return str(path)
+
+
+def stderr_lines(process) -> list[str]:
+    return process.stderr.strip().splitlines()  # Spark's JVM logs a few lines of its own there
+
+
+def versions(warehouse: str) -> dict[str, int | None]:
+    found = {}
+    for folder, subfolders, _ in os.walk(warehouse):
+        if "_delta_log" in subfolders:
+            found[os.path.relpath(folder, warehouse)] = DeltaTable(folder).version()
+    return found
+
+
+def read(table_path: str) -> list[dict]:
+    """A Delta table's rows through file_uris + pyarrow (never to_pyarrow_*, which can abort at exit)."""
+    if not os.path.isdir(os.path.join(table_path, "_delta_log")):
+        return []
+    return [row for uri in DeltaTable(table_path).file_uris() for row in pq.read_table(uri).to_pylist()]
+
+
+def gold_ids(warehouse: str) -> Counter:
+    return Counter((row["r_id"], row["s_id"]) for row in read(os.path.join(warehouse, "gold", "join_results")))
+
+
+def test_fail_stops_the_batch_with_nothing_written_then_a_relaxed_policy_lets_the_next_run_proceed(tmp_path):
+    warehouse = landed(tmp_path)
+    before = versions(warehouse)
+    stopped = lakejoin("run", "--warehouse", warehouse, "--config", config_file(tmp_path, "fail"), cwd=str(tmp_path))
+    assert stopped.returncode == 1
+    (message,) = [line for line in stderr_lines(stopped) if line.startswith("lakejoin:")]
+    assert "rule bronze_ts_plausible" in message and "id=s99" in message and "nothing written" in message
+    assert versions(warehouse) == before
+
+    warned = lakejoin("run", "--warehouse", warehouse, "--config", config_file(tmp_path, "warn"), cwd=str(tmp_path))
+    assert warned.returncode == 0, warned.stderr[-2000:]
+    assert "1 rule failures" in warned.stdout
+    assert gold_ids(warehouse) == Counter((p.r_id, p.s_id) for p in batch_join(RECORDS))  # warn keeps the row
+    (result,) = [row for row in read(os.path.join(warehouse, "quality", "dq_results")) if row["failed"]]
+    assert (result["rule"], result["table"], result["policy"], result["failed"], result["evaluated"]) == (
+        "bronze_ts_plausible", "bronze/s", "warn", 1, 2)
+    assert json.loads(result["examples"]) == ["id=s99"]
+    status = lakejoin("status", "--warehouse", warehouse, cwd=str(tmp_path))
+    assert "bronze_ts_plausible on bronze/s: 1 of 2 rows failed (warn)" in status.stdout
+
+
+def test_quarantine_takes_the_row_out_of_the_join_and_keeps_it_with_the_rule_name(tmp_path):
+    warehouse = landed(tmp_path)
+    ran = lakejoin("run", "--warehouse", warehouse, "--config", config_file(tmp_path, "quarantine"), cwd=str(tmp_path))
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert gold_ids(warehouse) == Counter((p.r_id, p.s_id) for p in batch_join(PLAUSIBLE))
+    (kept,) = read(os.path.join(warehouse, "quarantine", "expectations"))
+    assert (kept["rule"], kept["table"], kept["row_key"], json.loads(kept["row"])["ts"]) == ("bronze_ts_plausible", "bronze/s", "s99", 99)
+    audited = lakejoin("validate", "--warehouse", warehouse, "--config", config_file(tmp_path, "quarantine"), cwd=str(tmp_path))
+    assert audited.returncode == 0, audited.stdout[-3000:]
+    assert "reconciliation: PASS" in audited.stdout  # gold = join of bronze minus the quarantined row
+
+
+def test_the_audit_finds_a_gold_row_corrupted_after_it_was_written(deltars, tmp_path):
+    pipeline = Pipeline(deltars, str(tmp_path))
+    pipeline.land(PLAUSIBLE)
+    pipeline.run()
+    config = Config()
+    clean = audit(deltars, pipeline.warehouse, config, str(tmp_path / "docs"))
+    assert clean.passed and os.path.isfile(clean.docs)
+
+    gold_path = pipeline.warehouse.gold
+    (row,) = [row for row in read(gold_path) if row["r_id"] == "r1"]
+    corrupted = {**row, "owner": "S", "s_key": "zzz"}  # a wrong owner, and keys that no longer match
+    schema = pq.read_schema(DeltaTable(gold_path).file_uris()[0])
+    write_deltalake(gold_path, pa.Table.from_pylist([corrupted], schema), mode="append")
+
+    found = audit(deltars, pipeline.warehouse, config, str(tmp_path / "docs"))
+    assert not found.passed
+    failed = {result.rule.name: result for result in found.results if not result.passed}
+    assert set(failed) == {"gold_pair_unique", "gold_predicate_true", "gold_owner_consistent"}
+    assert failed["gold_owner_consistent"].failing == ({"r_id": "r1", "s_id": "s1"},)
+    assert not found.reconciliation.passed and found.reconciliation.extra_count == 1
+    assert "gold_owner_consistent" in found.describe() and os.path.isfile(found.docs)
