@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml
 	@command -v java >/dev/null || { echo "Java 17+ is required by Spark: install openjdk-17-jre-headless"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet --editable '.[test]'
+	$(VENV)/bin/pip install --quiet --editable '.[local,test]'
 	touch $(STAMP)
 
 demo: $(STAMP)

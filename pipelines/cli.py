@@ -13,6 +13,7 @@ from pipelines.config import Config, load_config
 from state.errors import LakejoinError
 
 if TYPE_CHECKING:  # Spark loads only for the commands that need it, so --help and argument errors stay fast
+    from pipelines.ingest import IngestResult
     from state.engines import DeltaEngine
     from state.layout import Warehouse
 
@@ -23,13 +24,18 @@ def _parser() -> argparse.ArgumentParser:
 
     def command(name: str, help_text: str, warehouse_required: bool = True) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_text, description=help_text)
-        sub.add_argument("--warehouse", required=warehouse_required, metavar="DIR", help="root folder of the Delta tables")
+        sub.add_argument(
+            "--warehouse", required=warehouse_required, metavar="DIR",
+            help="root folder of the Delta tables, or a Unity Catalog schema 'catalog.schema'",
+        )
         sub.add_argument("--config", metavar="FILE", help="YAML config (README: Config); defaults apply without one")
         return sub
 
     ingest = command("ingest", "append raw arrivals (.jsonl, .csv, .parquet) to bronze/r or bronze/s")
     ingest.add_argument("--side", required=True, choices=["r", "s"], help="the relation the files belong to")
-    ingest.add_argument("files", nargs="+", metavar="FILE", help="ingested in this order, line by line")
+    ingest.add_argument("files", nargs="*", metavar="FILE", help="ingested in this order, line by line")
+    ingest.add_argument("--landing", metavar="DIR", help="instead of FILEs: every new file under DIR (Auto Loader on Databricks)")
+    ingest.add_argument("--checkpoint", metavar="DIR", help="Auto Loader's checkpoint (default DIR/_lakejoin_checkpoint/SIDE)")
 
     run = command("run", "join every pending arrival in micro-batches, then exit")
     run.add_argument("--max-batch-rows", type=_positive, metavar="N", help="arrivals per micro-batch (config: max_batch_rows)")
@@ -43,6 +49,12 @@ def _parser() -> argparse.ArgumentParser:
 
     validate = command("validate", "run every data-quality suite over the whole tables, reconcile gold, write Data Docs")
     validate.add_argument("--docs", metavar="DIR", help="where Great Expectations writes Data Docs (default: DIR/quality/gx)")
+
+    maintain = command("maintain", "OPTIMIZE every table (bronze sorted on arrival order), then VACUUM old files")
+    maintain.add_argument(
+        "--retention-hours", type=_positive, default=168, metavar="H",
+        help="VACUUM keeps files any version of the last H hours needs (default and minimum 168)",
+    )
 
     reset = command("reset", "drop silver and gold (bronze stays) so the next run rebuilds them from bronze")
     reset.add_argument("--yes", action="store_true", help="confirm: without it, reset changes nothing")
@@ -83,12 +95,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _on_warehouse(args: argparse.Namespace, config: Config) -> int:
     """Commands on one warehouse: cheap argument checks first, then Spark, then the command."""
     from pipelines.spark import get_spark
+    from state.checks import require_engine_for
     from state.engines import make_engine
     from state.layout import Warehouse
     from state.lock import is_local
 
     if args.command != "ingest" and is_local(args.warehouse) and not os.path.isdir(args.warehouse):
         raise LakejoinError(f"no warehouse at {args.warehouse}: land files there first with 'lakejoin ingest'")
+    if args.command == "ingest" and bool(args.files) == bool(args.landing):
+        raise LakejoinError("ingest takes FILEs or --landing DIR (one of the two)")
     if args.command == "reset" and not args.yes:
         raise LakejoinError(
             f"reset drops silver and gold of {args.warehouse} (bronze stays) and nothing was changed: "
@@ -96,23 +111,33 @@ def _on_warehouse(args: argparse.Namespace, config: Config) -> int:
         )
     spark = get_spark()
     try:
-        command = {"ingest": _ingest, "run": _run, "status": _status, "validate": _validate, "reset": _reset}[args.command]
-        return command(args, config, make_engine(spark, config.engine), Warehouse(args.warehouse))
+        commands = {"ingest": _ingest, "run": _run, "status": _status, "validate": _validate, "maintain": _maintain, "reset": _reset}
+        warehouse, engine = Warehouse(args.warehouse), make_engine(spark, config.engine)
+        require_engine_for(warehouse, engine)
+        return commands[args.command](args, config, engine, warehouse)
     finally:
         spark.stop()
 
 
 def _ingest(args: argparse.Namespace, config: Config, engine: DeltaEngine, warehouse: Warehouse) -> int:
     from pipelines.ingest import ingest_files
+    from pipelines.landing import ingest_landing
     from state.checks import check_ingest_target
     from state.lock import INGEST, hold
     from state.relations import relation
 
     check_ingest_target(engine, warehouse)
     with hold(warehouse.root, INGEST, wait_seconds=None):  # ingests queue: each is short
+        if args.landing:
+            ingest_landing(engine, warehouse, relation(args.side), args.landing, args.checkpoint, _show)
+            return 0
         for result in ingest_files(engine.spark, engine, warehouse, relation(args.side), args.files):
             print(result.describe())
     return 0
+
+
+def _show(result: IngestResult) -> None:
+    print(result.describe(), flush=True)
 
 
 def _run(args: argparse.Namespace, config: Config, engine: DeltaEngine, warehouse: Warehouse) -> int:
@@ -138,9 +163,23 @@ def _status(args: argparse.Namespace, config: Config, engine: DeltaEngine, wareh
 def _validate(args: argparse.Namespace, config: Config, engine: DeltaEngine, warehouse: Warehouse) -> int:
     from expectations.audit import audit
 
+    if args.docs is None and warehouse.in_catalog:
+        raise LakejoinError("a Unity Catalog warehouse has no folder for Data Docs: pass --docs DIR (e.g. a Volumes path)")
     result = audit(engine, warehouse, config, args.docs or os.path.join(warehouse.root, "quality", "gx"))
     print(result.describe())
     return 0 if result.passed else 1
+
+
+def _maintain(args: argparse.Namespace, config: Config, engine: DeltaEngine, warehouse: Warehouse) -> int:
+    from pipelines.maintain import maintain
+    from state.checks import require_warehouse
+    from state.lock import JOIN, hold
+
+    require_warehouse(engine, warehouse)
+    with hold(warehouse.root, JOIN, wait_seconds=None):  # a rewrite must not race a batch's MERGE: queue behind runs
+        maintained = maintain(engine, warehouse, args.retention_hours)
+    print(f"optimized and vacuumed (retention {args.retention_hours} h): {', '.join(maintained)}")
+    return 0
 
 
 def _reset(args: argparse.Namespace, config: Config, engine: DeltaEngine, warehouse: Warehouse) -> int:

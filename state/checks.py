@@ -25,6 +25,15 @@ DQ_RESULT_COLUMNS = ("batch_id", "rule", "table", "policy", "evaluated", "failed
 DQ_QUARANTINE_COLUMNS = ("batch_id", "rule", "table", "row_key", "row")
 
 
+def require_engine_for(warehouse: Warehouse, engine: DeltaEngine) -> None:
+    """Unity Catalog tables are reached through Spark's catalog: delta-rs takes paths only."""
+    if warehouse.in_catalog and engine.name != "spark":
+        raise LakejoinError(
+            f"{warehouse.root} is a Unity Catalog schema: its tables need Delta on Spark (engine 'spark', "
+            "as on Databricks); delta-rs takes a folder path"
+        )
+
+
 def require_warehouse(engine: DeltaEngine, warehouse: Warehouse) -> None:
     """A lakejoin warehouse is one that has had an ingest: it holds ``bronze/_ingests``."""
     if engine.version(warehouse.ingest_log) is None:

@@ -1,22 +1,43 @@
-"""Where every table of a warehouse lives (README "Tables" documents the columns)."""
+"""Where every table of a warehouse lives (README "Tables" documents the columns).
+
+A warehouse is a folder (local, DBFS, Volumes, cloud storage) holding one Delta table per sub-folder,
+e.g. ``DIR/silver/r_store``, or a Unity Catalog schema ``catalog.schema`` holding one table per name,
+e.g. ``main.lakejoin.silver_r_store``.
+"""
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 
 from state.relations import RELATIONS, Relation
+
+_CATALOG_SCHEMA = re.compile(r"^[A-Za-z_]\w*\.[A-Za-z_]\w*$")
+
+
+def is_catalog_schema(root: str) -> bool:
+    """``main.lakejoin`` names a Unity Catalog schema; a folder with a dot in its name is written ``./a.b``."""
+    return bool(_CATALOG_SCHEMA.match(root))
 
 
 @dataclass(frozen=True)
 class Warehouse:
     root: str
 
+    @property
+    def in_catalog(self) -> bool:
+        return is_catalog_schema(self.root)
+
     def _path(self, *parts: str) -> str:
+        if self.in_catalog:
+            return f"{self.root}." + "_".join(part.strip("_") for part in parts)
         return os.path.join(self.root, *parts)
 
     def name_of(self, path: str) -> str:
-        """A table's name within the warehouse, e.g. ``silver/r_store``."""
+        """A table's name within the warehouse, e.g. ``silver/r_store`` (``silver_r_store`` in a catalog)."""
+        if self.in_catalog:
+            return path.removeprefix(f"{self.root}.")
         return os.path.relpath(path, self.root)
 
     def app_id(self, pipeline: str, path: str) -> str:

@@ -18,13 +18,15 @@ from datetime import datetime, timezone
 from typing import IO
 
 from state.errors import WarehouseBusy
+from state.layout import is_catalog_schema
 
 JOIN, INGEST = "run", "ingest"
 POLL_SECONDS = 0.2
 
 
 def is_local(root: str) -> bool:
-    return "://" not in root
+    """A folder on this machine's filesystems (where ``flock`` works), not a URI or a catalog schema."""
+    return "://" not in root and not is_catalog_schema(root)
 
 
 def lock_path(root: str, job: str) -> str:

@@ -97,3 +97,17 @@ def test_drop_deletes_the_table(engine, spark, tmp_path):
     assert engine.version(path) is None and engine.txn_version(path, "pipe:t") is None
     assert engine.append(path, frame(spark, [("b", 2)]), Txn("pipe:t", 1)) == 1
     assert [row.id for row in engine.read(path).collect()] == ["b"]
+
+
+def test_optimize_compacts_and_sorts_without_changing_rows_and_vacuum_keeps_history(engine, spark, tmp_path):
+    path = str(tmp_path / "t")
+    for chunk in ([("c", 3), ("a", 1)], [("d", 4)], [("b", 2)]):
+        engine.append(path, frame(spark, chunk))
+    before = engine.version(path)
+    engine.optimize(path, "ts")
+    assert engine.version(path) == before + 1
+    assert engine.read(path).inputFiles() and len(engine.read(path).inputFiles()) == 1
+    assert [row.ts for row in engine.read(path).collect()] == [1, 2, 3, 4]  # one file, rewritten in ts order
+    engine.vacuum(path, 168)  # keeps every file a version of the last week needs
+    assert_df_equality(engine.read(path, before), engine.read(path), ignore_row_order=True)
+    engine.optimize(str(tmp_path / "missing"))  # nothing to do for a table that does not exist

@@ -93,6 +93,14 @@ class DeltaEngine(Protocol):
         """Delete the table, data files and log (nothing happens when there is none)."""
         ...
 
+    def optimize(self, path: str, order_by: str | None = None) -> None:
+        """Compact small files; with ``order_by``, rewrite them sorted on it so file statistics stay tight."""
+        ...
+
+    def vacuum(self, path: str, retention_hours: int) -> None:
+        """Delete data files no version younger than ``retention_hours`` needs (time travel stays possible within it)."""
+        ...
+
 
 def applied(engine: DeltaEngine, path: str, txn: Txn | None) -> bool:
     """True when the table already records ``txn`` (or a later version of its app id): skip the write."""

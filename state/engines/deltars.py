@@ -75,6 +75,16 @@ class DeltaRsEngine:
         if filesystem.get_file_info(root).type != fs.FileType.NotFound:
             filesystem.delete_dir(root)
 
+    def optimize(self, path: str, order_by: str | None = None) -> None:
+        table = self._table(path)
+        if table is not None:
+            table.optimize.z_order([order_by]) if order_by else table.optimize.compact()
+
+    def vacuum(self, path: str, retention_hours: int) -> None:
+        table = self._table(path)
+        if table is not None:
+            table.vacuum(retention_hours=retention_hours, dry_run=False, enforce_retention_duration=True)
+
     def append(self, path: str, df: Data, txn: Txn | None = None) -> int | None:
         if applied(self, path, txn):
             return None

@@ -3,6 +3,7 @@
 Same contract as the delta-rs engine. Idempotency goes through Delta's own application transactions:
 ``txnAppId``/``txnVersion`` writer options for appends, and for MERGE the session confs
 ``spark.databricks.delta.write.txnAppId/txnVersion``, set right before and unset in ``finally``.
+A table is a path or, in a Unity Catalog warehouse, a three-part name (``main.lakejoin.gold_join_results``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,12 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from state.engines.base import Data, Eviction, Merged, Txn, applied
+from state.layout import is_catalog_schema
+
+
+def is_table_name(table: str) -> bool:
+    """``catalog.schema.table`` (a Unity Catalog table), not a path."""
+    return "/" not in table and is_catalog_schema(table.rpartition(".")[0])
 
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"
@@ -33,23 +40,33 @@ class SparkDeltaEngine:
         self._delta_table = DeltaTable
         spark.conf.set(NO_DELETION_VECTORS, "false")
 
+    def _exists(self, table: str) -> bool:
+        if is_table_name(table):
+            return self.spark.catalog.tableExists(table)
+        return self._delta_table.isDeltaTable(self.spark, table)
+
+    def _handle(self, table: str):  # noqa: ANN202 - delta.tables.DeltaTable, imported lazily
+        if is_table_name(table):
+            return self._delta_table.forName(self.spark, table)
+        return self._delta_table.forPath(self.spark, table)
+
     def version(self, path: str) -> int | None:
-        if not self._delta_table.isDeltaTable(self.spark, path):
+        if not self._exists(path):
             return None
-        return int(self._delta_table.forPath(self.spark, path).history(1).select("version").first()[0])
+        return int(self._handle(path).history(1).select("version").first()[0])
 
     def schema(self, path: str) -> StructType | None:
-        if not self._delta_table.isDeltaTable(self.spark, path):
+        if not self._exists(path):
             return None
-        return self._delta_table.forPath(self.spark, path).toDF().schema
+        return self._handle(path).toDF().schema
 
     def read(self, path: str, version: int | None = None, where: str | None = None) -> DataFrame | None:
-        if not self._delta_table.isDeltaTable(self.spark, path):
+        if not self._exists(path):
             return None
         reader = self.spark.read.format("delta")
         if version is not None:
             reader = reader.option("versionAsOf", version)
-        df = reader.load(path)
+        df = reader.table(path) if is_table_name(path) else reader.load(path)
         return df if where is None else df.where(where)
 
     def max_value(self, path: str, column: str, version: int | None = None) -> int | None:
@@ -60,15 +77,19 @@ class SparkDeltaEngine:
         return None if value is None else int(value)
 
     def txn_version(self, path: str, app_id: str) -> int | None:
-        if not self._delta_table.isDeltaTable(self.spark, path):
+        if not self._exists(path):
             return None
         jvm = self.spark._jvm  # type: ignore[union-attr]
-        self._delta_table.forPath(self.spark, path).toDF()  # brings the log's snapshot up to date
-        log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(self.spark._jsparkSession, path)
+        self._handle(path).toDF()  # brings the log's snapshot up to date
+        location = self._handle(path).detail().select("location").first()[0] if is_table_name(path) else path
+        log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(self.spark._jsparkSession, location)
         recorded = log.unsafeVolatileSnapshot().transactions().get(app_id)
         return int(recorded.get()) if recorded.isDefined() else None
 
     def drop(self, path: str) -> None:
+        if is_table_name(path):
+            self.spark.sql(f"DROP TABLE IF EXISTS {path}")
+            return
         jvm = self.spark._jvm  # type: ignore[union-attr]
         hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
         hadoop_path.getFileSystem(self.spark._jsc.hadoopConfiguration()).delete(hadoop_path, True)  # type: ignore[union-attr]
@@ -83,11 +104,14 @@ class SparkDeltaEngine:
         writer = self._frame(df).write.format("delta").mode("append").option("mergeSchema", "true")
         if txn is not None:
             writer = writer.option("txnAppId", txn.app_id).option("txnVersion", txn.version)
-        writer.save(path)
+        if is_table_name(path):
+            writer.saveAsTable(path)
+        else:
+            writer.save(path)
         return int(self._last_metrics(path).get("numOutputRows", 0))
 
     def merge(self, path: str, df: Data, key: str, evict: Eviction | None = None, txn: Txn | None = None) -> Merged | None:
-        if not self._delta_table.isDeltaTable(self.spark, path):
+        if not self._exists(path):
             written = self.append(path, df, txn)
             return None if written is None else Merged(written, 0)
         if applied(self, path, txn):
@@ -96,7 +120,7 @@ class SparkDeltaEngine:
         if txn is not None:
             confs |= {TXN_APP_ID: txn.app_id, TXN_VERSION: str(txn.version)}
         merger = (
-            self._delta_table.forPath(self.spark, path)
+            self._handle(path)
             .alias("target")
             .merge(self._frame(df).alias("source"), f"target.`{key}` = source.`{key}`")
             .whenNotMatchedInsertAll()
@@ -110,7 +134,17 @@ class SparkDeltaEngine:
 
     def _last_metrics(self, path: str) -> dict[str, str]:
         """The operation metrics (row counts) of the table's latest commit."""
-        return self._delta_table.forPath(self.spark, path).history(1).select("operationMetrics").first()[0] or {}
+        return self._handle(path).history(1).select("operationMetrics").first()[0] or {}
+
+    def optimize(self, path: str, order_by: str | None = None) -> None:
+        if not self._exists(path):
+            return
+        optimizer = self._handle(path).optimize()
+        optimizer.executeZOrderBy(order_by) if order_by else optimizer.executeCompaction()
+
+    def vacuum(self, path: str, retention_hours: int) -> None:
+        if self._exists(path):
+            self._handle(path).vacuum(retention_hours)
 
     @contextmanager
     def _session_confs(self, confs: dict[str, str]) -> Iterator[None]:

@@ -1,0 +1,153 @@
+"""The Databricks bundle, checked offline: it parses, every job validates against ``databricks-bundles``'
+models, every task calls a real ``lakejoin`` command, crons are valid, nothing names a workspace or a secret."""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import tomllib
+from typing import Any
+
+import pytest
+import yaml
+from databricks.bundles.jobs import Job
+
+from pipelines.cli import _parser
+from tests.helpers import REPO
+
+BUNDLE = os.path.join(REPO, "databricks.yml")
+_VARIABLE = re.compile(r"\$\{var\.(\w+)\}")
+
+
+def load(path: str) -> dict[str, Any]:
+    with open(path, encoding="utf-8") as handle:
+        return yaml.safe_load(handle)
+
+
+@pytest.fixture(scope="module")
+def bundle() -> dict[str, Any]:
+    return load(BUNDLE)
+
+
+def included(bundle: dict[str, Any]) -> list[str]:
+    return sorted(path for pattern in bundle["include"] for path in glob.glob(os.path.join(REPO, pattern)))
+
+
+def jobs(bundle: dict[str, Any]) -> dict[str, tuple[str, dict[str, Any]]]:
+    """Every job by key, with the file defining it (relative paths resolve from there)."""
+    found = {}
+    for path in [BUNDLE, *included(bundle)]:
+        for key, job in (load(path).get("resources") or {}).get("jobs", {}).items():
+            found[key] = (path, job)
+    return found
+
+
+def resolved(value: Any, variables: dict[str, Any]) -> Any:
+    """``value`` with ``${var.name}`` replaced by the variables' defaults, as ``bundle deploy`` would."""
+    if isinstance(value, dict):
+        return {key: resolved(item, variables) for key, item in value.items()}
+    if isinstance(value, list):
+        return [resolved(item, variables) for item in value]
+    if isinstance(value, str):
+        whole = _VARIABLE.fullmatch(value)
+        if whole:
+            return variables[whole.group(1)]
+        return _VARIABLE.sub(lambda match: str(variables[match.group(1)]), value)
+    return value
+
+
+def defaults(bundle: dict[str, Any]) -> dict[str, Any]:
+    return {name: spec["default"] for name, spec in bundle["variables"].items()}
+
+
+def test_every_include_glob_matches_a_file(bundle):
+    for pattern in bundle["include"]:
+        assert glob.glob(os.path.join(REPO, pattern)), pattern
+
+
+def test_every_job_validates_against_the_databricks_bundles_models(bundle):
+    found = jobs(bundle)
+    assert set(found) == {"lakejoin_ingest", "lakejoin_join", "lakejoin_validate", "lakejoin_maintenance"}
+    for key, (_, job) in found.items():
+        Job.from_dict(resolved(job, defaults(bundle)))  # raises on an unknown field or a missing required one
+
+
+def test_the_models_do_reject_what_they_should():
+    with pytest.raises(ValueError, match="Unexpected field"):
+        Job.from_dict({"name": "x", "tasks": [{"task_key": "a", "spark_python_taks": {}}]})
+    with pytest.raises(TypeError):
+        Job.from_dict({"name": "x", "tasks": [{"python_wheel_task": {"package_name": "lakejoin", "entry_point": "lakejoin"}}]})
+
+
+def test_every_task_runs_a_real_lakejoin_command_from_the_wheel(bundle):
+    with open(os.path.join(REPO, "pyproject.toml"), "rb") as handle:
+        project = tomllib.load(handle)["project"]
+    commands = set()
+    for path, job in jobs(bundle).values():
+        for task in resolved(job, defaults(bundle))["tasks"]:
+            wheel_task = task["python_wheel_task"]
+            assert wheel_task["package_name"] == project["name"]
+            assert wheel_task["entry_point"] in project["scripts"]
+            arguments = _parser().parse_args(wheel_task["parameters"])  # exits (SystemExit) on a bad argument
+            commands.add(arguments.command)
+            assert arguments.warehouse == "main.lakejoin"  # catalog.schema: a Unity Catalog warehouse
+            for library in task["libraries"]:
+                wheel = os.path.normpath(os.path.join(os.path.dirname(path), library["whl"]))
+                assert wheel == os.path.join(REPO, "dist", "*.whl")  # where the artifact's build puts it
+    assert commands == {"ingest", "run", "validate", "maintain"}
+    assert bundle["artifacts"]["lakejoin_wheel"]["type"] == "whl"
+
+
+QUARTZ_FIELDS = [(0, 59), (0, 59), (0, 23), (1, 31), (1, 12), (1, 7), (1970, 2199)]
+
+
+def quartz_valid(expression: str) -> bool:
+    """Seconds, minutes, hours, day of month, month, day of week[, year]; ``?`` in exactly one day field."""
+    fields = expression.split()
+    if len(fields) not in (6, 7) or [fields[3], fields[5]].count("?") != 1:
+        return False
+    for field, (low, high) in zip(fields, QUARTZ_FIELDS):
+        for part in field.split(","):
+            if part in ("*", "?"):
+                continue
+            match = re.fullmatch(r"(\*|\d+)(?:-(\d+))?(?:/(\d+))?", part)
+            if not match:
+                return False
+            numbers = [int(n) for n in (match.group(1), match.group(2)) if n and n != "*"]
+            if any(not low <= n <= high for n in numbers) or (match.group(3) and int(match.group(3)) < 1):
+                return False
+    return True
+
+
+def test_the_cron_checker_rejects_bad_expressions():
+    assert quartz_valid("0 */15 * * * ?") and quartz_valid("0 30 2 * * ?")
+    assert not quartz_valid("*/15 * * * *")  # Unix cron: five fields
+    assert not quartz_valid("0 61 * * * ?") and not quartz_valid("0 0 4 * * *")
+
+
+def test_every_schedule_is_a_valid_quartz_cron_and_paused_outside_prod(bundle):
+    for _, job in jobs(bundle).values():
+        schedule = resolved(job, defaults(bundle))["schedule"]
+        assert quartz_valid(schedule["quartz_cron_expression"]), schedule
+        assert schedule["pause_status"] == "PAUSED"
+    assert bundle["targets"]["dev"]["mode"] == "development"
+    unpaused = bundle["targets"]["prod"]["resources"]["jobs"]
+    assert set(unpaused) == set(jobs(bundle)) and all(job["schedule"]["pause_status"] == "UNPAUSED" for job in unpaused.values())
+
+
+def test_the_runtime_matches_the_pinned_spark(bundle):
+    with open(os.path.join(REPO, "pyproject.toml"), "rb") as handle:
+        local = tomllib.load(handle)["project"]["optional-dependencies"]["local"]
+    pyspark = next(pin for pin in local if pin.startswith("pyspark=="))
+    runtime_spark = {"18": "4.1"}  # Databricks Runtime major version -> Apache Spark it ships
+    runtime = defaults(bundle)["job_cluster"]["spark_version"].split(".")[0]
+    assert pyspark.removeprefix("pyspark==").startswith(runtime_spark[runtime] + ".")
+
+
+def test_no_workspace_url_or_secret_is_hard_coded(bundle):
+    forbidden = re.compile(r"https?://|cloud\.databricks\.com|azuredatabricks\.net|gcp\.databricks\.com|dapi[0-9a-f]{16,}|\btoken\b|password|\bhost:", re.I)
+    for path in [BUNDLE, *included(bundle)]:
+        with open(path, encoding="utf-8") as handle:
+            text = "\n".join(line.split("#")[0] for line in handle)  # comments may explain, not configure
+        assert not forbidden.search(text), (path, forbidden.search(text))

@@ -1,0 +1,79 @@
+"""What a Databricks deployment relies on, run here: Unity Catalog names, landing-folder ingest, maintenance."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+
+import pytest
+
+from pipelines.landing import ingest_landing, listed
+from pipelines.maintain import maintain
+from state.checks import require_engine_for
+from state.engines.spark_delta import is_table_name
+from state.errors import LakejoinError
+from state.layout import Warehouse
+from state.lock import is_local
+from state.relations import R
+from tests.helpers import Pipeline
+from tests.reference import Record, batch_join
+
+RECORDS = [Record("r", "r1", 1, "a"), Record("s", "s1", 2, "a"), Record("r", "r2", 3, "a"), Record("s", "s2", 4, "b")]
+
+
+def test_a_catalog_schema_warehouse_names_one_table_per_layer_and_role():
+    warehouse = Warehouse("main.lakejoin")
+    assert warehouse.in_catalog and not is_local(warehouse.root)
+    names = [warehouse.name_of(table) for table in warehouse.tables()]
+    assert names[:3] == ["bronze_r", "bronze_s", "bronze_ingests"]
+    assert warehouse.gold == "main.lakejoin.gold_join_results" and is_table_name(warehouse.gold)
+    assert len(set(names)) == len(names) and all(name.isidentifier() for name in names)
+    assert warehouse.app_id("lakejoin", warehouse.store(R)) == "lakejoin:silver_r_store"
+
+
+@pytest.mark.parametrize("root", ["/tmp/wh", "./main.lakejoin", "s3://bucket/wh", "/Volumes/main/lakejoin/wh"])
+def test_paths_stay_paths(root):
+    warehouse = Warehouse(root)
+    assert not warehouse.in_catalog and not is_table_name(warehouse.gold)
+    assert warehouse.name_of(warehouse.gold) == "gold/join_results"
+
+
+def test_delta_rs_refuses_a_catalog_warehouse_with_one_line(deltars):
+    with pytest.raises(LakejoinError, match="Unity Catalog schema: its tables need Delta on Spark") as error:
+        require_engine_for(Warehouse("main.lakejoin"), deltars)
+    assert "\n" not in str(error.value)
+    require_engine_for(Warehouse("/tmp/wh"), deltars)
+
+
+def test_landing_ingest_takes_every_new_file_once_in_name_order(deltars, tmp_path):
+    pipeline = Pipeline(deltars, str(tmp_path))
+    landing = tmp_path / "landing"
+    (landing / "2026" / "_tmp").mkdir(parents=True)
+    for name, rec in (("b.jsonl", RECORDS[2]), ("a.jsonl", RECORDS[0]), ("2026/c.jsonl", Record("r", "r3", 5, "b"))):
+        (landing / name).write_text(f'{{"id": "{rec.id}", "ts": {rec.ts}, "key": "{rec.key}"}}\n')
+    (landing / "2026" / "_tmp" / "partial.jsonl").write_text("{")
+    (landing / "notes.txt").write_text("not data")
+    assert [os.path.relpath(path, landing) for path in listed(str(landing))] == ["2026/c.jsonl", "a.jsonl", "b.jsonl"]
+    results = []
+    ingest_landing(deltars, pipeline.warehouse, R, str(landing), None, results.append)
+    assert [result.landed for result in results] == [1, 1, 1]
+    again = []
+    ingest_landing(deltars, pipeline.warehouse, R, str(landing), None, again.append)
+    assert sum(result.landed for result in again) == 0
+
+
+def test_maintenance_compacts_every_table_and_the_next_run_joins_as_before(deltars, tmp_path):
+    pipeline = Pipeline(deltars, str(tmp_path))
+    pipeline.land(RECORDS[:3])
+    pipeline.run(max_batch_rows=1)  # s1 and r2 each add pairs: two gold files
+    gold_version = deltars.version(pipeline.warehouse.gold)
+    assert len(deltars.read(pipeline.warehouse.gold).inputFiles()) == 2
+    maintained = maintain(deltars, pipeline.warehouse)
+    assert {"bronze/r", "silver/batches", "gold/join_results"} <= set(maintained)
+    assert len(deltars.read(pipeline.warehouse.gold).inputFiles()) == 1
+    assert deltars.version(pipeline.warehouse.gold) == gold_version + 1
+    pipeline.land(RECORDS[3:])
+    pipeline.run(max_batch_rows=1)
+    assert pipeline.gold_pairs() == Counter(batch_join(RECORDS))
+    with pytest.raises(LakejoinError, match="use at least 168"):
+        maintain(deltars, pipeline.warehouse, retention_hours=1)
