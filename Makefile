@@ -4,14 +4,14 @@ PYTHON ?= python3.11
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench-state bench-dq
+.PHONY: demo test bench-state bench-dq bench-peers
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is required: install it, or pass PYTHON=/path/to/python3.11"; exit 1; }
 	@command -v java >/dev/null || { echo "Java 17+ is required by Spark: install openjdk-17-jre-headless"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet --editable '.[local,test]'
+	$(VENV)/bin/pip install --quiet --editable '.[local,test,bench]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -25,3 +25,6 @@ bench-state: $(STAMP)
 
 bench-dq: $(STAMP)
 	$(VENV)/bin/python -m benchmarks.expectations_cost
+
+bench-peers: $(STAMP)
+	$(VENV)/bin/python -m benchmarks.peers --recompute

@@ -1,0 +1,253 @@
+"""lakejoin against what a user would otherwise run, on the same stream, in one Spark session.
+
+1. lakejoin: each micro-batch lands as one Parquet file per relation, is ingested, then ``run`` joins it
+   (delta-rs engine, data-quality rules on), as a scheduled job would;
+2. Spark Structured Streaming: the same files read by two file streams (one file per trigger, so the
+   same micro-batches), a stream-stream inner join on the same predicate, RocksDB state store,
+   ``Trigger.AvailableNow``, Parquet sink;
+3. batch recompute: the one-shot Spark SQL join of all files (the lower bound on total work), and once,
+   the cost of recomputing it after every micro-batch (what a naive scheduled job does).
+
+Rounds are interleaved after a warm-up; totals are medians over rounds. All three must produce the same
+multiset of (r_id, s_id). Prints one table; writes a JSON with every figure and a PNG of per-batch seconds.
+
+    .venv/bin/python -m benchmarks.peers [--rows 200000] [--keys 50000] [--batch 10000] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from pipelines.config import Config
+from pipelines.demo import DemoOptions, generate_stream
+from pipelines.ingest import ingest_file
+from pipelines.silver import run
+from pipelines.spark import get_spark
+from state.engines import make_engine
+from state.layout import Warehouse
+from state.relations import RELATIONS, relation
+
+SCHEMA = "id string, ts bigint, key string, payload string"
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+
+@dataclass
+class Measured:
+    total_s: float
+    batch_s: list[float] = field(default_factory=list)
+    peak_state_rows: int | None = None
+    pairs: DataFrame | None = None
+
+
+def landed_batches(options: DemoOptions, batch: int, folder: str) -> list[dict[str, str]]:
+    """The stream cut into micro-batches of ``batch`` arrivals per relation: one Parquet file per relation each."""
+    stream = generate_stream(options)
+    files = []
+    for number, start in enumerate(range(0, len(stream), 2 * batch)):
+        chunk = stream.iloc[start : start + 2 * batch]
+        paths = {}
+        for rel in RELATIONS:
+            part = chunk[chunk["relation"] == rel.name].drop(columns="relation")
+            path = os.path.join(folder, rel.name, f"batch-{number:05d}.parquet")
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            pq.write_table(pa.Table.from_pandas(part, preserve_index=False), path)
+            paths[rel.name] = path
+        files.append(paths)
+    return files
+
+
+def copied(batches: list[dict[str, str]], folder: str) -> list[dict[str, str]]:
+    """The same micro-batch files under ``folder`` (a stream source reads a whole folder)."""
+    result = []
+    for files in batches:
+        paths = {}
+        for name, path in files.items():
+            paths[name] = os.path.join(folder, name, os.path.basename(path))
+            os.makedirs(os.path.dirname(paths[name]), exist_ok=True)
+            shutil.copy(path, paths[name])
+        result.append(paths)
+    return result
+
+
+def run_lakejoin(spark: SparkSession, batches: list[dict[str, str]], workdir: str, batch: int) -> Measured:
+    engine = make_engine(spark, "delta-rs")
+    warehouse = Warehouse(os.path.join(workdir, "lakejoin"))
+    config = Config(engine="delta-rs", max_batch_rows=2 * batch)
+    measured = Measured(0.0)
+    for files in batches:
+        started = time.perf_counter()
+        for name, path in files.items():
+            ingest_file(spark, engine, warehouse, relation(name), path)
+        run(engine, warehouse, config)
+        measured.batch_s.append(time.perf_counter() - started)
+        state = sum(engine.read(path).count() for path in warehouse.buffers().values())  # untimed
+        measured.peak_state_rows = max(measured.peak_state_rows or 0, state)
+    measured.total_s = sum(measured.batch_s)
+    measured.pairs = engine.read(warehouse.gold).select("r_id", "s_id")
+    return measured
+
+
+def run_structured_streaming(spark: SparkSession, batches: list[dict[str, str]], workdir: str, predicate: str) -> Measured:
+    spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
+    streams = {
+        rel: spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(os.path.dirname(batches[0][rel.name])).alias(rel.name)
+        for rel in RELATIONS
+    }
+    r, s = RELATIONS
+    joined = streams[r].join(streams[s], F.expr(predicate)).select(F.col("r.id").alias("r_id"), F.col("s.id").alias("s_id"))
+    output = os.path.join(workdir, "sss-output")
+    started = time.perf_counter()
+    query = (
+        joined.writeStream.format("parquet").option("path", output).option("checkpointLocation", os.path.join(workdir, "sss-checkpoint"))
+        .trigger(availableNow=True).start()
+    )
+    query.awaitTermination()
+    total = time.perf_counter() - started
+    progress = [p for p in query.recentProgress if p["numInputRows"] > 0]
+    peak = max((sum(op["numRowsTotal"] for op in p["stateOperators"]) for p in progress), default=0)
+    measured = Measured(total, [p["durationMs"]["triggerExecution"] / 1000 for p in progress], peak)
+    measured.pairs = spark.read.parquet(output)
+    return measured
+
+
+def one_shot(spark: SparkSession, batches: list[dict[str, str]], workdir: str, predicate: str, upto: int | None = None) -> Measured:
+    """The batch join of the first ``upto`` micro-batches (all by default), written as Parquet."""
+    chosen = batches[:upto]
+    r, s = RELATIONS
+    sides = {rel: spark.read.schema(SCHEMA).parquet(*[files[rel.name] for files in chosen]).alias(rel.name) for rel in RELATIONS}
+    output = os.path.join(workdir, f"one-shot-{upto or len(batches)}")
+    started = time.perf_counter()
+    sides[r].join(sides[s], F.expr(predicate)).select(F.col("r.id").alias("r_id"), F.col("s.id").alias("s_id")).write.parquet(output)
+    measured = Measured(time.perf_counter() - started)
+    measured.pairs = spark.read.parquet(output)
+    return measured
+
+
+def same_pairs(a: DataFrame, b: DataFrame) -> bool:
+    return a.exceptAll(b).isEmpty() and b.exceptAll(a).isEmpty()
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def plot(per_batch: dict[str, list[float]], path: str, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(8, 4.5))
+    for name, seconds in per_batch.items():
+        axes.plot(range(1, len(seconds) + 1), seconds, marker="o", label=name)
+    axes.set_xlabel("micro-batch")
+    axes.set_ylabel("seconds")
+    axes.set_title(title)
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=200_000, help="records per relation (default 200000)")
+    parser.add_argument("--keys", type=int, default=50_000)
+    parser.add_argument("--skew", type=float, default=0.0, help="Zipf exponent of key popularity (default 0: uniform)")
+    parser.add_argument("--disorder", type=int, default=2_000)
+    parser.add_argument("--batch", type=int, default=10_000, help="arrivals per relation per micro-batch (default 10000)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--recompute", action="store_true", help="also measure recomputing the join after every micro-batch")
+    parser.add_argument("--out", default="benchmarks/results/peers.json")
+    args = parser.parse_args()
+
+    options = DemoOptions(rows=args.rows, keys=args.keys, skew=args.skew, disorder=args.disorder, seed=7)
+    root = tempfile.mkdtemp(prefix="lakejoin-peers-")
+    batches = landed_batches(options, args.batch, os.path.join(root, "landing"))
+    spark = get_spark()
+    predicate = Config().join_condition
+    systems: dict[str, Callable[[list[dict[str, str]], str], Measured]] = {
+        "lakejoin": lambda chosen, workdir: run_lakejoin(spark, chosen, workdir, args.batch),
+        "structured-streaming": lambda chosen, workdir: run_structured_streaming(spark, chosen, workdir, predicate),
+        "one-shot": lambda chosen, workdir: one_shot(spark, chosen, workdir, predicate),
+    }
+    warm = tempfile.mkdtemp(dir=root)
+    first = copied(batches[:2], os.path.join(warm, "landing"))
+    for name, system in systems.items():
+        system(first, os.path.join(warm, name))
+    shutil.rmtree(warm)
+
+    rounds: dict[str, list[Measured]] = {name: [] for name in systems}
+    for number in range(args.rounds):
+        for name, system in systems.items():
+            workdir = tempfile.mkdtemp(dir=root)
+            rounds[name].append(system(batches, workdir))
+            print(f"round {number + 1}: {name} {rounds[name][-1].total_s:.1f} s", flush=True)
+    reference = rounds["one-shot"][-1].pairs
+    identical = {name: same_pairs(measured[-1].pairs, reference) for name, measured in rounds.items()}
+    expected_pairs = reference.count()
+    recompute = None
+    if args.recompute:
+        workdir = tempfile.mkdtemp(dir=root)
+        recompute = [one_shot(spark, batches, workdir, predicate, upto).total_s for upto in range(1, len(batches) + 1)]
+
+    arrivals = 2 * args.rows
+    figures = {}
+    for name, measured in rounds.items():
+        totals = [m.total_s for m in measured]
+        median_round = sorted(measured, key=lambda m: m.total_s)[len(measured) // 2]
+        figures[name] = {
+            "total_s_rounds": totals,
+            "total_s": statistics.median(totals),
+            "records_per_s": arrivals / statistics.median(totals),
+            "batch_p50_s": percentile(median_round.batch_s, 0.5) if median_round.batch_s else None,
+            "batch_p95_s": percentile(median_round.batch_s, 0.95) if median_round.batch_s else None,
+            "batch_s": median_round.batch_s,
+            "peak_state_rows": median_round.peak_state_rows,
+            "same_pairs_as_one_shot": identical[name],
+        }
+    lakejoin = figures["lakejoin"]["total_s"]
+    ratios = {
+        "lakejoin_over_structured_streaming": lakejoin / figures["structured-streaming"]["total_s"],
+        "lakejoin_over_one_shot": lakejoin / figures["one-shot"]["total_s"],
+    }
+    if recompute:
+        figures["recompute-every-batch"] = {"total_s": sum(recompute), "batch_s": recompute, "records_per_s": arrivals / sum(recompute)}
+    print(f"\n{args.rows} records per relation, {args.keys} keys, skew {args.skew}, disorder {args.disorder}, "
+          f"{len(batches)} micro-batches of {args.batch} per relation, {expected_pairs} pairs, {args.rounds} rounds")
+    print(f"{'system':<24} {'total s':>8} {'records/s':>10} {'p50 s':>7} {'p95 s':>7} {'peak state':>11}  same pairs")
+    for name, row in figures.items():
+        p50 = f"{row['batch_p50_s']:.2f}" if row.get("batch_p50_s") is not None else "-"
+        p95 = f"{row['batch_p95_s']:.2f}" if row.get("batch_p95_s") is not None else "-"
+        state = f"{row['peak_state_rows']:,}" if row.get("peak_state_rows") is not None else "-"
+        same = {True: "yes", False: "NO", None: "-"}[row.get("same_pairs_as_one_shot")]
+        print(f"{name:<24} {row['total_s']:>8.1f} {row['records_per_s']:>10,.0f} {p50:>7} {p95:>7} {state:>11}  {same}")
+    print(f"lakejoin / structured streaming: {ratios['lakejoin_over_structured_streaming']:.2f} (target <= 0.5); "
+          f"lakejoin / one-shot: {ratios['lakejoin_over_one_shot']:.2f} (target <= 3)")
+
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+    with open(args.out, "w", encoding="utf-8") as handle:
+        json.dump({"config": vars(args), "pairs": expected_pairs, "systems": figures, "ratios": ratios}, handle, indent=2)
+    png = os.path.splitext(args.out)[0] + ".png"
+    plot({name: row["batch_s"] for name, row in figures.items() if row.get("batch_s")}, png,
+         f"{args.rows:,} records per relation, micro-batches of {args.batch:,} per relation")
+    print(f"written: {args.out}, {png}")
+    spark.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
