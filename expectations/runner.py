@@ -1,7 +1,8 @@
 """Evaluate the suites' rules on a table's rows with Great Expectations 1.x, one validation per table.
 
 A batch's rows are small and already on the driver, so per batch they are validated as pandas by default
-(about 40x less overhead than Spark's per-metric jobs, measured in benchmarks/expectations_cost.py);
+(7 expectations on 2,000 rows: 0.03 s on pandas, 1.1 s on Spark, whose metrics each cost Spark jobs;
+benchmarks/expectations_cost.py measures the share of batch time for both);
 ``expectations.engine: spark`` validates them as Spark DataFrames, and ``lakejoin validate`` always
 validates whole tables on Spark. The same suite objects serve both engines.
 """
