@@ -164,8 +164,8 @@ def _sha256(path: str) -> str:
 
 
 def _already_ingested(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, digest: str) -> bool:
-    log = engine.read(warehouse.ingest_log, where=f"sha256 = '{digest}' AND relation = '{rel.name}'")
-    return log is not None and not log.isEmpty()
+    log = engine.rows(warehouse.ingest_log, where=f"sha256 = '{digest}' AND relation = '{rel.name}'")
+    return log is not None and log.num_rows > 0
 
 
 def last_arrival_seq(engine: DeltaEngine, warehouse: Warehouse) -> int:

@@ -116,10 +116,10 @@ def _arrivals(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, plan: Ba
     """The plan's slice of ``rel``'s arrivals, read once and held on the driver (at most a batch)."""
     version = plan.bronze_versions.get(rel.name)
     where = f"_arrival_seq > {plan.seq_from} AND _arrival_seq <= {plan.seq_to}"
-    sliced = None if version is None else engine.read(warehouse.bronze(rel), version, where)
+    sliced = None if version is None else engine.rows(warehouse.bronze(rel), version, where)
     if sliced is None:
         return engine.spark.createDataFrame([], f"{RECORD_SCHEMA}, _arrival_seq bigint").toArrow()
-    return sliced.toArrow()
+    return sliced
 
 
 def _execute(

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import Row
 
 from state.engines import DeltaEngine, Txn
 from state.errors import LakejoinError
@@ -81,7 +81,7 @@ class BatchLog:
         last_id = self.engine.max_value(self.path, "batch_id")
         if last_id is None:
             return LogTail(0, 0, None)
-        rows = self.engine.read(self.path, where=f"batch_id = {last_id}").collect()  # at most two rows
+        rows = self.engine.rows(self.path, where=f"batch_id = {last_id}").to_pylist()  # at most two rows
         phases = {row["phase"]: row for row in rows}
         if PLANNED not in phases:
             raise LakejoinError(
@@ -120,7 +120,7 @@ class BatchLog:
         self.engine.append(self.path, pa.Table.from_pylist([row], SCHEMA), Txn(self.app_id, version))
 
 
-def _plan_of(row: Row) -> BatchPlan:
+def _plan_of(row: dict[str, Any]) -> BatchPlan:
     return BatchPlan(
         batch_id=row["batch_id"],
         seq_from=row["seq_from"],

@@ -90,6 +90,22 @@ def test_where_filters_rows_and_skips_files_by_their_statistics(engine, spark, t
     assert len(sliced.inputFiles()) == 1
 
 
+def test_rows_is_read_on_the_driver_as_arrow(engine, spark, tmp_path):
+    path = str(tmp_path / "t")
+    assert engine.rows(path) is None
+    engine.append(path, frame(spark, [("a", 1), ("b", 2)]))
+    first = engine.version(path)
+    engine.append(path, spark.createDataFrame([("c", 10, {"r": 3})], "id string, ts bigint, marks map<string, bigint>"))
+    rows = engine.rows(path, where="ts >= 2")
+    assert isinstance(rows, pa.Table)
+    assert sorted(rows.to_pylist(), key=lambda row: row["id"]) == [
+        {"id": "b", "ts": 2, "marks": None},
+        {"id": "c", "ts": 10, "marks": [("r", 3)]},
+    ]
+    assert sorted(engine.rows(path, first).column("id").to_pylist()) == ["a", "b"]
+    assert engine.rows(path, where="ts > 99").num_rows == 0
+
+
 def test_drop_deletes_the_table(engine, spark, tmp_path):
     path = str(tmp_path / "t")
     engine.append(path, frame(spark, [("a", 1)]), Txn("pipe:t", 1))

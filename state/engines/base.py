@@ -66,6 +66,11 @@ class DeltaEngine(Protocol):
         """
         ...
 
+    def rows(self, path: str, version: int | None = None, where: str | None = None) -> pa.Table | None:
+        """``read`` straight to the driver as Arrow, for small slices (a batch's arrivals, log rows): no Spark
+        job where the engine can avoid one. None when the table does not exist."""
+        ...
+
     def max_value(self, path: str, column: str, version: int | None = None) -> int | None:
         """The largest value of an integer column at ``version`` (latest when None); None if empty or absent."""
         ...

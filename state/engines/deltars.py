@@ -1,7 +1,8 @@
 """The embedded engine: delta-rs (``deltalake``) commits, Spark reads the snapshot's Parquet files.
 
 Data crosses from Spark to delta-rs as Arrow. Reads never go through ``DeltaTable.to_pyarrow_*``,
-which can abort the interpreter at exit (delta-rs #2184): Spark reads the files ``file_uris`` names.
+which can abort the interpreter at exit (delta-rs #2184): Spark reads the files ``file_uris`` names,
+and small reads to the driver go through ``QueryBuilder``.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import os
 
 import pyarrow as pa
 from pyarrow import fs
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake import CommitProperties, DeltaTable, QueryBuilder, Transaction, write_deltalake
 from deltalake.exceptions import DeltaError, TableNotFoundError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
@@ -56,6 +57,16 @@ class DeltaRsEngine:
             return self.spark.createDataFrame([], schema)
         df = self.spark.read.schema(schema).parquet(*files)
         return df if where is None else df.where(where)
+
+    def rows(self, path: str, version: int | None = None, where: str | None = None) -> pa.Table | None:
+        """Through delta-rs's own query engine (DataFusion): milliseconds, where a Spark job takes ~0.2 s."""
+        table = self._table(path, version)
+        if table is None:
+            return None
+        query = "SELECT * FROM snapshot" + ("" if where is None else f" WHERE {where}")
+        result = pa.table(QueryBuilder().register("snapshot", table).execute(query).read_all())
+        schema = pa.schema(table.schema().to_arrow())  # DataFusion answers with view types Spark cannot take
+        return result.cast(pa.schema([field.with_nullable(True) for field in schema]))
 
     def max_value(self, path: str, column: str, version: int | None = None) -> int | None:
         table = self._table(path, version)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
@@ -68,6 +69,10 @@ class SparkDeltaEngine:
             reader = reader.option("versionAsOf", version)
         df = reader.table(path) if is_table_name(path) else reader.load(path)
         return df if where is None else df.where(where)
+
+    def rows(self, path: str, version: int | None = None, where: str | None = None) -> pa.Table | None:
+        df = self.read(path, version, where)
+        return None if df is None else df.toArrow()
 
     def max_value(self, path: str, column: str, version: int | None = None) -> int | None:
         df = self.read(path, version)
