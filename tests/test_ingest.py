@@ -76,6 +76,15 @@ def test_arrival_order_is_global_across_relations_and_files(pipeline):
     assert seqs == {"r1": 1, "r2": 2, "s1": 3, "r3": 4}
 
 
+def test_bookkeeping_columns_have_their_documented_types(pipeline):
+    pipeline.ingest("r", pipeline.write_file([{"id": "r1", "ts": 5, "key": "k"}, "garbage"]))
+    types = {field.name: field.dataType.simpleString() for field in pipeline.engine.schema(pipeline.warehouse.bronze(pipeline_relation("r")))}
+    assert types["_arrival_seq"] == "bigint" and types["_source_line"] == "bigint"  # a place in the order can pass 2**31
+    assert types["_ingested_at"] == "timestamp" and types["_content_hash"] == "string"
+    quarantine = {field.name: field.dataType.simpleString() for field in pipeline.engine.schema(pipeline.warehouse.quarantine)}
+    assert quarantine["source_line"] == "bigint" and quarantine["ingested_at"] == "timestamp"
+
+
 def test_ingesting_the_same_file_twice_adds_nothing(pipeline):
     path = pipeline.write_file([{"id": "a", "ts": 1, "key": "k"}, "garbage"])
     first = pipeline.ingest("r", path)
