@@ -88,7 +88,7 @@ def _frames(engine: DeltaEngine, warehouse: Warehouse, config: Config) -> list[t
             frames.append((warehouse.probes(rel), "probes", with_state_checks(probes, no_late, cutoff), ["id"]))
     gold = engine.read(warehouse.gold)
     if gold is not None and all(rows is not None for rows in bronze.values()):
-        frames.append((warehouse.gold, "gold", with_pair_checks(gold, config.join_condition, bronze), ["r_id", "s_id"]))
+        frames.append((warehouse.gold, "gold", with_pair_checks(gold, config.join_condition, lambda: bronze), ["r_id", "s_id"]))
     return frames
 
 

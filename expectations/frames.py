@@ -6,6 +6,8 @@ pair's records as bronze holds them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.errors import AnalysisException
@@ -18,7 +20,7 @@ from state.relations import RELATIONS, Relation
 DERIVED_PREFIX = "_dq_"
 
 
-def with_pair_checks(gold: DataFrame, condition: str, records: dict[Relation, DataFrame]) -> DataFrame:
+def with_pair_checks(gold: DataFrame, condition: str, records: Callable[[], dict[Relation, DataFrame]]) -> DataFrame:
     """Gold rows with ``_dq_predicate`` (the join condition holds), ``_dq_owner`` (label of the older
     member) and ``_dq_gap`` (|r_ts - s_ts|). ``records`` (bronze) are read only if the condition needs them."""
     a, b = RELATIONS
@@ -29,9 +31,9 @@ def with_pair_checks(gold: DataFrame, condition: str, records: dict[Relation, Da
         carried.select(F.expr(condition)).schema
         paired = carried
     except AnalysisException:
-        paired = gold
+        paired, members = gold, records()
         for rel in RELATIONS:
-            member = records[rel].select(F.col("id").alias(f"_dq_{rel.name}_id"), F.struct("*").alias(rel.name))
+            member = members[rel].select(F.col("id").alias(f"_dq_{rel.name}_id"), F.struct("*").alias(rel.name))
             paired = paired.join(member, paired[f"{rel.name}_id"] == member[f"_dq_{rel.name}_id"], "left")
     checked = paired.withColumns(
         {

@@ -23,7 +23,7 @@ from expectations.runner import Validator
 from pipelines.config import Config
 from state.batch_log import BatchLog, BatchOutcome, BatchPlan, LogTail
 from state.bounds import advance, late_rows, split_late
-from state.buffers import BufferUpdate, buffer_updates, partner, read_sides, update_buffers
+from state.buffers import BufferUpdate, buffer_updates, read_sides, update_buffers
 from state.checks import check_consistency
 from state.engines import DeltaEngine, Txn
 from state.errors import LakejoinError
@@ -69,19 +69,17 @@ def run(
     engine: DeltaEngine, warehouse: Warehouse, config: Config, progress: Callable[[str], None] = lambda _: None
 ) -> list[BatchReport]:
     """Process every pending arrival, batch by batch, then return what each batch did."""
-    check_consistency(engine, warehouse, config.pipeline)
-    _check_predicate(engine, warehouse, config.join_condition)
+    tail = check_consistency(engine, warehouse, config.pipeline)
     log = BatchLog(engine, warehouse.batches, warehouse.app_id(config.pipeline, warehouse.batches))
     validator = Validator(engine.spark)
     reports = []
     while True:
-        started = time.perf_counter()  # a batch's seconds include reading the log and planning
-        tail = log.tail()
+        started = time.perf_counter()  # a batch's seconds include planning
         plan = tail.unfinished or _plan_next(engine, warehouse, config, tail)
         if plan is None:
             return reports
         checks = BatchChecks(validator, config, plan.batch_id)
-        report = _execute(engine, warehouse, config, log, plan, checks, started, resumed=tail.unfinished is not None)
+        report, tail = _execute(engine, warehouse, config, log, plan, checks, started, resumed=tail.unfinished is not None)
         progress(report.describe())
         reports.append(report)
 
@@ -131,9 +129,10 @@ def _execute(
     checks: BatchChecks,
     started: float,
     resumed: bool,
-) -> BatchReport:
+) -> tuple[BatchReport, LogTail]:
     """Compute the whole batch and check its rows against the rules, then write: plan (unless resumed),
-    rule results, gold, late arrivals, state, and the commit row last."""
+    rule results, gold, late arrivals, state, and the commit row last. Returns what the batch did and the
+    log's tail after it (this run holds the lock: nothing else appends to the log)."""
     arrived = {rel: _arrivals(engine, warehouse, rel, plan) for rel in RELATIONS}
     screened = {rel: checks.screen(warehouse.name_of(warehouse.bronze(rel)), "bronze", rows, ["id"]) for rel, rows in arrived.items()}
     split = {rel: split_late(screened[rel], plan.watermarks.get(rel.name)) for rel in RELATIONS}
@@ -145,7 +144,10 @@ def _execute(
         {"batch_id": F.lit(plan.batch_id), "produced_at": F.lit(datetime.now(timezone.utc))}
     )
     if all(rel.name in plan.bronze_versions for rel in RELATIONS):  # else no pairs yet
-        records = {rel: engine.read(warehouse.bronze(rel), plan.bronze_versions[rel.name]) for rel in RELATIONS}
+
+        def records() -> dict[Relation, DataFrame]:
+            return {rel: engine.read(warehouse.bronze(rel), plan.bronze_versions[rel.name]) for rel in RELATIONS}
+
         gold = with_pair_checks(gold, config.join_condition, records)
     gold_rows = checks.screen(warehouse.name_of(warehouse.gold), "gold", gold.toArrow(), ["r_id", "s_id"])
     after = advance(plan.watermarks, on_time, config.allowed_lateness)
@@ -178,9 +180,10 @@ def _execute(
     )
     with step("commit"):
         log.record_commit(plan, outcome)
-    return BatchReport(
+    report = BatchReport(
         plan.batch_id, outcome.arrivals, written, outcome.seconds, resumed, outcome.late, outcome.evicted, checks.summary(), checks.seconds
     )
+    return report, LogTail(plan.batch_id, plan.seq_to, None, plan, after)
 
 
 def _state_rows(update: BufferUpdate, late: dict[Relation, pa.Table]) -> pa.Table:
@@ -219,26 +222,18 @@ def _quarantine_late(
 
 
 def _pairs(sides: list[Side], predicate: str, plan: BatchPlan) -> DataFrame:
-    """The batch's pairs; none while some relation has never had a record (nothing to join with yet)."""
-    if all(side.relation.name in plan.bronze_versions for side in sides):
+    """The batch's pairs; none while some relation has never had a record (nothing to join with yet).
+
+    Spark analyses the join as it is built, so a predicate that does not resolve fails here, before any write."""
+    if not all(side.relation.name in plan.bronze_versions for side in sides):
+        return batch_pairs([_empty(side) for side in sides], "true")
+    try:
         return batch_pairs(sides, predicate)
-    return batch_pairs([_empty(side) for side in sides], "true")
+    except AnalysisException as exc:
+        columns = "; ".join(f"{side.relation.name}: {', '.join(c for c in side.arrivals.columns if not c.startswith('_'))}" for side in sides)
+        reason = str(exc).strip().splitlines()[0]
+        raise LakejoinError(f"join predicate {predicate!r} does not resolve ({reason}); columns are {columns}") from exc
 
 
 def _empty(side: Side) -> Side:
     return Side(side.relation, side.arrivals.limit(0), side.store.limit(0), side.probes.limit(0))
-
-
-def _check_predicate(engine: DeltaEngine, warehouse: Warehouse, predicate: str) -> None:
-    """Fail before any write when the predicate does not resolve against the relations' columns."""
-    schemas = {rel: engine.schema(warehouse.bronze(rel)) for rel in RELATIONS}
-    if any(schema is None for schema in schemas.values()):
-        return
-    empty = {rel: engine.spark.createDataFrame([], schema) for rel, schema in schemas.items()}
-    sides = [Side(rel, df, df, empty[partner(rel)]) for rel, df in empty.items()]
-    try:
-        batch_pairs(sides, predicate)
-    except AnalysisException as exc:
-        columns = "; ".join(f"{rel.name}: {', '.join(c for c in df.columns if not c.startswith('_'))}" for rel, df in empty.items())
-        reason = str(exc).strip().splitlines()[0]
-        raise LakejoinError(f"join predicate {predicate!r} does not resolve ({reason}); columns are {columns}") from exc

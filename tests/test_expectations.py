@@ -33,7 +33,7 @@ def gold(spark, *changes: dict) -> pa.Table:
     frame = spark.createDataFrame(rows, "r_id string, s_id string, r_ts bigint, s_ts bigint, r_key string, s_key string, "
                                         "r_payload string, s_payload string, owner string")
     empty = spark.createDataFrame([], "id string, ts bigint, key string, payload string")
-    return with_pair_checks(frame, CONFIG.join_condition, dict.fromkeys(RELATIONS, empty)).toArrow()
+    return with_pair_checks(frame, CONFIG.join_condition, lambda: dict.fromkeys(RELATIONS, empty)).toArrow()
 
 
 STRING_TS = pa.schema([("id", pa.string()), ("ts", pa.string()), ("key", pa.string()), ("payload", pa.string())])
@@ -97,7 +97,7 @@ def test_a_predicate_over_columns_gold_does_not_keep_is_checked_on_the_bronze_re
                                   "r_id string, s_id string, r_ts bigint, s_ts bigint, r_key string, s_key string, r_payload string, s_payload string, owner string")
     r = spark.createDataFrame([("r1", 1, "a", "", 1), ("r2", 1, "a", "", 9)], "id string, ts bigint, key string, payload string, x int")
     s = spark.createDataFrame([("s1", 2, "a", "", 5)], "id string, ts bigint, key string, payload string, y int")
-    checked = with_pair_checks(pairs, "r.x < s.y", dict(zip(RELATIONS, (r, s))))
+    checked = with_pair_checks(pairs, "r.x < s.y", lambda: dict(zip(RELATIONS, (r, s))))
     assert {row["r_id"]: row["_dq_predicate"] for row in checked.collect()} == {"r1": True, "r2": False}
 
 
