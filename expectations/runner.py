@@ -89,7 +89,7 @@ class Validator:
         else a few examples; ``persist`` stores the result in the context, for Data Docs."""
         if not rules:
             return []
-        parameters = {"dataframe": _frame(self.spark, rows, engine)}
+        parameters = {"dataframe": _frame(self.spark, _needed(rows, keys, rules), engine)}
         suite = suite_of(table.replace("/", "_"), [(rule, kwargs) for rule, kwargs, _ in rules])
         fmt = {"result_format": ResultFormat.COMPLETE if complete else ResultFormat.SUMMARY, "unexpected_index_column_names": keys}
         if persist:
@@ -104,6 +104,19 @@ class Validator:
         counted = [result.result.get("element_count", 0) for result in outcome.results if result.result]
         total = rows.num_rows if isinstance(rows, pa.Table) else max(counted, default=0)
         return [_result(rule, table, policy, by_rule[rule.name], keys, total) for rule, _, policy in rules]
+
+
+COLUMN_ARGUMENTS = ("column", "column_A", "column_B", "column_list")
+
+
+def _needed(rows: pa.Table | DataFrame, keys: list[str], rules: list[tuple[Rule, dict[str, Any], str]]) -> pa.Table | DataFrame:
+    """Only the columns row-level rules read, and the keys: GE copies and fingerprints every column it is given
+    (measured: 2 state rules on 10,000 rows, 0.040 s with the table's 12 columns, 0.024 s with 3)."""
+    if not isinstance(rows, pa.Table) or not all(rule.row_level for rule, _, _ in rules):
+        return rows
+    named = [kwargs[name] for _, kwargs, _ in rules for name in COLUMN_ARGUMENTS if name in kwargs]
+    wanted = {*keys, *(column for value in named for column in ([value] if isinstance(value, str) else value))}
+    return rows.select([name for name in rows.column_names if name in wanted])
 
 
 def _frame(spark: SparkSession, rows: pa.Table | DataFrame, engine: str) -> Any:

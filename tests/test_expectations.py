@@ -121,3 +121,11 @@ def test_bad_expectation_settings_are_refused_with_one_line(settings, message):
     with pytest.raises(LakejoinError, match=message) as error:
         Config(expectations=settings)
     assert "\n" not in str(error.value)
+
+
+def test_row_level_rules_get_only_the_columns_they_read_and_table_level_rules_the_whole_table():
+    from expectations.runner import _needed
+
+    rows = state(bronze().append_column("_source_file", pa.array(["f"] * 2)))
+    assert _needed(rows, ["id"], bound_rules(CONFIG, "probes")).column_names == ["id", "ts", "_dq_watermark"]
+    assert _needed(rows, ["id"], bound_rules(CONFIG, "bronze")).column_names == rows.column_names

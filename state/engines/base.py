@@ -107,9 +107,11 @@ class DeltaEngine(Protocol):
         ...
 
 
+def covers(recorded: int | None, txn: Txn) -> bool:
+    """A table whose last version of ``txn.app_id`` is ``recorded`` already has the write ``txn``."""
+    return recorded is not None and recorded >= txn.version
+
+
 def applied(engine: DeltaEngine, path: str, txn: Txn | None) -> bool:
     """True when the table already records ``txn`` (or a later version of its app id): skip the write."""
-    if txn is None:
-        return False
-    recorded = engine.txn_version(path, txn.app_id)
-    return recorded is not None and recorded >= txn.version
+    return txn is not None and covers(engine.txn_version(path, txn.app_id), txn)

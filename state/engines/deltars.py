@@ -17,7 +17,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
-from state.engines.base import Data, Eviction, Merged, Txn, applied
+from state.engines.base import Data, Eviction, Merged, Txn, covers
 from state.errors import LakejoinError
 
 
@@ -97,11 +97,12 @@ class DeltaRsEngine:
             table.vacuum(retention_hours=retention_hours, dry_run=False, enforce_retention_duration=True)
 
     def append(self, path: str, df: Data, txn: Txn | None = None) -> int | None:
-        if applied(self, path, txn):
+        table = self._table(path)  # opened once: the transaction check and the write share it
+        if table is not None and _recorded(table, txn):
             return None
         data = to_arrow(df)
         try:
-            write_deltalake(path, data, mode="append", schema_mode="merge", commit_properties=_commit(txn))
+            write_deltalake(table or path, data, mode="append", schema_mode="merge", commit_properties=_commit(txn))
         except DeltaError as exc:
             raise LakejoinError(f"cannot append to {path}: {_first_line(exc)}") from exc
         return data.num_rows
@@ -111,7 +112,7 @@ class DeltaRsEngine:
         if table is None:
             written = self.append(path, df, txn)
             return None if written is None else Merged(written, 0)
-        if applied(self, path, txn):
+        if _recorded(table, txn):
             return None
         try:
             merger = table.merge(
@@ -132,6 +133,11 @@ class DeltaRsEngine:
 
 def _spark_schema(table: DeltaTable) -> StructType:
     return from_arrow_schema(pa.schema(table.schema().to_arrow()))
+
+
+def _recorded(table: DeltaTable, txn: Txn | None) -> bool:
+    """``applied`` on a table already open (each open reads the log)."""
+    return txn is not None and covers(table.transaction_version(txn.app_id), txn)
 
 
 def _commit(txn: Txn | None) -> CommitProperties | None:
