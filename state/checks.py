@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 
+from pyspark.sql.types import StructType
+
 from state.batch_log import BatchLog, LogTail
 from state.engines import DeltaEngine
 from state.errors import LakejoinError
@@ -62,7 +64,7 @@ def _listdir(root: str) -> list[str]:
 def check_consistency(engine: DeltaEngine, warehouse: Warehouse, pipeline: str) -> LogTail:
     """The batch log's tail, once every silver and gold table is shown to be what the log says it is."""
     require_warehouse(engine, warehouse)
-    _require_columns(engine, warehouse, warehouse.batches, LOG_COLUMNS)
+    _require_columns(warehouse, warehouse.batches, engine.schema(warehouse.batches), LOG_COLUMNS)
     tail = BatchLog(engine, warehouse.batches, warehouse.app_id(pipeline, warehouse.batches)).tail()
     recorded = tail.newest.state_versions if tail.newest else {}
     for name, path in warehouse.buffers().items():
@@ -86,8 +88,7 @@ def _rebuild(warehouse: Warehouse) -> str:
     return f"rebuild silver and gold from bronze with 'lakejoin reset --warehouse {warehouse.root} --yes'"
 
 
-def _require_columns(engine: DeltaEngine, warehouse: Warehouse, path: str, columns: tuple[str, ...]) -> None:
-    schema = engine.schema(path)
+def _require_columns(warehouse: Warehouse, path: str, schema: StructType | None, columns: tuple[str, ...]) -> None:
     missing = [] if schema is None else [column for column in columns if column not in schema.fieldNames()]
     if missing:
         raise LakejoinError(
@@ -107,16 +108,16 @@ def _check_output(
     written_every_batch: bool = False,
 ) -> None:
     name, fix = warehouse.name_of(path), _rebuild(warehouse)
-    version = engine.version(path)
-    if version is None:
+    app_id = warehouse.app_id(pipeline, path)
+    info = engine.info(path, app_id)
+    if info is None:
         if recorded_version is not None:
             raise LakejoinError(f"{name} is missing, but batch {tail.last_batch_id} read its version {recorded_version}: {fix}")
         if written_every_batch and tail.committed_batch_id > 0:
             raise LakejoinError(f"{name} is missing, but the batch log has committed batch {tail.committed_batch_id}: {fix}")
         return
-    _require_columns(engine, warehouse, path, columns)
-    app_id = warehouse.app_id(pipeline, path)
-    batch = engine.txn_version(path, app_id)
+    _require_columns(warehouse, path, info.schema, columns)
+    batch = info.txn_version
     if batch is None:
         raise LakejoinError(
             f"{name} was not written by pipeline '{pipeline}' (no Delta transaction of {app_id!r}): move it away, or {fix}"
@@ -131,8 +132,8 @@ def _check_output(
             f"{name} ends at batch {batch}, but the batch log has committed batch {tail.committed_batch_id} "
             f"(was it restored to an older version?): {fix}"
         )
-    if recorded_version is not None and version < recorded_version:
+    if recorded_version is not None and info.version < recorded_version:
         raise LakejoinError(
-            f"{name} is at version {version}, but batch {tail.last_batch_id} read its version {recorded_version} "
+            f"{name} is at version {info.version}, but batch {tail.last_batch_id} read its version {recorded_version} "
             f"(was it replaced or restored?): {fix}"
         )

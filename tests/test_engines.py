@@ -106,6 +106,15 @@ def test_rows_is_read_on_the_driver_as_arrow(engine, spark, tmp_path):
     assert engine.rows(path, where="ts > 99").num_rows == 0
 
 
+def test_info_is_version_schema_and_transaction_from_one_look_at_the_table(engine, spark, tmp_path):
+    path = str(tmp_path / "t")
+    assert engine.info(path, "pipe:t") is None
+    engine.append(path, frame(spark, [("a", 1)]), Txn("pipe:t", 4))
+    info = engine.info(path, "pipe:t")
+    assert (info.version, info.schema.fieldNames(), info.txn_version) == (engine.version(path), ["id", "ts"], 4)
+    assert engine.info(path, "other-app").txn_version is None
+
+
 def test_drop_deletes_the_table(engine, spark, tmp_path):
     path = str(tmp_path / "t")
     engine.append(path, frame(spark, [("a", 1)]), Txn("pipe:t", 1))

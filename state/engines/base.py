@@ -39,6 +39,15 @@ class Eviction:
 
 
 @dataclass(frozen=True)
+class TableInfo:
+    """What the consistency check needs of a table, from one read of its log."""
+
+    version: int
+    schema: StructType
+    txn_version: int | None  # the last version the asked-about app id committed
+
+
+@dataclass(frozen=True)
 class Merged:
     inserted: int
     evicted: int
@@ -92,6 +101,10 @@ class DeltaEngine(Protocol):
 
     def txn_version(self, path: str, app_id: str) -> int | None:
         """The last version ``app_id`` committed to the table; None when it never did or there is no table."""
+        ...
+
+    def info(self, path: str, app_id: str) -> TableInfo | None:
+        """``version``, ``schema`` and ``txn_version(app_id)`` together; None when there is no table."""
         ...
 
     def drop(self, path: str) -> None:

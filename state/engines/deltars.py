@@ -17,7 +17,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
-from state.engines.base import Data, Eviction, Merged, Txn, covers
+from state.engines.base import Data, Eviction, Merged, TableInfo, Txn, covers
 from state.errors import LakejoinError
 
 
@@ -80,6 +80,10 @@ class DeltaRsEngine:
     def txn_version(self, path: str, app_id: str) -> int | None:
         table = self._table(path)
         return None if table is None else table.transaction_version(app_id)
+
+    def info(self, path: str, app_id: str) -> TableInfo | None:
+        table = self._table(path)
+        return None if table is None else TableInfo(table.version(), _spark_schema(table), table.transaction_version(app_id))
 
     def drop(self, path: str) -> None:
         filesystem, root = fs.FileSystem.from_uri(path if "://" in path else os.path.abspath(path))

@@ -16,7 +16,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from state.engines.base import Data, Eviction, Merged, Txn, applied
+from state.engines.base import Data, Eviction, Merged, TableInfo, Txn, applied
 from state.layout import is_catalog_schema
 
 
@@ -80,6 +80,10 @@ class SparkDeltaEngine:
             return None
         value = df.agg(F.max(column)).first()[0]
         return None if value is None else int(value)
+
+    def info(self, path: str, app_id: str) -> TableInfo | None:
+        version = self.version(path)
+        return None if version is None else TableInfo(version, self.schema(path), self.txn_version(path, app_id))
 
     def txn_version(self, path: str, app_id: str) -> int | None:
         if not self._exists(path):
