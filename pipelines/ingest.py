@@ -295,7 +295,7 @@ def _classify(parsed: DataFrame, bronze: DataFrame | None) -> DataFrame:
         # bronze), then join back the few it holds.
         file_ids = F.broadcast(normalized.select(F.col("id").alias("_existing_id")).where(F.col("_existing_id").isNotNull()))
         existing = bronze.select(F.col("id").alias("_existing_id"), F.col("_content_hash").alias("_existing_hash"))
-        held = existing.join(file_ids.distinct(), "_existing_id", "left_semi")
+        held = existing.join(file_ids, "_existing_id", "left_semi")
         ranked = ranked.join(F.broadcast(held), valid & (F.col("id") == F.col("_existing_id")), "left").drop("_existing_id")
     seen_in_file = F.col("_nth") > 1
     reason = F.coalesce(
