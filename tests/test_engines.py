@@ -61,6 +61,17 @@ def test_merge_inserts_only_unseen_keys_and_is_idempotent(engine, spark, tmp_pat
     assert sorted(row.id for row in engine.read(path).collect()) == ["a", "b", "c"]
 
 
+def test_an_aligned_merge_finds_every_match_within_the_source_range_and_still_evicts(engine, spark, tmp_path):
+    path = str(tmp_path / "t")
+    engine.merge(path, frame(spark, [("a", 1), ("b", 5), ("c", 9)]), "id")
+    rows = pa.table({"id": ["b", "c", "d"], "ts": pa.array([5, 9, 7], pa.int64())})
+    assert engine.merge(path, rows, "id", aligned="ts") == Merged(1, 0)  # b and c matched inside ts 5..9
+    assert engine.merge(path, rows, "id", aligned="ts") == Merged(0, 0)
+    late = pa.table({"id": ["e"], "ts": pa.array([8], pa.int64())})
+    assert engine.merge(path, late, "id", Eviction("ts", 6), aligned="ts") == Merged(1, 2)  # a and b, outside the range
+    assert sorted(row.id for row in engine.read(path).collect()) == ["c", "d", "e"]
+
+
 def test_merge_evicts_rows_below_the_cutoff_in_the_same_commit(engine, spark, tmp_path):
     path = str(tmp_path / "t")
     engine.merge(path, frame(spark, [("a", 1), ("b", 5), ("c", 9)]), "id")

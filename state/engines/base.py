@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Protocol, TypeAlias
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
@@ -91,9 +92,14 @@ class DeltaEngine(Protocol):
         """
         ...
 
-    def merge(self, path: str, df: Data, key: str, evict: Eviction | None = None, txn: Txn | None = None) -> Merged | None:
+    def merge(
+        self, path: str, df: Data, key: str, evict: Eviction | None = None, txn: Txn | None = None, aligned: str | None = None
+    ) -> Merged | None:
         """One MERGE: insert the rows of ``df`` whose ``key`` is not in the table yet, and delete the
         table's rows that ``evict`` selects (unless ``df`` holds their key). Creates the table if needed.
+        ``aligned`` names a column that rows with equal keys share (a record's ``ts``): matches are then
+        looked for only within the range ``df`` spans of it, so the target scan skips the rest (see
+        ``match_condition``).
 
         Returns what it inserted and evicted, or None when the table already records ``txn``.
         """
@@ -118,6 +124,19 @@ class DeltaEngine(Protocol):
     def vacuum(self, path: str, retention_hours: int) -> None:
         """Delete data files no version younger than ``retention_hours`` needs (time travel stays possible within it)."""
         ...
+
+
+def match_condition(key: str, df: Data, aligned: str | None = None) -> str:
+    """The MERGE's match: equal ``key`` — and, with ``aligned``, the target's value of that column within the
+    source's range, which loses no match because equal keys have equal values there."""
+    condition = f"target.`{key}` = source.`{key}`"
+    if aligned is None or not isinstance(df, pa.Table) or df.num_rows == 0:
+        return condition
+    bounds = pc.min_max(df[aligned])
+    low, high = bounds["min"].as_py(), bounds["max"].as_py()
+    if low is None:
+        return condition
+    return f"{condition} AND target.`{aligned}` >= {low} AND target.`{aligned}` <= {high}"
 
 
 def covers(recorded: int | None, txn: Txn) -> bool:

@@ -17,7 +17,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
-from state.engines.base import Data, Eviction, Merged, TableInfo, Txn, covers
+from state.engines.base import Data, Eviction, Merged, TableInfo, Txn, covers, match_condition
 from state.errors import LakejoinError
 
 
@@ -111,7 +111,9 @@ class DeltaRsEngine:
             raise LakejoinError(f"cannot append to {path}: {_first_line(exc)}") from exc
         return data.num_rows
 
-    def merge(self, path: str, df: Data, key: str, evict: Eviction | None = None, txn: Txn | None = None) -> Merged | None:
+    def merge(
+        self, path: str, df: Data, key: str, evict: Eviction | None = None, txn: Txn | None = None, aligned: str | None = None
+    ) -> Merged | None:
         table = self._table(path)
         if table is None:
             written = self.append(path, df, txn)
@@ -121,7 +123,7 @@ class DeltaRsEngine:
         try:
             merger = table.merge(
                 to_arrow(df),
-                predicate=f"target.`{key}` = source.`{key}`",
+                predicate=match_condition(key, df, aligned),
                 source_alias="source",
                 target_alias="target",
                 merge_schema=True,

@@ -16,7 +16,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from state.engines.base import Data, Eviction, Merged, TableInfo, Txn, applied
+from state.engines.base import Data, Eviction, Merged, TableInfo, Txn, applied, match_condition
 from state.layout import is_catalog_schema
 
 
@@ -119,7 +119,9 @@ class SparkDeltaEngine:
             writer.save(path)
         return int(self._last_metrics(path).get("numOutputRows", 0))
 
-    def merge(self, path: str, df: Data, key: str, evict: Eviction | None = None, txn: Txn | None = None) -> Merged | None:
+    def merge(
+        self, path: str, df: Data, key: str, evict: Eviction | None = None, txn: Txn | None = None, aligned: str | None = None
+    ) -> Merged | None:
         if not self._exists(path):
             written = self.append(path, df, txn)
             return None if written is None else Merged(written, 0)
@@ -131,7 +133,7 @@ class SparkDeltaEngine:
         merger = (
             self._handle(path)
             .alias("target")
-            .merge(self._frame(df).alias("source"), f"target.`{key}` = source.`{key}`")
+            .merge(self._frame(df).alias("source"), match_condition(key, df, aligned))
             .whenNotMatchedInsertAll()
         )
         if evict is not None:
