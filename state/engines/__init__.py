@@ -1,4 +1,4 @@
-"""Delta I/O behind one small interface (DESIGN.md section 5).
+"""Delta I/O behind one small interface (docs/design.md section 5).
 
 Spark computes in every mode; an engine only reads Delta snapshots into Spark DataFrames and commits
 DataFrames to Delta tables. ``delta-rs`` is the embedded default; ``spark`` (Delta on Spark) is used
@@ -6,6 +6,8 @@ when the session has Delta configured (Databricks, or a cluster started with the
 """
 
 from __future__ import annotations
+
+import os
 
 from pyspark.sql import SparkSession
 
@@ -16,11 +18,16 @@ ENGINE_NAMES = ("auto", "delta-rs", "spark")
 
 
 def session_has_delta(spark: SparkSession) -> bool:
-    """True when Delta Lake's SQL extension is configured and its classes load in the JVM."""
-    if "DeltaSparkSessionExtension" not in spark.conf.get("spark.sql.extensions", ""):
+    """True when Delta's classes load in the session's JVM and the session is set up for them: Delta's SQL
+    extension configured, or a Databricks runtime (which builds Delta in without that setting).
+
+    Spark's own class loader is asked, not the system one: it also sees jars added with ``spark.jars`` or
+    ``spark.jars.packages`` (how ``configure_spark_with_delta_pip`` and ``--packages`` load Delta)."""
+    configured = "DeltaSparkSessionExtension" in (spark.conf.get("spark.sql.extensions", "") or "")
+    if not configured and "DATABRICKS_RUNTIME_VERSION" not in os.environ:
         return False
     try:
-        spark._jvm.java.lang.Class.forName("io.delta.tables.DeltaTable")  # type: ignore[union-attr]
+        spark._jvm.org.apache.spark.util.Utils.classForName("io.delta.tables.DeltaTable", True, False)  # type: ignore[union-attr]
     except Exception:  # noqa: BLE001 - py4j raises a generic error for a missing class
         return False
     return True

@@ -2,17 +2,17 @@
 
 Same contract as the delta-rs engine. Idempotency goes through Delta's own application transactions:
 ``txnAppId``/``txnVersion`` writer options for appends, and for MERGE the session confs
-``spark.databricks.delta.write.txnAppId/txnVersion``, set right before and unset in ``finally``.
+``spark.databricks.delta.write.txnAppId/txnVersion``, set on a session of the MERGE's own.
+Table metadata (version, schema, app transactions) is read from the Delta log's snapshot, not by Spark jobs.
 A table is a path or, in a Unity Catalog warehouse, a three-part name (``main.lakejoin.gold_join_results``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+import json
 
 import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
@@ -26,8 +26,10 @@ def is_table_name(table: str) -> bool:
 
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"
+SORT_WITHIN_FILES = "spark.databricks.io.skipping.mdc.sortWithinFiles"
+MATERIALIZE_SOURCE = "spark.databricks.delta.merge.materializeSource"
 AUTO_MERGE = "spark.databricks.delta.schema.autoMerge.enabled"
-# Tables must stay writable by delta-rs too (DESIGN.md section 5): no deletion vectors.
+# Tables must stay writable by delta-rs too (docs/design.md section 5): no deletion vectors.
 NO_DELETION_VECTORS = "spark.databricks.delta.properties.defaults.enableDeletionVectors"
 
 
@@ -38,28 +40,40 @@ class SparkDeltaEngine:
         from delta.tables import DeltaTable
 
         self.spark = spark
+        self._jvm = spark._jvm  # type: ignore[attr-defined]
         self._delta_table = DeltaTable
         spark.conf.set(NO_DELETION_VECTORS, "false")
 
     def _exists(self, table: str) -> bool:
-        if is_table_name(table):
-            return self.spark.catalog.tableExists(table)
-        return self._delta_table.isDeltaTable(self.spark, table)
+        return self._snapshot(table) is not None
 
-    def _handle(self, table: str):  # noqa: ANN202 - delta.tables.DeltaTable, imported lazily
+    def _handle(self, table: str, session: SparkSession | None = None):  # noqa: ANN202 - delta.tables.DeltaTable
+        session = session or self.spark
         if is_table_name(table):
-            return self._delta_table.forName(self.spark, table)
-        return self._delta_table.forPath(self.spark, table)
+            return self._delta_table.forName(session, table)
+        return self._delta_table.forPath(session, table)
+
+    def _snapshot(self, table: str):  # noqa: ANN202 - a JVM org.apache.spark.sql.delta.Snapshot
+        """The table's latest snapshot, straight from its Delta log: listing the log and reading the newest
+        checksum file take milliseconds, where ``history``, ``detail`` or a read plan each run a Spark job.
+        None when there is no table."""
+        if is_table_name(table):
+            if not self.spark.catalog.tableExists(table):
+                return None
+            log = self._handle(table)._jdt.deltaLog()
+        else:
+            log = self._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(self.spark._jsparkSession, table)
+        none = self._jvm.scala.Option.empty()
+        snapshot = log.update(False, none, none)
+        return snapshot if snapshot.version() >= 0 else None
 
     def version(self, path: str) -> int | None:
-        if not self._exists(path):
-            return None
-        return int(self._handle(path).history(1).select("version").first()[0])
+        snapshot = self._snapshot(path)
+        return None if snapshot is None else int(snapshot.version())
 
     def schema(self, path: str) -> StructType | None:
-        if not self._exists(path):
-            return None
-        return self._handle(path).toDF().schema
+        snapshot = self._snapshot(path)
+        return None if snapshot is None else _schema(snapshot)
 
     def read(self, path: str, version: int | None = None, where: str | None = None) -> DataFrame | None:
         if not self._exists(path):
@@ -82,27 +96,20 @@ class SparkDeltaEngine:
         return None if value is None else int(value)
 
     def info(self, path: str, app_id: str) -> TableInfo | None:
-        version = self.version(path)
-        return None if version is None else TableInfo(version, self.schema(path), self.txn_version(path, app_id))
+        snapshot = self._snapshot(path)
+        return None if snapshot is None else TableInfo(int(snapshot.version()), _schema(snapshot), _txn_version(snapshot, app_id))
 
     def txn_version(self, path: str, app_id: str) -> int | None:
-        if not self._exists(path):
-            return None
-        jvm = self.spark._jvm  # type: ignore[union-attr]
-        self._handle(path).toDF()  # brings the log's snapshot up to date
-        location = self._handle(path).detail().select("location").first()[0] if is_table_name(path) else path
-        log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(self.spark._jsparkSession, location)
-        recorded = log.unsafeVolatileSnapshot().transactions().get(app_id)
-        return int(recorded.get()) if recorded.isDefined() else None
+        snapshot = self._snapshot(path)
+        return None if snapshot is None else _txn_version(snapshot, app_id)
 
     def drop(self, path: str) -> None:
         if is_table_name(path):
             self.spark.sql(f"DROP TABLE IF EXISTS {path}")
             return
-        jvm = self.spark._jvm  # type: ignore[union-attr]
-        hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
+        hadoop_path = self._jvm.org.apache.hadoop.fs.Path(path)
         hadoop_path.getFileSystem(self.spark._jsc.hadoopConfiguration()).delete(hadoop_path, True)  # type: ignore[union-attr]
-        jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
+        self._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
 
     def _frame(self, df: Data) -> DataFrame:
         return df if isinstance(df, DataFrame) else self.spark.createDataFrame(df)
@@ -110,14 +117,15 @@ class SparkDeltaEngine:
     def append(self, path: str, df: Data, txn: Txn | None = None) -> int | None:
         if applied(self, path, txn):
             return None
-        writer = self._frame(df).write.format("delta").mode("append").option("mergeSchema", "true")
+        frame, counted = _counted(self._frame(df))
+        writer = frame.write.format("delta").mode("append").option("mergeSchema", "true")
         if txn is not None:
             writer = writer.option("txnAppId", txn.app_id).option("txnVersion", txn.version)
         if is_table_name(path):
             writer.saveAsTable(path)
         else:
             writer.save(path)
-        return int(self._last_metrics(path).get("numOutputRows", 0))
+        return df.num_rows if isinstance(df, pa.Table) else int(counted.get["rows"])
 
     def merge(
         self, path: str, df: Data, key: str, evict: Eviction | None = None, txn: Txn | None = None, aligned: str | None = None
@@ -127,42 +135,65 @@ class SparkDeltaEngine:
             return None if written is None else Merged(written, 0)
         if applied(self, path, txn):
             return None
-        confs = {AUTO_MERGE: "true"}
+        # A source built from rows on the driver is an immutable local relation: MERGE need not copy it first.
+        confs = {AUTO_MERGE: "true"} | ({MATERIALIZE_SOURCE: "none"} if isinstance(df, pa.Table) else {})
         if txn is not None:
             confs |= {TXN_APP_ID: txn.app_id, TXN_VERSION: str(txn.version)}
+        session = self._session(confs)
+        source = df if isinstance(df, DataFrame) else session.createDataFrame(df)
         merger = (
-            self._handle(path)
+            self._handle(path, session)
             .alias("target")
-            .merge(self._frame(df).alias("source"), match_condition(key, df, aligned))
+            .merge(source.alias("source"), match_condition(key, df, aligned))
             .whenNotMatchedInsertAll()
         )
         if evict is not None:
             merger = merger.whenNotMatchedBySourceDelete(evict.sql("target"))
-        with self._session_confs(confs):
-            merger.execute()
-        metrics = self._last_metrics(path)
-        return Merged(int(metrics.get("numTargetRowsInserted", 0)), int(metrics.get("numTargetRowsDeleted", 0)))
-
-    def _last_metrics(self, path: str) -> dict[str, str]:
-        """The operation metrics (row counts) of the table's latest commit."""
-        return self._handle(path).history(1).select("operationMetrics").first()[0] or {}
+        # The MERGE's own counts: a MERGE that changes nothing commits nothing, so the history's latest
+        # entry would be an earlier commit's.
+        counts = merger.execute().first()
+        return Merged(int(counts["num_inserted_rows"]), int(counts["num_deleted_rows"]))
 
     def optimize(self, path: str, order_by: str | None = None) -> None:
         if not self._exists(path):
             return
-        optimizer = self._handle(path).optimize()
-        optimizer.executeZOrderBy(order_by) if order_by else optimizer.executeCompaction()
+        if order_by is None:
+            self._handle(path).optimize().executeCompaction()
+            return
+        sorting = self._handle(path, self._session({SORT_WITHIN_FILES: "true"})).optimize()  # Z-order alone only range-partitions
+        sorting.executeZOrderBy(order_by)
 
     def vacuum(self, path: str, retention_hours: int) -> None:
         if self._exists(path):
             self._handle(path).vacuum(retention_hours)
 
-    @contextmanager
-    def _session_confs(self, confs: dict[str, str]) -> Iterator[None]:
-        try:
-            for name, value in confs.items():
-                self.spark.conf.set(name, value)
-            yield
-        finally:
-            for name in confs:
-                self.spark.conf.unset(name)
+    def _session(self, confs: dict[str, str]) -> SparkSession:
+        """A session of its own for one command's settings (a MERGE's app transaction is a session setting), so
+        commands on different tables can run at once without seeing each other's settings."""
+        session = self.spark.newSession()
+        for name, value in {NO_DELETION_VECTORS: "false", **confs}.items():
+            session.conf.set(name, value)
+        return session
+
+
+def _schema(snapshot) -> StructType:  # noqa: ANN001 - a JVM Snapshot
+    return StructType.fromJson(json.loads(snapshot.schema().json()))
+
+
+def _txn_version(snapshot, app_id: str) -> int | None:  # noqa: ANN001 - a JVM Snapshot
+    """The app's last transaction version: from the version's checksum file where it lists them (Delta on Spark
+    writes it with each commit), else from the snapshot's state (a Spark job over the log)."""
+    checksum = snapshot.checksumOpt()
+    listed = checksum.get().setTransactions() if checksum.isDefined() else None
+    if listed is not None and listed.isDefined():
+        transactions = listed.get()
+        versions = [transactions.apply(i) for i in range(transactions.size())]
+        return next((int(txn.version()) for txn in versions if txn.appId() == app_id), None)
+    recorded = snapshot.transactions().get(app_id)
+    return int(recorded.get()) if recorded.isDefined() else None
+
+
+def _counted(df: DataFrame) -> tuple[DataFrame, Observation]:
+    """``df`` with an observation that counts its rows as the write runs (no second pass, no history read)."""
+    observation = Observation()
+    return df.observe(observation, F.count(F.lit(1)).alias("rows")), observation
