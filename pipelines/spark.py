@@ -1,7 +1,14 @@
-"""The Spark session lakejoin computes with: local by default, the ambient one on a cluster."""
+"""The Spark session lakejoin computes with: the ambient one on a cluster, else a local one.
+
+A local session gets Delta Lake (for the ``spark`` engine) from a folder of its JVM jars named by
+``LAKEJOIN_DELTA_JARS``; without one it has no Delta and lakejoin uses delta-rs. On Databricks the
+runtime's session already has Delta and is used as it is.
+"""
 
 from __future__ import annotations
 
+import glob
+import os
 import re
 import shutil
 import subprocess
@@ -11,6 +18,7 @@ from pyspark.sql import SparkSession
 from state.errors import LakejoinError
 
 MIN_JAVA = 17
+DELTA_JARS = "LAKEJOIN_DELTA_JARS"
 
 LOCAL_CONF = {
     "spark.ui.enabled": "false",
@@ -20,6 +28,32 @@ LOCAL_CONF = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.driver.memory": "4g",
 }
+
+# Delta's two session settings, and what keeps its log work proportionate in a local session: a snapshot's
+# state is rebuilt in 50 tasks by default, several Spark jobs per commit for a table of a few files.
+DELTA_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    "spark.databricks.delta.snapshotPartitions": "1",
+    "spark.sql.sources.parallelPartitionDiscovery.parallelism": "4",  # VACUUM lists files in this many tasks (10,000 by default)
+}
+
+
+def delta_jars(folder: str | None) -> list[str]:
+    """The jar files of ``folder`` (Delta Lake's ``delta-spark`` and ``delta-storage``); [] when no folder is named."""
+    if not folder:
+        return []
+    jars = sorted(glob.glob(os.path.join(folder, "*.jar")))
+    if not any(os.path.basename(jar).startswith("delta-spark") for jar in jars):
+        raise LakejoinError(f"{DELTA_JARS}={folder} holds no delta-spark jar: point it at Delta Lake's JVM jars, or unset it to use delta-rs")
+    return jars
+
+
+def local_conf(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """A local session's settings: lakejoin's defaults, Delta on the driver class path when its jars are named."""
+    jars = delta_jars(os.environ.get(DELTA_JARS))
+    delta = {"spark.driver.extraClassPath": os.pathsep.join(jars), **DELTA_CONF} if jars else {}
+    return {**LOCAL_CONF, **delta, **(extra or {})}
 
 
 def check_java() -> None:
@@ -36,14 +70,14 @@ def check_java() -> None:
         raise LakejoinError(f"Java {MIN_JAVA}+ is required by Spark, found {banner.splitlines()[0] if banner else java}: install openjdk-{MIN_JAVA}-jre-headless")
 
 
-def get_spark(master: str = "local[2]", conf: dict[str, str] | None = None) -> SparkSession:
+def get_spark(master: str = "local[2]", conf: dict[str, str] | None = None, app_name: str = "lakejoin") -> SparkSession:
     """The active session if there is one (Databricks, tests), else a local one tuned for small batches."""
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
     check_java()
-    builder = SparkSession.builder.master(master).appName("lakejoin")
-    for name, value in {**LOCAL_CONF, **(conf or {})}.items():
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for name, value in local_conf(conf).items():
         builder = builder.config(name, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")

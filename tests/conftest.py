@@ -1,4 +1,4 @@
-"""One Spark session per test run; Delta on Spark too when LAKEJOIN_TEST_SPARK_DELTA=1 and the jars resolve."""
+"""One Spark session per test run, with Delta on Spark when ``LAKEJOIN_DELTA_JARS`` names Delta's JVM jars."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import os
 import pytest
 from pyspark.sql import SparkSession
 
-from pipelines.spark import LOCAL_CONF, check_java
+from pipelines.spark import DELTA_JARS, check_java, local_conf
 from state.engines import make_engine, session_has_delta
 
 SPARK_DELTA_SKIP = (
-    "Delta Lake's JVM jars are not on this Spark classpath (no Maven access here): run with "
-    "LAKEJOIN_TEST_SPARK_DELTA=1 on a machine that can fetch io.delta:delta-spark_2.13:4.4.1, or on Databricks"
+    f"Delta Lake's JVM jars are not on this Spark session's class path: set {DELTA_JARS} to a folder holding "
+    "delta-spark_2.13-4.4.x.jar and delta-storage-4.4.x.jar (.ci/run does when ../shared/delta-jars exists)"
 )
 
 
@@ -20,30 +20,42 @@ SPARK_DELTA_SKIP = (
 def spark() -> SparkSession:
     check_java()
     builder = SparkSession.builder.master("local[2]").appName("lakejoin-tests")
-    for name, value in {**LOCAL_CONF, "spark.sql.shuffle.partitions": "2", "spark.driver.memory": "2g"}.items():
+    for name, value in local_conf({"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "2g"}).items():
         builder = builder.config(name, value)
-    if os.environ.get("LAKEJOIN_TEST_SPARK_DELTA") == "1":
-        from delta import configure_spark_with_delta_pip
-
-        builder = configure_spark_with_delta_pip(
-            builder.config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension").config(
-                "spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog"
-            )
-        )
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
 
 
+def require_spark_delta(spark: SparkSession) -> None:
+    if not session_has_delta(spark):
+        pytest.skip(SPARK_DELTA_SKIP)
+
+
 @pytest.fixture(params=["delta-rs", pytest.param("spark", marks=pytest.mark.spark_delta)])
 def engine(request: pytest.FixtureRequest, spark: SparkSession):
     """Each Delta engine in turn; Delta on Spark skips where its jars are missing."""
-    if request.param == "spark" and not session_has_delta(spark):
-        pytest.skip(SPARK_DELTA_SKIP)
+    if request.param == "spark":
+        require_spark_delta(spark)
     return make_engine(spark, request.param)
 
 
 @pytest.fixture
 def deltars(spark: SparkSession):
     return make_engine(spark, "delta-rs")
+
+
+@pytest.fixture
+def spark_engine(spark: SparkSession):
+    """Delta on Spark, for the pipeline tests that run on it too; skips where its jars are missing."""
+    require_spark_delta(spark)
+    return make_engine(spark, "spark")
+
+
+@pytest.fixture(params=["delta-rs", pytest.param("spark", marks=pytest.mark.spark_delta)])
+def cli_engine(request: pytest.FixtureRequest) -> str:
+    """The engine a ``lakejoin`` process runs on (tests/helpers.py gives it Delta's jars, or not)."""
+    if request.param == "spark" and not os.environ.get(DELTA_JARS):
+        pytest.skip(SPARK_DELTA_SKIP)
+    return request.param

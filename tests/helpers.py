@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from pipelines.config import Config
+from pipelines.spark import DELTA_JARS
 from pipelines.ingest import IngestResult, ingest_file
 from pipelines.silver import BatchReport, run
 from state.engines import DeltaEngine
@@ -24,20 +25,25 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAKEJOIN = [sys.executable, "-m", "pipelines.cli"]
 
 
-def lakejoin(*args: str, cwd: str) -> subprocess.CompletedProcess:
-    """``lakejoin ARGS`` in a fresh process, to completion."""
-    return subprocess.run([*LAKEJOIN, *args], capture_output=True, text=True, cwd=cwd, env=_env(), timeout=300)
+def lakejoin(*args: str, cwd: str, engine: str = "delta-rs") -> subprocess.CompletedProcess:
+    """``lakejoin ARGS`` in a fresh process on ``engine``, to completion."""
+    return subprocess.run([*LAKEJOIN, *args], capture_output=True, text=True, cwd=cwd, env=_env(engine), timeout=600)
 
 
-def start_lakejoin(*args: str, cwd: str) -> subprocess.Popen:
+def start_lakejoin(*args: str, cwd: str, engine: str = "delta-rs") -> subprocess.Popen:
     """``lakejoin ARGS`` started in a process group of its own (its JVM included), so a test can kill it all."""
     return subprocess.Popen(
-        [*LAKEJOIN, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd, env=_env(), start_new_session=True
+        [*LAKEJOIN, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd, env=_env(engine), start_new_session=True
     )
 
 
-def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": REPO}
+def _env(engine: str) -> dict[str, str]:
+    """The process's engine follows from its session, as for a user: Delta's jars named (``engine: auto`` picks
+    Delta on Spark) or not (delta-rs)."""
+    env = {**os.environ, "PYTHONPATH": REPO}
+    if engine == "delta-rs":
+        env.pop(DELTA_JARS, None)
+    return env
 
 
 @dataclass
