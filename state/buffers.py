@@ -8,6 +8,7 @@ inserts the batch's arrivals and evicts what the watermarks allow, so a replayed
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -101,18 +102,26 @@ def buffer_updates(
 def update_buffers(
     engine: DeltaEngine, plan: BatchPlan, updates: dict[str, BufferUpdate], txn_for: Callable[[str], Txn]
 ) -> dict[str, int]:
-    """Apply each update by one MERGE on ``id`` that inserts and evicts; returns the rows evicted per table."""
-    evicted = {}
-    for name, update in updates.items():
-        with step(name):
-            if not update.needed:
-                continue
-            merged = engine.merge(update.path, update.rows, BUFFER_KEY, update.eviction, txn_for(update.path), aligned=ALIGNED)
-        if merged is not None:
-            evicted[name] = merged.evicted
-        elif update.exists and update.eviction is not None:  # committed by the run this one resumes: count it again
-            evicted[name] = engine.read(update.path, plan.state_versions[name], update.eviction.sql()).count()
-    return evicted
+    """Apply each update by one MERGE on ``id`` that inserts and evicts; returns the rows evicted per table.
+
+    The tables are independent and each MERGE is idempotent under its own transaction, so they run at once:
+    a MERGE is mostly waiting (on the log, the scheduler, the commit), not computing."""
+    with ThreadPoolExecutor(max_workers=len(updates)) as pool:
+        evicted = {name: pool.submit(_update_buffer, engine, plan, name, update, txn_for) for name, update in updates.items()}
+    return {name: count for name, future in evicted.items() if (count := future.result()) is not None}
+
+
+def _update_buffer(engine: DeltaEngine, plan: BatchPlan, name: str, update: BufferUpdate, txn_for: Callable[[str], Txn]) -> int | None:
+    """One table's MERGE; the rows it evicted (counted again when the run this one resumes committed it)."""
+    with step(name):
+        if not update.needed:
+            return None
+        merged = engine.merge(update.path, update.rows, BUFFER_KEY, update.eviction, txn_for(update.path), aligned=ALIGNED)
+    if merged is not None:
+        return merged.evicted
+    if update.exists and update.eviction is not None:
+        return engine.read(update.path, plan.state_versions[name], update.eviction.sql()).count()
+    return None
 
 
 def _not_evictable(arrivals: pa.Table, eviction: Eviction | None) -> pa.Table:
