@@ -1,4 +1,4 @@
-"""A pure-Python reference of the per-record store/probe protocol (DESIGN.md section 2).
+"""A pure-Python reference of the per-record store/probe protocol (docs/design.md section 2).
 
 One record at a time: ``store`` at its own relation's store (joins buffered probes that are newer),
 then ``probe`` at the other store (joins stored records that are older, then enters its probe buffer).
@@ -113,7 +113,7 @@ def respects_lateness(arrivals: Iterable[Record], lateness: int) -> bool:
 
 
 def late_in_batches(batches: Iterable[list[Record]], lateness: int) -> list[Record]:
-    """DESIGN.md section 4 per micro-batch: a record is late when its ts is below its relation's watermark
+    """docs/design.md section 4 per micro-batch: a record is late when its ts is below its relation's watermark
     after the previous batches, ``max(ts of on-time records) - lateness``."""
     marks: dict[str, int] = {}
     late: list[Record] = []

@@ -1,4 +1,4 @@
-"""Bounded state (DESIGN.md section 4): late arrivals are set aside, eviction never loses a pair, state stays small."""
+"""Bounded state (docs/design.md section 4): late arrivals are set aside, eviction never loses a pair, state stays small."""
 
 from __future__ import annotations
 
@@ -45,16 +45,26 @@ def test_when_every_record_respects_the_lateness_bound_gold_is_the_unbounded_joi
     assert pipeline.gold_pairs() == Counter(batch_join(order, within(window)))
 
 
-@PROPERTY
-@given(data=st.data(), lateness=st.integers(0, 2), window=st.one_of(st.none(), st.integers(0, 3)))
-def test_exactly_the_violators_are_quarantined_and_the_rest_join_exactly(deltars, tmp_path_factory, data, lateness, window):
+def only_the_violators_are_late(engine, root: str, data: st.DataObject, lateness: int, window: int | None) -> None:
     order = data.draw(delayed_streams(8))
-    pipeline = Pipeline(deltars, str(tmp_path_factory.mktemp("late")), Config(allowed_lateness=lateness, window=window))
+    pipeline = Pipeline(engine, root, Config(allowed_lateness=lateness, window=window))
     land_and_run(pipeline, order, data)
     late = late_in_batches(pipeline.batches(), lateness)
     assert pipeline.late_ids() == {rec.id for rec in late}
     on_time = [rec for rec in order if rec not in late]
     assert pipeline.gold_pairs() == Counter(batch_join(on_time, within(window)))
+
+
+@PROPERTY
+@given(data=st.data(), lateness=st.integers(0, 2), window=st.one_of(st.none(), st.integers(0, 3)))
+def test_exactly_the_violators_are_quarantined_and_the_rest_join_exactly(deltars, tmp_path_factory, data, lateness, window):
+    only_the_violators_are_late(deltars, str(tmp_path_factory.mktemp("late")), data, lateness, window)
+
+
+@settings(PROPERTY, max_examples=2)
+@given(data=st.data(), lateness=st.integers(0, 2), window=st.integers(0, 3))
+def test_on_delta_spark_exactly_the_violators_are_quarantined_and_the_rest_join_exactly(spark_engine, tmp_path_factory, data, lateness, window):
+    only_the_violators_are_late(spark_engine, str(tmp_path_factory.mktemp("late")), data, lateness, window)
 
 
 def test_a_late_record_is_kept_with_its_reason_watermark_and_batch(deltars, tmp_path):

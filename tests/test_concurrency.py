@@ -45,6 +45,10 @@ def landed(deltars, tmp_path, pristine) -> tuple[Pipeline, list[Record]]:
     return pipeline, pristine[1]
 
 
+# How long a fresh ``lakejoin run`` of the landed warehouse (ten batches) takes to start Spark and to finish, per engine.
+RUN_SECONDS = {"delta-rs": (7.0, 20.0), "spark": (10.0, 40.0)}
+
+
 def run_args(pipeline: Pipeline, *extra: str) -> list[str]:
     return ["run", "--warehouse", pipeline.warehouse.root, "--max-batch-rows", "4", *extra]
 
@@ -96,7 +100,7 @@ def test_arrivals_ingested_during_a_run_land_in_a_later_batch(landed):
     assert pipeline.gold_pairs() == Counter(batch_join(records + more))
 
 
-def test_kill_9_at_random_moments_then_a_clean_rerun_gives_the_uninterrupted_result(landed, deltars, pristine, tmp_path_factory):
+def test_kill_9_at_random_moments_then_a_clean_rerun_gives_the_uninterrupted_result(landed, deltars, pristine, tmp_path_factory, cli_engine):
     pipeline, records = landed
     uninterrupted = Pipeline(deltars, str(tmp_path_factory.mktemp("uninterrupted")))
     shutil.copytree(pristine[0], uninterrupted.warehouse.root)
@@ -104,11 +108,11 @@ def test_kill_9_at_random_moments_then_a_clean_rerun_gives_the_uninterrupted_res
 
     rng = random.Random(9)
     for _ in range(4):
-        victim = start_lakejoin(*run_args(pipeline), cwd=pipeline.root)
-        time.sleep(rng.uniform(7.0, 20.0))  # a fresh run starts Spark, then joins ten batches in ~20 s
+        victim = start_lakejoin(*run_args(pipeline), cwd=pipeline.root, engine=cli_engine)
+        time.sleep(rng.uniform(*RUN_SECONDS[cli_engine]))  # within the run: Spark's start, then ten batches
         os.killpg(victim.pid, signal.SIGKILL)
         victim.communicate()
-    rerun = lakejoin(*run_args(pipeline), cwd=pipeline.root)
+    rerun = lakejoin(*run_args(pipeline), cwd=pipeline.root, engine=cli_engine)
 
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert pipeline.snapshot() == uninterrupted.snapshot()

@@ -62,18 +62,18 @@ def test_landing_ingest_takes_every_new_file_once_in_name_order(deltars, tmp_pat
     assert sum(result.landed for result in again) == 0
 
 
-def test_maintenance_compacts_every_table_and_the_next_run_joins_as_before(deltars, tmp_path):
-    pipeline = Pipeline(deltars, str(tmp_path))
+def test_maintenance_compacts_every_table_and_the_next_run_joins_as_before(engine, tmp_path):
+    pipeline = Pipeline(engine, str(tmp_path))
     pipeline.land(RECORDS[:3])
     pipeline.run(max_batch_rows=1)  # s1 and r2 each add pairs: two gold files
-    gold_version = deltars.version(pipeline.warehouse.gold)
-    assert len(deltars.read(pipeline.warehouse.gold).inputFiles()) == 2
-    maintained = maintain(deltars, pipeline.warehouse)
+    gold_version = engine.version(pipeline.warehouse.gold)
+    assert len(engine.read(pipeline.warehouse.gold).inputFiles()) == 2
+    maintained = maintain(engine, pipeline.warehouse)
     assert {"bronze/r", "silver/batches", "gold/join_results"} <= set(maintained)
-    assert len(deltars.read(pipeline.warehouse.gold).inputFiles()) == 1
-    assert deltars.version(pipeline.warehouse.gold) == gold_version + 1
+    assert len(engine.read(pipeline.warehouse.gold).inputFiles()) == 1
+    assert engine.version(pipeline.warehouse.gold) > gold_version  # OPTIMIZE (Delta on Spark also logs VACUUM start and end)
     pipeline.land(RECORDS[3:])
     pipeline.run(max_batch_rows=1)
     assert pipeline.gold_pairs() == Counter(batch_join(RECORDS))
     with pytest.raises(LakejoinError, match="use at least 168"):
-        maintain(deltars, pipeline.warehouse, retention_hours=1)
+        maintain(engine, pipeline.warehouse, retention_hours=1)

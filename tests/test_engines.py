@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pyarrow as pa
+import pytest
 from chispa import assert_df_equality
 
+from pipelines.spark import DELTA_JARS, delta_jars
 from state.engines import Eviction, Merged, Txn
 from state.engines.base import applied
+from tests.conftest import SPARK_DELTA_SKIP
+from tests.helpers import REPO
 
 
 def frame(spark, rows):
@@ -147,3 +155,22 @@ def test_optimize_compacts_and_sorts_without_changing_rows_and_vacuum_keeps_hist
     engine.vacuum(path, 168)  # keeps every file a version of the last week needs
     assert_df_equality(engine.read(path, before), engine.read(path), ignore_row_order=True)
     engine.optimize(str(tmp_path / "missing"))  # nothing to do for a table that does not exist
+
+
+def test_delta_loaded_with_spark_jars_is_detected_as_it_is_on_the_class_path(tmp_path):
+    """``spark.jars`` (and ``spark.jars.packages``, which ``configure_spark_with_delta_pip`` uses) put Delta in
+    Spark's class loader, not the system one: ``auto`` must still find it."""
+    jars = delta_jars(os.environ.get(DELTA_JARS))
+    if not jars:
+        pytest.skip(SPARK_DELTA_SKIP)
+    script = f"""
+from pyspark.sql import SparkSession
+from state.engines import make_engine, session_has_delta
+spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").config("spark.jars", {",".join(jars)!r})
+         .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+         .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog").getOrCreate())
+print("detected:", session_has_delta(spark), make_engine(spark).name)
+"""
+    env = {name: value for name, value in os.environ.items() if name != DELTA_JARS}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, env={**env, "PYTHONPATH": REPO}, timeout=300)
+    assert "detected: True spark" in done.stdout, done.stderr[-2000:]

@@ -15,7 +15,7 @@ from tests.reference import Pair, Record, batch_join, join_in_arrival_order
 R2, R4, R8 = (Record("r", f"r{ts}", ts, "k", f"payload r{ts}") for ts in (2, 4, 8))
 S1, S7 = (Record("s", f"s{ts}", ts, "k", f"payload s{ts}") for ts in (1, 7))
 
-# DESIGN.md section 2's worked example, one record per batch: (r_id, s_id, owner, batch that produced it).
+# docs/design.md section 2's worked example, one record per batch: (r_id, s_id, owner, batch that produced it).
 ORDERS = {
     "ideal": (
         [S1, R2, R4, S7, R8],
@@ -32,10 +32,14 @@ ORDERS = {
 }
 
 
-@pytest.mark.parametrize("order_name", ORDERS)
-def test_worked_example_one_record_at_a_time(deltars, tmp_path, order_name):
+@pytest.mark.parametrize(
+    "engine, order_name",
+    [*(("delta-rs", name) for name in ORDERS), pytest.param("spark", "delayed store r4", marks=pytest.mark.spark_delta)],
+    indirect=["engine"],
+)
+def test_worked_example_one_record_at_a_time(engine, tmp_path, order_name):
     order, expected = ORDERS[order_name]
-    pipeline = Pipeline(deltars, str(tmp_path))
+    pipeline = Pipeline(engine, str(tmp_path))
     for record in order:
         pipeline.land([record])
         pipeline.run()
@@ -80,17 +84,27 @@ arrival_sequences = st.lists(
 ).map(lambda rows: [Record(rel, f"{rel}{i}", ts, key, f"p{i}") for i, (rel, ts, key) in enumerate(rows)])
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(records=arrival_sequences, data=st.data())
-def test_any_arrival_order_and_batch_split_gives_the_batch_join(deltars, tmp_path_factory, records, data):
+def arrivals_in_random_batches_give_the_batch_join(engine, root: str, records: list[Record], data: st.DataObject) -> None:
     """Random relations, arrival permutations and micro-batch splits: gold is the batch join, each pair once."""
     order = data.draw(st.permutations(records))
     cuts = sorted(data.draw(st.sets(st.integers(1, len(order) - 1), max_size=3))) if len(order) > 1 else []
-    pipeline = Pipeline(deltars, str(tmp_path_factory.mktemp("prop")))
+    pipeline = Pipeline(engine, root)
     for start, end in zip([0, *cuts], [*cuts, len(order)]):
         pipeline.land(order[start:end])
         pipeline.run(max_batch_rows=data.draw(st.integers(1, 6)))
     assert pipeline.gold_pairs() == Counter(batch_join(records))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(records=arrival_sequences, data=st.data())
+def test_any_arrival_order_and_batch_split_gives_the_batch_join(deltars, tmp_path_factory, records, data):
+    arrivals_in_random_batches_give_the_batch_join(deltars, str(tmp_path_factory.mktemp("prop")), records, data)
+
+
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(records=arrival_sequences, data=st.data())
+def test_on_delta_spark_any_arrival_order_and_batch_split_gives_the_batch_join(spark_engine, tmp_path_factory, records, data):
+    arrivals_in_random_batches_give_the_batch_join(spark_engine, str(tmp_path_factory.mktemp("prop")), records, data)
 
 
 def test_non_equi_predicate(deltars, tmp_path):

@@ -19,14 +19,14 @@ RECORDS = [Record("r", "r1", 1, "a"), Record("r", "r2", 2, "b"), Record("s", "s1
 PLAUSIBLE = [rec for rec in RECORDS if rec.id != "s99"]  # ts_max 50 makes s99 implausible
 
 
-def landed(tmp_path) -> str:
+def landed(tmp_path, engine: str) -> str:
     """A warehouse holding RECORDS in bronze, nothing joined yet."""
     warehouse = str(tmp_path / "wh")
     for side in ("r", "s"):
         path = tmp_path / f"{side}.jsonl"
         rows = [{"id": rec.id, "ts": rec.ts, "key": rec.key} for rec in RECORDS if rec.relation == side]
         path.write_text("\n".join(map(json.dumps, rows)))
-        assert lakejoin("ingest", "--warehouse", warehouse, "--side", side, str(path), cwd=str(tmp_path)).returncode == 0
+        assert lakejoin("ingest", "--warehouse", warehouse, "--side", side, str(path), cwd=str(tmp_path), engine=engine).returncode == 0
     return warehouse
 
 
@@ -60,7 +60,7 @@ def gold_ids(warehouse: str) -> Counter:
 
 
 def test_fail_stops_the_batch_with_nothing_written_then_a_relaxed_policy_lets_the_next_run_proceed(tmp_path):
-    warehouse = landed(tmp_path)
+    warehouse = landed(tmp_path, "delta-rs")
     before = versions(warehouse)
     stopped = lakejoin("run", "--warehouse", warehouse, "--config", config_file(tmp_path, "fail"), cwd=str(tmp_path))
     assert stopped.returncode == 1
@@ -80,14 +80,14 @@ def test_fail_stops_the_batch_with_nothing_written_then_a_relaxed_policy_lets_th
     assert "bronze_ts_plausible on bronze/s: 1 of 2 rows failed (warn)" in status.stdout
 
 
-def test_quarantine_takes_the_row_out_of_the_join_and_keeps_it_with_the_rule_name(tmp_path):
-    warehouse = landed(tmp_path)
-    ran = lakejoin("run", "--warehouse", warehouse, "--config", config_file(tmp_path, "quarantine"), cwd=str(tmp_path))
+def test_quarantine_takes_the_row_out_of_the_join_and_keeps_it_with_the_rule_name(tmp_path, cli_engine):
+    warehouse = landed(tmp_path, cli_engine)
+    ran = lakejoin("run", "--warehouse", warehouse, "--config", config_file(tmp_path, "quarantine"), cwd=str(tmp_path), engine=cli_engine)
     assert ran.returncode == 0, ran.stderr[-2000:]
     assert gold_ids(warehouse) == Counter((p.r_id, p.s_id) for p in batch_join(PLAUSIBLE))
     (kept,) = read(os.path.join(warehouse, "quarantine", "expectations"))
     assert (kept["rule"], kept["table"], kept["row_key"], json.loads(kept["row"])["ts"]) == ("bronze_ts_plausible", "bronze/s", "s99", 99)
-    audited = lakejoin("validate", "--warehouse", warehouse, "--config", config_file(tmp_path, "quarantine"), cwd=str(tmp_path))
+    audited = lakejoin("validate", "--warehouse", warehouse, "--config", config_file(tmp_path, "quarantine"), cwd=str(tmp_path), engine=cli_engine)
     assert audited.returncode == 0, audited.stdout[-3000:]
     assert "reconciliation: PASS" in audited.stdout  # gold = join of bronze minus the quarantined row
 

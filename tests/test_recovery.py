@@ -61,6 +61,20 @@ def test_crash_at_any_write_then_rerun_equals_an_uninterrupted_run(deltars, tmp_
     assert pipeline.snapshot() == uninterrupted
 
 
+def test_on_delta_spark_a_run_dying_at_each_write_in_turn_resumes_to_the_uninterrupted_result(spark_engine, tmp_path, monkeypatch, uninterrupted):
+    """Every crash point on Delta on Spark, in one warehouse: each rerun resumes the batch the last one left
+    unfinished and dies at the next point, then a clean run finishes. The result equals delta-rs's uninterrupted run."""
+    pipeline = bounded(spark_engine, tmp_path)
+    first_part_joined(pipeline)
+    for point in POINTS:
+        monkeypatch.setenv(CRASH_AT, point)
+        with pytest.raises(InjectedCrash):
+            pipeline.run(max_batch_rows=3)
+    monkeypatch.delenv(CRASH_AT)
+    pipeline.run(max_batch_rows=3)
+    assert pipeline.snapshot() == uninterrupted
+
+
 def test_the_uninterrupted_run_is_the_batch_join_of_what_was_on_time(uninterrupted):
     pairs = Counter(Pair(row["r_id"], row["s_id"], row["owner"]) for row in map(dict, uninterrupted["gold"].elements()))
     on_time = [rec for rec in FIRST + LATER if rec.id not in LATE | IMPLAUSIBLE]

@@ -1,4 +1,4 @@
-"""The pure-Python reference against DESIGN.md's worked example and the batch join, over many cases."""
+"""The pure-Python reference against docs/design.md's worked example and the batch join, over many cases."""
 
 from __future__ import annotations
 

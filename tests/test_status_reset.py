@@ -18,11 +18,15 @@ RECORDS = [
 ]
 
 
-@pytest.fixture
-def pipeline(deltars, tmp_path) -> Pipeline:
-    pipeline = Pipeline(deltars, str(tmp_path))
+def landed(engine, root) -> Pipeline:
+    pipeline = Pipeline(engine, str(root))
     pipeline.land(RECORDS)
     return pipeline
+
+
+@pytest.fixture
+def pipeline(deltars, tmp_path) -> Pipeline:
+    return landed(deltars, tmp_path)
 
 
 def test_status_shows_tables_batches_and_pending_arrivals(pipeline, monkeypatch):
@@ -57,7 +61,8 @@ def test_status_names_what_a_run_would_refuse(pipeline):
     assert status.last_committed_batch == 3
 
 
-def test_reset_then_run_rebuilds_the_same_gold_and_state(pipeline):
+def test_reset_then_run_rebuilds_the_same_gold_and_state(engine, tmp_path):
+    pipeline = landed(engine, tmp_path)
     pipeline.run(max_batch_rows=2)
     before = pipeline.snapshot()
     versions = pipeline.versions()
