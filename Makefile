@@ -4,7 +4,7 @@ PYTHON ?= python3.11
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench-state bench-dq bench-peers
+.PHONY: demo test bench-state bench-dq bench-peers bench-engines
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is required: install it, or pass PYTHON=/path/to/python3.11"; exit 1; }
@@ -28,3 +28,6 @@ bench-dq: $(STAMP)
 
 bench-peers: $(STAMP)
 	$(VENV)/bin/python -m benchmarks.peers --recompute
+
+bench-engines: $(STAMP)
+	$(VENV)/bin/python -m benchmarks.engines

@@ -1,7 +1,7 @@
 """lakejoin against what a user would otherwise run, on the same stream, in one Spark session.
 
 1. lakejoin: each micro-batch lands as one Parquet file per relation, is ingested, then ``run`` joins it
-   (delta-rs engine, data-quality rules on), as a scheduled job would;
+   (``--engine``: delta-rs by default, or Delta on Spark; data-quality rules on), as a scheduled job would;
 2. Spark Structured Streaming: the same files read by two file streams (one file per trigger, so the
    same micro-batches), a stream-stream inner join on the same predicate, RocksDB state store,
    ``Trigger.AvailableNow``, Parquet sink;
@@ -82,10 +82,10 @@ def copied(batches: list[dict[str, str]], folder: str) -> list[dict[str, str]]:
     return result
 
 
-def run_lakejoin(spark: SparkSession, batches: list[dict[str, str]], workdir: str, batch: int) -> Measured:
-    engine = make_engine(spark, "delta-rs")
+def run_lakejoin(spark: SparkSession, batches: list[dict[str, str]], workdir: str, batch: int, engine_name: str) -> Measured:
+    engine = make_engine(spark, engine_name)
     warehouse = Warehouse(os.path.join(workdir, "lakejoin"))
-    config = Config(engine="delta-rs", max_batch_rows=2 * batch)
+    config = Config(engine=engine_name, max_batch_rows=2 * batch)
     measured = Measured(0.0)
     for files in batches:
         started = time.perf_counter()
@@ -171,6 +171,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=10_000, help="arrivals per relation per micro-batch (default 10000)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--recompute", action="store_true", help="also measure recomputing the join after every micro-batch")
+    parser.add_argument("--engine", choices=["delta-rs", "spark"], default="delta-rs", help="lakejoin's Delta engine (spark needs LAKEJOIN_DELTA_JARS)")
     parser.add_argument("--out", default="benchmarks/results/peers.json")
     args = parser.parse_args()
 
@@ -180,7 +181,7 @@ def main() -> None:
     spark = get_spark()
     predicate = Config().join_condition
     systems: dict[str, Callable[[list[dict[str, str]], str], Measured]] = {
-        "lakejoin": lambda chosen, workdir: run_lakejoin(spark, chosen, workdir, args.batch),
+        "lakejoin": lambda chosen, workdir: run_lakejoin(spark, chosen, workdir, args.batch, args.engine),
         "structured-streaming": lambda chosen, workdir: run_structured_streaming(spark, chosen, workdir, predicate),
         "one-shot": lambda chosen, workdir: one_shot(spark, chosen, workdir, predicate),
     }
@@ -226,7 +227,7 @@ def main() -> None:
     }
     if recompute:
         figures["recompute-every-batch"] = {"total_s": sum(recompute), "batch_s": recompute, "records_per_s": arrivals / sum(recompute)}
-    print(f"\n{args.rows} records per relation, {args.keys} keys, skew {args.skew}, disorder {args.disorder}, "
+    print(f"\nlakejoin on {args.engine}; {args.rows} records per relation, {args.keys} keys, skew {args.skew}, disorder {args.disorder}, "
           f"{len(batches)} micro-batches of {args.batch} per relation, {expected_pairs} pairs, {args.rounds} rounds")
     print(f"{'system':<24} {'total s':>8} {'records/s':>10} {'p50 s':>7} {'p95 s':>7} {'peak state':>11}  same pairs")
     for name, row in figures.items():

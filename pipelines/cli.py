@@ -67,6 +67,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--chunk-rows", type=_positive, default=4_000, metavar="C", help="arrivals per ingested chunk (default 4000)")
     demo.add_argument("--max-batch-rows", type=_positive, default=2_000, metavar="N", help="arrivals per micro-batch (default 2000)")
     demo.add_argument("--seed", type=int, default=7, help="random seed (default 7)")
+    demo.add_argument("--engine", metavar="NAME", help="the Delta engine: auto, delta-rs or spark (config: engine; default auto)")
     return parser
 
 
@@ -85,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             from pipelines.demo import DemoOptions, run_demo
 
             options = DemoOptions(args.rows, args.keys, args.skew, args.disorder, args.chunk_rows, args.max_batch_rows, args.seed)
-            return 0 if run_demo(options, config, args.warehouse) else 1
+            return 0 if run_demo(options, config.with_overrides(engine=args.engine), args.warehouse) else 1
         return _on_warehouse(args, config)
     except LakejoinError as exc:
         print(f"lakejoin: error: {exc}", file=sys.stderr)
