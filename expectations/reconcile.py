@@ -1,4 +1,4 @@
-"""Gold against the batch SQL join of bronze: the contract of DESIGN.md section 2.
+"""Gold against the batch SQL join of bronze: the contract of docs/design.md section 2.
 
 Gold, ignoring bookkeeping columns (batch id, produced_at), must equal ``SELECT … FROM R JOIN S ON
 predicate`` over bronze minus late arrivals as a multiset, each pair owned by the relation of its older member.
@@ -47,7 +47,7 @@ class Reconciliation:
 
 def joinable(engine: DeltaEngine, warehouse: Warehouse) -> dict[Relation, DataFrame]:
     """Each relation's bronze minus its late arrivals and the rows rules quarantined: what gold must be the
-    join of (DESIGN.md section 4)."""
+    join of (docs/design.md section 4)."""
     late = engine.read(warehouse.late_arrivals)
     relations = {}
     for rel in RELATIONS:

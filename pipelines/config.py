@@ -19,7 +19,7 @@ class Config:
     max_batch_rows: int = 10_000  # arrivals (both relations together) per micro-batch
     engine: str = "auto"  # auto | delta-rs | spark
     pipeline: str = "lakejoin"  # names the Delta application transactions of this pipeline's writes
-    # Per relation, in ts units: how far below the newest ts seen a record may still arrive (DESIGN.md
+    # Per relation, in ts units: how far below the newest ts seen a record may still arrive (docs/design.md
     # section 4). One number applies to both relations; None keeps no watermark (nothing is late).
     allowed_lateness: int | dict[str, int] | None = None
     window: int | None = None  # band W: pairs also need |r.ts - s.ts| <= W, and stores evict what it leaves behind

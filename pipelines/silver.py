@@ -1,6 +1,6 @@
 """The silver stage: every pending arrival joined in micro-batches, each a prefix of the arrival order.
 
-Per batch (DESIGN.md section 3): plan → compute from the pinned inputs → write gold and the state
+Per batch (docs/design.md section 3): plan → compute from the pinned inputs → write gold and the state
 tables, each commit tagged with the application transaction (pipeline:table, batch id) → commit the
 batch log row last. A batch left unfinished by a crash is resumed with its own plan.
 """

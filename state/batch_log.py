@@ -2,7 +2,7 @@
 
 The plan pins everything the batch reads — the slice of the global arrival order, the bronze versions
 that hold it, the version of every state table before the batch — so a batch that did not commit can
-be resumed with exactly the same inputs (DESIGN.md section 3).
+be resumed with exactly the same inputs (docs/design.md section 3).
 """
 
 from __future__ import annotations

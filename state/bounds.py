@@ -1,4 +1,4 @@
-"""Bounded state (DESIGN.md section 4): watermarks, late arrivals, and what each buffer may evict.
+"""Bounded state (docs/design.md section 4): watermarks, late arrivals, and what each buffer may evict.
 
 The watermark of X after a batch is ``max(ts of X seen) - allowed_lateness(X)``; a batch classifies its
 arrivals against the watermarks before it. Every arrival that is not late has ``ts >= watermark``, which

@@ -1,4 +1,4 @@
-"""The store/probe join in batch form (DESIGN.md section 2), as pure DataFrame functions.
+"""The store/probe join in batch form (docs/design.md section 2), as pure DataFrame functions.
 
 For a micro-batch with new arrivals ΔX and state read at the batch's snapshot, the store of X owns
 the pairs whose older member is in X:

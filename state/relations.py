@@ -11,7 +11,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Relation:
     name: str  # "r": table names (bronze/r, silver/r_store) and the predicate's alias (r.key)
-    rank: int  # breaks timestamp ties in the total order of DESIGN.md section 2
+    rank: int  # breaks timestamp ties in the total order of docs/design.md section 2
 
     @property
     def label(self) -> str:

@@ -20,7 +20,7 @@ class Txn:
     """A Delta application transaction: the write of ``version`` (a batch id) by ``app_id``.
 
     A table that already records ``version`` (or a later one) for ``app_id`` has had this write,
-    so the engine skips it: that is what makes a replayed batch idempotent (DESIGN.md section 3).
+    so the engine skips it: that is what makes a replayed batch idempotent (docs/design.md section 3).
     """
 
     app_id: str
