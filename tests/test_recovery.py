@@ -49,15 +49,21 @@ def uninterrupted(spark, tmp_path_factory) -> dict[str, Counter]:
     return pipeline.snapshot()
 
 
+def crash_at_each_then_finish(pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch, points: list[str]) -> None:
+    """Runs that each die at the next of ``points`` (each resuming what the last left unfinished), then a clean run."""
+    first_part_joined(pipeline)
+    for point in points:
+        monkeypatch.setenv(CRASH_AT, point)
+        with pytest.raises(InjectedCrash):
+            pipeline.run(max_batch_rows=3)
+    monkeypatch.delenv(CRASH_AT)
+    pipeline.run(max_batch_rows=3)
+
+
 @pytest.mark.parametrize("point", POINTS)
 def test_crash_at_any_write_then_rerun_equals_an_uninterrupted_run(deltars, tmp_path, monkeypatch, point, uninterrupted):
     pipeline = bounded(deltars, tmp_path)
-    first_part_joined(pipeline)
-    monkeypatch.setenv(CRASH_AT, point)
-    with pytest.raises(InjectedCrash):
-        pipeline.run(max_batch_rows=3)
-    monkeypatch.delenv(CRASH_AT)
-    pipeline.run(max_batch_rows=3)
+    crash_at_each_then_finish(pipeline, monkeypatch, [point])
     assert pipeline.snapshot() == uninterrupted
 
 
@@ -65,13 +71,7 @@ def test_on_delta_spark_a_run_dying_at_each_write_in_turn_resumes_to_the_uninter
     """Every crash point on Delta on Spark, in one warehouse: each rerun resumes the batch the last one left
     unfinished and dies at the next point, then a clean run finishes. The result equals delta-rs's uninterrupted run."""
     pipeline = bounded(spark_engine, tmp_path)
-    first_part_joined(pipeline)
-    for point in POINTS:
-        monkeypatch.setenv(CRASH_AT, point)
-        with pytest.raises(InjectedCrash):
-            pipeline.run(max_batch_rows=3)
-    monkeypatch.delenv(CRASH_AT)
-    pipeline.run(max_batch_rows=3)
+    crash_at_each_then_finish(pipeline, monkeypatch, POINTS)
     assert pipeline.snapshot() == uninterrupted
 
 
