@@ -111,13 +111,11 @@ class SparkDeltaEngine:
         hadoop_path.getFileSystem(self.spark._jsc.hadoopConfiguration()).delete(hadoop_path, True)  # type: ignore[union-attr]
         self._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
 
-    def _frame(self, df: Data) -> DataFrame:
-        return df if isinstance(df, DataFrame) else self.spark.createDataFrame(df)
-
     def append(self, path: str, df: Data, txn: Txn | None = None) -> int | None:
+        before = self.version(path)
         if applied(self, path, txn):
             return None
-        frame, counted = _counted(self._frame(df))
+        frame, counted = (self.spark.createDataFrame(df), None) if isinstance(df, pa.Table) else _counted(df)
         writer = frame.write.format("delta").mode("append").option("mergeSchema", "true")
         if txn is not None:
             writer = writer.option("txnAppId", txn.app_id).option("txnVersion", txn.version)
@@ -125,7 +123,9 @@ class SparkDeltaEngine:
             writer.saveAsTable(path)
         else:
             writer.save(path)
-        return df.num_rows if isinstance(df, pa.Table) else int(counted.get["rows"])
+        if self.version(path) == before:  # Delta found the transaction already recorded: nothing was written
+            return None
+        return df.num_rows if counted is None else int(counted.get["rows"])
 
     def merge(
         self, path: str, df: Data, key: str, evict: Eviction | None = None, txn: Txn | None = None, aligned: str | None = None
