@@ -7,19 +7,21 @@ name, in ``quarantine/expectations``; ``warn`` only counts. Counts per rule go t
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import reduce
 
 import pyarrow as pa
-import pyarrow.compute as pc
-from pyspark.sql import DataFrame
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
 
-from expectations.frames import DERIVED_PREFIX
+from expectations.frames import DERIVED_PREFIX, without_checks
 from expectations.rules import RULES, Rule
 from expectations.runner import RuleResult, Validator
 from pipelines.config import Config
+from state.engines import Data
 from state.errors import LakejoinError
 
 RESULT_SCHEMA = pa.schema(
@@ -34,9 +36,6 @@ RESULT_SCHEMA = pa.schema(
         ("examples", pa.string()),
         ("checked_at", pa.timestamp("us", tz="UTC")),
     ]
-)
-QUARANTINE_SCHEMA = pa.schema(
-    [("batch_id", pa.int64()), ("rule", pa.string()), ("table", pa.string()), ("row_key", pa.string()), ("row", pa.string())]
 )
 
 
@@ -63,27 +62,59 @@ class BatchChecks:
     config: Config
     batch_id: int
     results: list[RuleResult] = field(default_factory=list)
-    quarantined: list[pa.Table] = field(default_factory=list)
+    quarantined: list[DataFrame] = field(default_factory=list)
     seconds: float = 0.0  # time spent evaluating rules and applying policies
+    _persisted: list[DataFrame] = field(default_factory=list)
 
-    def screen(self, table: str, target: str, rows: pa.Table | DataFrame, keys: list[str]) -> pa.Table:
-        """``rows`` minus those a quarantine rule takes out, without the derived ``_dq_`` columns. Rows given
-        as a DataFrame are computed here, their cost counted as the checks'."""
+    def screen(self, table: str, target: str, rows: Data, keys: list[str]) -> Data:
+        """``rows`` minus those a quarantine rule takes out, without the derived ``_dq_`` columns.
+
+        Rows on the driver (Arrow) are checked there, on the configured engine; a DataFrame (a batch's pairs
+        too many for the driver) is checked where it is, on Spark, kept in Spark's storage until ``release``
+        so the rules and the write compute it once."""
         started = time.perf_counter()
-        rows = rows if isinstance(rows, pa.Table) else rows.toArrow()
+        spread = isinstance(rows, DataFrame)
+        if spread:
+            rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
+            self._persisted.append(rows)
+        rules = bound_rules(self.config, target)
         results = []
-        if rows.num_rows:
-            rules = bound_rules(self.config, target)
-            results = self.validator.check(table, rows, keys, rules, self.config.quality.engine)
+        if rules and (spread or rows.num_rows):
+            engine = "spark" if spread else self.config.quality.engine
+            complete = not spread or any(policy == "quarantine" for _, _, policy in rules)
+            results = self.validator.check(table, rows, keys, rules, engine, complete=complete)
         self.results += results
-        taken = [result for result in results if result.policy == "quarantine" and result.failed]
-        kept = _without_derived(rows)
-        for result in taken:
-            failing = _matches(kept, keys, result.failing)
-            self.quarantined.append(_quarantine_rows(self.batch_id, result, kept.filter(failing), keys))
-            kept = kept.filter(pc.invert(failing))
+        kept = without_checks(rows) if spread else _without_derived(rows)
+        for result in results:
+            if result.policy == "quarantine" and result.failed:
+                kept, taken = self._set_aside(kept, keys, result)
+                self.quarantined.append(taken)
         self.seconds += time.perf_counter() - started
         return kept
+
+    def _set_aside(self, rows: Data, keys: list[str], result: RuleResult) -> tuple[Data, DataFrame]:
+        """``rows`` without those ``result`` names, and those rows as ``quarantine/expectations`` keeps them.
+        Done in Spark whatever ``rows`` are: it only happens when a rule breaks."""
+        spark = self.validator.spark
+        frame = rows if isinstance(rows, DataFrame) else spark.createDataFrame(rows)
+        keyed = frame.withColumn(ROW_KEY, row_key(keys))
+        failing = [("|".join(NULL_KEY if row[key] is None else str(row[key]) for key in keys),) for row in result.failing]
+        wanted = F.broadcast(spark.createDataFrame(failing, f"{ROW_KEY} string"))
+        taken = keyed.join(wanted, ROW_KEY, "left_semi").select(
+            F.lit(self.batch_id).cast("bigint").alias("batch_id"),
+            F.lit(result.rule.name).alias("rule"),
+            F.lit(result.table).alias("table"),
+            F.col(ROW_KEY).alias("row_key"),
+            F.to_json(F.struct(*sorted(frame.columns))).alias("row"),
+        )
+        kept = keyed.join(wanted, ROW_KEY, "left_anti").drop(ROW_KEY)
+        return (kept if isinstance(rows, DataFrame) else kept.toArrow()), taken
+
+    def release(self) -> None:
+        """Free what ``screen`` kept in Spark's storage, once the batch has written it."""
+        for frame in self._persisted:
+            frame.unpersist()
+        self._persisted.clear()
 
     def raise_if_failed(self) -> None:
         broken = [result for result in self.results if result.policy == "fail" and not result.passed]
@@ -113,8 +144,8 @@ class BatchChecks:
         ]
         return pa.Table.from_pylist(rows, RESULT_SCHEMA)
 
-    def quarantine_rows(self) -> pa.Table | None:
-        return pa.concat_tables(self.quarantined) if self.quarantined else None
+    def quarantine_rows(self) -> DataFrame | None:
+        return reduce(DataFrame.unionByName, self.quarantined) if self.quarantined else None
 
     def summary(self) -> dict[str, int]:
         """Failing rows per rule that broke this batch (warned or quarantined)."""
@@ -130,27 +161,9 @@ def _without_derived(rows: pa.Table) -> pa.Table:
 
 
 NULL_KEY = "<null>"
+ROW_KEY = "_dq_row_key"
 
 
-def _row_key(rows: pa.Table, keys: list[str]) -> pa.Array:
-    columns = [pc.fill_null(pc.cast(rows[key], pa.string()), NULL_KEY) for key in keys]
-    return columns[0] if len(columns) == 1 else pc.binary_join_element_wise(*columns, "|")
-
-
-def _matches(rows: pa.Table, keys: list[str], failing: tuple[dict, ...]) -> pa.Array:
-    wanted = pa.array(["|".join(NULL_KEY if row[key] is None else str(row[key]) for key in keys) for row in failing], pa.string())
-    return pc.is_in(_row_key(rows, keys), value_set=wanted)
-
-
-def _quarantine_rows(batch_id: int, result: RuleResult, rows: pa.Table, keys: list[str]) -> pa.Table:
-    records = rows.to_pylist()
-    return pa.table(
-        {
-            "batch_id": pa.array([batch_id] * rows.num_rows, pa.int64()),
-            "rule": pa.array([result.rule.name] * rows.num_rows, pa.string()),
-            "table": pa.array([result.table] * rows.num_rows, pa.string()),
-            "row_key": _row_key(rows, keys),
-            "row": pa.array([json.dumps(record, default=str, sort_keys=True) for record in records], pa.string()),
-        },
-        schema=QUARANTINE_SCHEMA,
-    )
+def row_key(keys: list[str]) -> Column:
+    """A row's key columns as one string (``quarantine/expectations.row_key``): ``a|b``, a null as ``<null>``."""
+    return F.concat_ws("|", *[F.coalesce(F.col(key).cast("string"), F.lit(NULL_KEY)) for key in keys])

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from expectations.batch import NULL_KEY
+from expectations.batch import row_key
 from state.engines import DeltaEngine
 from state.joiner import older, pair_columns
 from state.layout import Warehouse
@@ -56,7 +56,7 @@ def joinable(engine: DeltaEngine, warehouse: Warehouse) -> dict[Relation, DataFr
             bronze = bronze.join(late.where(F.col("relation") == rel.name).select("id"), "id", "left_anti")
         taken = _quarantined_keys(engine, warehouse, warehouse.bronze(rel))
         if taken is not None:
-            bronze = bronze.join(taken, F.coalesce(bronze["id"], F.lit(NULL_KEY)) == taken["row_key"], "left_anti")
+            bronze = bronze.join(taken, row_key(["id"]) == taken["row_key"], "left_anti")
         relations[rel] = bronze
     return relations
 
@@ -67,8 +67,7 @@ def expected_gold(engine: DeltaEngine, warehouse: Warehouse, condition: str) -> 
     taken = _quarantined_keys(engine, warehouse, warehouse.gold)
     if taken is None:
         return expected
-    pair_key = F.concat_ws("|", *[F.coalesce(f"{rel.name}_id", F.lit(NULL_KEY)) for rel in RELATIONS])
-    return expected.join(taken, pair_key == taken["row_key"], "left_anti")
+    return expected.join(taken, row_key([f"{rel.name}_id" for rel in RELATIONS]) == taken["row_key"], "left_anti")
 
 
 def _quarantined_keys(engine: DeltaEngine, warehouse: Warehouse, path: str) -> DataFrame | None:

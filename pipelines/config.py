@@ -17,6 +17,10 @@ from state.relations import RELATIONS
 class Config:
     predicate: str = DEFAULT_PREDICATE  # Spark SQL boolean expression over r.* and s.*
     max_batch_rows: int = 10_000  # arrivals (both relations together) per micro-batch
+    # A batch's pairs up to this many are checked and written from the driver, the fastest way for small
+    # batches; more stay in Spark, checked there and written where they are (Delta on Spark; delta-rs writes
+    # from the driver whatever the size).
+    driver_rows: int = 100_000
     engine: str = "auto"  # auto | delta-rs | spark
     pipeline: str = "lakejoin"  # names the Delta application transactions of this pipeline's writes
     # Per relation, in ts units: how far below the newest ts seen a record may still arrive (docs/design.md
@@ -34,6 +38,8 @@ class Config:
             raise LakejoinError("config: 'predicate' must be a non-empty Spark SQL expression over r.* and s.*")
         if not isinstance(self.max_batch_rows, int) or self.max_batch_rows < 1:
             raise LakejoinError(f"config: 'max_batch_rows' must be a positive integer, got {self.max_batch_rows!r}")
+        if not _non_negative(self.driver_rows):
+            raise LakejoinError(f"config: 'driver_rows' must be a non-negative integer, got {self.driver_rows!r}")
         if self.engine not in ENGINE_NAMES:
             raise LakejoinError(f"config: 'engine' must be one of {', '.join(ENGINE_NAMES)}, got {self.engine!r}")
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 import pyarrow as pa
-import pyarrow.compute as pc
+from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, MapType, StringType, StructField, StructType
@@ -95,17 +95,19 @@ def ingest_file(spark: SparkSession, engine: DeltaEngine, warehouse: Warehouse, 
         return IngestResult(file, rel.name, already_ingested=True)
 
     source = _Provenance(rel, path, str(uuid.uuid4()), datetime.now(timezone.utc))
-    # One Spark job parses and classifies the file; its rows (one file's worth) are split on the driver.
-    classified = _classify(_parse(spark, path, _format_of(file)), engine.read(warehouse.bronze(rel))).toArrow()
-    outcome = classified["_outcome"]
-    accepted, quarantine = (classified.filter(pc.equal(outcome, kind)) for kind in ("accepted", "quarantined"))
-    landed, quarantined = accepted.num_rows, quarantine.num_rows
-    duplicates = classified.num_rows - landed - quarantined
-    first_seq = last_arrival_seq(engine, warehouse) + 1
-    if landed:
-        engine.append(warehouse.bronze(rel), _bronze_rows(accepted, source, first_seq))
-    if quarantined:
-        engine.append(warehouse.quarantine, _quarantine_rows(quarantine, source))
+    # The file stays in Spark (a file can outgrow the driver): classified once, kept in Spark's storage for
+    # the count and the writes, then released. Only its counts come to the driver.
+    classified = _classify(_parse(spark, path, _format_of(file)), engine.read(warehouse.bronze(rel))).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        counts = {row["_outcome"]: row["rows"] for row in classified.groupBy("_outcome").agg(F.count(F.lit(1)).alias("rows")).collect()}
+        landed, quarantined, duplicates = (counts.get(kind, 0) for kind in ("accepted", "quarantined", "duplicate"))
+        first_seq = last_arrival_seq(engine, warehouse) + 1
+        if landed:
+            engine.append(warehouse.bronze(rel), _bronze_rows(classified, source, first_seq))
+        if quarantined:
+            engine.append(warehouse.quarantine, _quarantine_rows(classified, source))
+    finally:
+        classified.unpersist()
     log_row = dict(
         ingest_id=source.ingest_id,
         relation=rel.name,
@@ -123,37 +125,32 @@ def ingest_file(spark: SparkSession, engine: DeltaEngine, warehouse: Warehouse, 
     return IngestResult(file, rel.name, landed, quarantined, duplicates)
 
 
-def _bronze_rows(accepted: pa.Table, source: _Provenance, first_seq: int) -> pa.Table:
+def _bronze_rows(classified: DataFrame, source: _Provenance, first_seq: int) -> DataFrame:
     """Accepted rows with their bookkeeping; they take the next places in the arrival order, in line order."""
-    ordered = accepted.sort_by("_source_line")
-    rows = ordered.num_rows
-    data = ordered.select([name for name in ordered.column_names if not name.startswith("_")])
-    bookkeeping = {
-        "_arrival_seq": pa.array(range(first_seq, first_seq + rows), pa.int64()),
-        "_source_file": pa.array([source.path] * rows, pa.string()),
-        "_source_line": ordered["_source_line"],
-        "_ingest_id": pa.array([source.ingest_id] * rows, pa.string()),
-        "_ingested_at": pa.array([source.ingested_at] * rows, INGESTED_AT),
-        "_content_hash": ordered["_content_hash"],
-    }
-    for name, column in bookkeeping.items():
-        data = data.append_column(name, column)
-    return data
+    accepted = classified.where(F.col("_outcome") == "accepted")
+    place = F.row_number().over(Window.orderBy("_source_line")) + (first_seq - 1)
+    data = [name for name in accepted.columns if not name.startswith("_")]
+    return accepted.select(
+        *data,
+        place.cast("long").alias("_arrival_seq"),
+        F.lit(source.path).alias("_source_file"),
+        "_source_line",
+        F.lit(source.ingest_id).alias("_ingest_id"),
+        F.lit(source.ingested_at).alias("_ingested_at"),
+        "_content_hash",
+    )
 
 
-def _quarantine_rows(quarantined: pa.Table, source: _Provenance) -> pa.Table:
-    rows = quarantined.num_rows
-    return pa.table(
-        {
-            "relation": pa.array([source.relation.name] * rows, pa.string()),
-            "reason": quarantined["_reason"],
-            "source_file": pa.array([source.path] * rows, pa.string()),
-            "source_line": quarantined["_source_line"],
-            "raw": quarantined["_raw"],
-            "id": quarantined["_id"],
-            "ingest_id": pa.array([source.ingest_id] * rows, pa.string()),
-            "ingested_at": pa.array([source.ingested_at] * rows, INGESTED_AT),
-        }
+def _quarantine_rows(classified: DataFrame, source: _Provenance) -> DataFrame:
+    return classified.where(F.col("_outcome") == "quarantined").select(
+        F.lit(source.relation.name).alias("relation"),
+        F.col("_reason").alias("reason"),
+        F.lit(source.path).alias("source_file"),
+        F.col("_source_line").alias("source_line"),
+        F.col("_raw").alias("raw"),
+        F.col("_id").alias("id"),
+        F.lit(source.ingest_id).alias("ingest_id"),
+        F.lit(source.ingested_at).alias("ingested_at"),
     )
 
 

@@ -25,7 +25,7 @@ from state.batch_log import BatchLog, BatchOutcome, BatchPlan, LogTail
 from state.bounds import advance, late_rows, split_late
 from state.buffers import BufferUpdate, buffer_updates, read_sides, update_buffers
 from state.checks import check_consistency
-from state.engines import DeltaEngine, Txn
+from state.engines import Data, DeltaEngine, Txn
 from state.errors import LakejoinError
 from state.faults import step
 from state.joiner import Side, batch_pairs
@@ -79,7 +79,10 @@ def run(
         if plan is None:
             return reports
         checks = BatchChecks(validator, config, plan.batch_id)
-        report, tail = _execute(engine, warehouse, config, log, plan, checks, started, resumed=tail.unfinished is not None)
+        try:
+            report, tail = _execute(engine, warehouse, config, log, plan, checks, started, resumed=tail.unfinished is not None)
+        finally:
+            checks.release()
         progress(report.describe())
         reports.append(report)
 
@@ -149,7 +152,7 @@ def _execute(
             return {rel: engine.read(warehouse.bronze(rel), plan.bronze_versions[rel.name]) for rel in RELATIONS}
 
         gold = with_pair_checks(gold, config.join_condition, records)
-    gold_rows = checks.screen(warehouse.name_of(warehouse.gold), "gold", gold.toArrow(), ["r_id", "s_id"])
+    gold_rows = checks.screen(warehouse.name_of(warehouse.gold), "gold", _to_driver_if_small(engine, gold, config.driver_rows), ["r_id", "s_id"])
     after = advance(plan.watermarks, on_time, config.allowed_lateness)
     updates = {
         name: replace(update, rows=checks.screen(warehouse.name_of(update.path), name.rsplit("_", 1)[1], _state_rows(update, late), ["id"]))
@@ -184,6 +187,16 @@ def _execute(
         plan.batch_id, outcome.arrivals, written, outcome.seconds, resumed, outcome.late, outcome.evicted, checks.summary(), checks.seconds
     )
     return report, LogTail(plan.batch_id, plan.seq_to, None, plan, after)
+
+
+def _to_driver_if_small(engine: DeltaEngine, pairs: DataFrame, limit: int) -> Data:
+    """A batch's pairs as Arrow when at most ``limit`` (one Spark job; checks and writes are quickest on the driver),
+    else the DataFrame itself, checked and written where Spark computes it: a batch's pairs can outgrow the driver.
+    An engine that writes from the driver takes them there in any case."""
+    if engine.driver_writes:
+        return pairs.toArrow()
+    head = pairs.limit(limit + 1).toArrow()
+    return head if head.num_rows <= limit else pairs
 
 
 def _state_rows(update: BufferUpdate, late: dict[Relation, pa.Table]) -> pa.Table:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from expectations.batch import bound_rules
+from pyspark.sql import DataFrame
+
+from expectations.batch import BatchChecks, bound_rules
 from expectations.frames import with_pair_checks, with_state_checks_local
 from expectations.rules import RULES
 from expectations.runner import Validator
@@ -90,6 +92,23 @@ def test_the_spark_engine_reaches_the_same_verdicts(spark, validator):
     on_spark = {r.rule.name: r.failed for r in validator.check("t", rows, ["id"], rules, "spark")}
     assert on_spark == on_pandas
     assert {name for name, failed in on_spark.items() if failed} == {"bronze_id_not_null", "bronze_id_unique", "bronze_ts_plausible"}
+
+
+def test_pairs_too_many_for_the_driver_are_screened_in_spark_with_the_same_verdicts_and_quarantine(spark, validator):
+    policies = {"gold_predicate_true": "quarantine", "gold_owner_consistent": "quarantine", "gold_pair_unique": "warn"}
+    config = Config(window=5, expectations={"policies": policies})
+    rows = gold(spark, {"s_key": "b"}, {"owner": "S"}, {"s_id": "s1", "s_ts": 2})
+    on_driver, in_spark = BatchChecks(validator, config, 7), BatchChecks(validator, config, 7)
+    kept_on_driver = on_driver.screen("gold", "gold", rows, ["r_id", "s_id"])
+    kept_in_spark = in_spark.screen("gold", "gold", spark.createDataFrame(rows), ["r_id", "s_id"])
+
+    assert isinstance(kept_on_driver, pa.Table) and isinstance(kept_in_spark, DataFrame)
+    assert kept_in_spark.columns == kept_on_driver.column_names and not any(c.startswith("_dq_") for c in kept_in_spark.columns)
+    assert sorted(row["s_id"] for row in kept_in_spark.collect()) == sorted(kept_on_driver["s_id"].to_pylist()) == ["s1", "s1", "s2"]
+    assert in_spark.summary() == on_driver.summary() == {"gold_predicate_true": 1, "gold_owner_consistent": 1, "gold_pair_unique": 2}
+    taken = [{(row["rule"], row["row_key"]) for row in checks.quarantine_rows().collect()} for checks in (on_driver, in_spark)]
+    assert taken[0] == taken[1] == {("gold_predicate_true", "r1|bad0"), ("gold_owner_consistent", "r1|bad1")}
+    in_spark.release()
 
 
 def test_a_predicate_over_columns_gold_does_not_keep_is_checked_on_the_bronze_records(spark):

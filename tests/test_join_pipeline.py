@@ -7,6 +7,7 @@ from collections import Counter
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pyspark.sql import DataFrame
 
 from pipelines.config import Config
 from tests.helpers import Pipeline
@@ -145,3 +146,27 @@ def test_a_predicate_that_does_not_resolve_fails_before_any_write(deltars, tmp_p
         pipeline.run()
     assert deltars.version(pipeline.warehouse.batches) is None
     assert deltars.version(pipeline.warehouse.gold) is None
+
+
+def test_on_delta_spark_neither_a_file_nor_a_batch_s_pairs_pass_through_the_driver(spark_engine, tmp_path, monkeypatch):
+    """What reaches the driver as Arrow is at most a relation's arrivals in one batch: the files ingested and
+    the batch's 1,600 pairs (more than ``driver_rows``) stay in Spark, and gold is still exact."""
+    sizes: list[int] = []
+    frames = type(spark_engine.spark.range(0))  # the session's DataFrame class (pyspark.sql.classic)
+    to_arrow = frames.toArrow
+
+    def measured(frame: DataFrame):  # noqa: ANN202 - pyarrow.Table
+        table = to_arrow(frame)
+        sizes.append(table.num_rows)
+        return table
+
+    monkeypatch.setattr(frames, "toArrow", measured)
+    records = [Record(side, f"{side}{n}", n, "k", "") for side in ("r", "s") for n in range(40)]
+    pipeline = Pipeline(spark_engine, str(tmp_path), Config(driver_rows=10))
+    pipeline.land(records)
+    brought_by_ingest, sizes[:] = max(sizes, default=0), []
+    (report,) = pipeline.run(max_batch_rows=80)
+
+    assert brought_by_ingest <= 1  # the ingest log's look-up of the file
+    assert report.pairs == 1_600 and max(sizes) <= 40
+    assert pipeline.gold_pairs() == Counter(batch_join(records))

@@ -59,6 +59,9 @@ class DeltaEngine(Protocol):
 
     name: str
     spark: SparkSession
+    # True when every write passes through the driver (delta-rs writes Arrow from Python): data written is
+    # brought there whatever its size. False when the engine writes a DataFrame where Spark computes it.
+    driver_writes: bool
 
     def version(self, path: str) -> int | None:
         """The table's latest version, or None when there is no Delta table at ``path``."""

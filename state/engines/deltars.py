@@ -29,6 +29,7 @@ def to_arrow(df: Data) -> pa.Table:
 
 class DeltaRsEngine:
     name = "delta-rs"
+    driver_writes = True
 
     def __init__(self, spark: SparkSession) -> None:
         self.spark = spark
