@@ -63,7 +63,8 @@ def phase(name: str, files: dict[str, str], driver_memory: str, max_batch_rows: 
             reports = silver.run(engine, warehouse, Config(engine="spark", max_batch_rows=max_batch_rows))
             pairs = sum(report.pairs for report in reports)
     except Exception as exc:  # noqa: BLE001 - an out-of-memory driver is a result to report, not a crash
-        error = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:300]}"
+        cause = str(getattr(exc, "java_exception", exc)).strip()  # a Py4JJavaError's own first line names no cause
+        error = f"{type(exc).__name__}: {(cause.splitlines() or [''])[0][:300]}"
     result = {
         "seconds": round(time.perf_counter() - started, 1),
         "python_peak_mib": round(peak_mib(), 1),
@@ -84,8 +85,10 @@ def run_phase(checkout: str, name: str, files: dict[str, str], driver_memory: st
         cwd=checkout, capture_output=True, text=True,
     )
     lines = [line for line in child.stdout.splitlines() if line.startswith("{")]
-    if not lines:
-        return {"error": f"exit {child.returncode}: {(child.stderr.strip().splitlines() or [''])[-1][:300]}"}
+    if not lines:  # the process died: name the JVM's error if it logged one
+        logged = child.stderr.strip().splitlines() or [""]
+        cause = next((line for line in logged if "OutOfMemoryError" in line), logged[-1])
+        return {"error": f"exit {child.returncode}: {cause.strip()[:300]}"}
     return json.loads(lines[-1])
 
 
