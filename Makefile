@@ -4,7 +4,7 @@ PYTHON ?= python3.11
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench-state bench-dq bench-peers bench-engines
+.PHONY: demo test bench-state bench-dq bench-peers bench-engines bench-memory
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is required: install it, or pass PYTHON=/path/to/python3.11"; exit 1; }
@@ -17,8 +17,10 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/lakejoin demo
 
+# Two workers: most of a test's time is Spark's and Delta's latency (job scheduling, log reads, JVM starts),
+# which a second worker overlaps on two cores.
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest
+	$(VENV)/bin/python -m pytest -n 2 --dist worksteal
 
 bench-state: $(STAMP)
 	$(VENV)/bin/python -m benchmarks.bounded_state
@@ -31,3 +33,6 @@ bench-peers: $(STAMP)
 
 bench-engines: $(STAMP)
 	$(VENV)/bin/python -m benchmarks.engines
+
+bench-memory: $(STAMP)
+	$(VENV)/bin/python -m benchmarks.driver_memory --out benchmarks/results/driver_memory.json

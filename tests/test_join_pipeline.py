@@ -102,7 +102,7 @@ def test_any_arrival_order_and_batch_split_gives_the_batch_join(deltars, tmp_pat
     arrivals_in_random_batches_give_the_batch_join(deltars, str(tmp_path_factory.mktemp("prop")), records, data)
 
 
-@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(records=arrival_sequences, data=st.data())
 def test_on_delta_spark_any_arrival_order_and_batch_split_gives_the_batch_join(spark_engine, tmp_path_factory, records, data):
     arrivals_in_random_batches_give_the_batch_join(spark_engine, str(tmp_path_factory.mktemp("prop")), records, data)

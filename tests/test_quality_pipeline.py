@@ -12,6 +12,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from expectations.audit import audit
 from pipelines.config import Config
+from state.engines import DeltaEngine, make_engine
 from tests.helpers import Pipeline, lakejoin
 from tests.reference import Record, batch_join
 
@@ -19,15 +20,12 @@ RECORDS = [Record("r", "r1", 1, "a"), Record("r", "r2", 2, "b"), Record("s", "s1
 PLAUSIBLE = [rec for rec in RECORDS if rec.id != "s99"]  # ts_max 50 makes s99 implausible
 
 
-def landed(tmp_path, engine: str) -> str:
-    """A warehouse holding RECORDS in bronze, nothing joined yet."""
-    warehouse = str(tmp_path / "wh")
-    for side in ("r", "s"):
-        path = tmp_path / f"{side}.jsonl"
-        rows = [{"id": rec.id, "ts": rec.ts, "key": rec.key} for rec in RECORDS if rec.relation == side]
-        path.write_text("\n".join(map(json.dumps, rows)))
-        assert lakejoin("ingest", "--warehouse", warehouse, "--side", side, str(path), cwd=str(tmp_path), engine=engine).returncode == 0
-    return warehouse
+def landed(engine: DeltaEngine, tmp_path) -> str:
+    """A warehouse holding RECORDS in bronze, nothing joined yet (ingested in this process: the policies are
+    what these tests check, through ``lakejoin run``; tests/test_cli.py runs ``lakejoin ingest``)."""
+    pipeline = Pipeline(engine, str(tmp_path))
+    pipeline.land_chunk(RECORDS)
+    return pipeline.warehouse.root
 
 
 def config_file(tmp_path, policy: str) -> str:
@@ -59,8 +57,8 @@ def gold_ids(warehouse: str) -> Counter:
     return Counter((row["r_id"], row["s_id"]) for row in read(os.path.join(warehouse, "gold", "join_results")))
 
 
-def test_fail_stops_the_batch_with_nothing_written_then_a_relaxed_policy_lets_the_next_run_proceed(tmp_path):
-    warehouse = landed(tmp_path, "delta-rs")
+def test_fail_stops_the_batch_with_nothing_written_then_a_relaxed_policy_lets_the_next_run_proceed(deltars, tmp_path):
+    warehouse = landed(deltars, tmp_path)
     before = versions(warehouse)
     stopped = lakejoin("run", "--warehouse", warehouse, "--config", config_file(tmp_path, "fail"), cwd=str(tmp_path))
     assert stopped.returncode == 1
@@ -80,8 +78,8 @@ def test_fail_stops_the_batch_with_nothing_written_then_a_relaxed_policy_lets_th
     assert "bronze_ts_plausible on bronze/s: 1 of 2 rows failed (warn)" in status.stdout
 
 
-def test_quarantine_takes_the_row_out_of_the_join_and_keeps_it_with_the_rule_name(tmp_path, cli_engine):
-    warehouse = landed(tmp_path, cli_engine)
+def test_quarantine_takes_the_row_out_of_the_join_and_keeps_it_with_the_rule_name(spark, tmp_path, cli_engine):
+    warehouse = landed(make_engine(spark, cli_engine), tmp_path)
     ran = lakejoin("run", "--warehouse", warehouse, "--config", config_file(tmp_path, "quarantine"), cwd=str(tmp_path), engine=cli_engine)
     assert ran.returncode == 0, ran.stderr[-2000:]
     assert gold_ids(warehouse) == Counter((p.r_id, p.s_id) for p in batch_join(PLAUSIBLE))
