@@ -16,7 +16,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from state.engines.base import Data, Eviction, Merged, TableInfo, Txn, applied, match_condition
+from state.engines.base import Data, Eviction, Merged, TableInfo, Txn, covers, match_condition
 from state.layout import is_catalog_schema
 
 
@@ -127,8 +127,8 @@ class SparkDeltaEngine:
         self._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
 
     def append(self, path: str, df: Data, txn: Txn | None = None) -> int | None:
-        before = self.version(path)
-        if applied(self, path, txn):
+        snapshot = self._snapshot(path)  # one look at the log: the transaction check and the version to compare
+        if _recorded(snapshot, txn):
             return None
         frame = self.spark.createDataFrame(df) if isinstance(df, pa.Table) else df
         writer = frame.write.format("delta").mode("append").option("mergeSchema", "true")
@@ -139,17 +139,18 @@ class SparkDeltaEngine:
         else:
             writer.save(path)
         after = self.version(path)
-        if after == before:  # Delta found the transaction already recorded: nothing was written
+        if snapshot is not None and after == snapshot.version():  # Delta found the transaction recorded: nothing written
             return None
         return df.num_rows if isinstance(df, pa.Table) else self._rows_committed(path, after, frame)
 
     def merge(
         self, path: str, df: Data, key: str, evict: Eviction | None = None, txn: Txn | None = None, aligned: str | None = None
     ) -> Merged | None:
-        if not self._exists(path):
+        snapshot = self._snapshot(path)
+        if snapshot is None:
             written = self.append(path, df, txn)
             return None if written is None else Merged(written, 0)
-        if applied(self, path, txn):
+        if _recorded(snapshot, txn):
             return None
         # A source built from rows on the driver is an immutable local relation: MERGE need not copy it first.
         confs = {AUTO_MERGE: "true"} | ({MATERIALIZE_SOURCE: "none"} if isinstance(df, pa.Table) else {})
@@ -194,6 +195,11 @@ class SparkDeltaEngine:
 
 def _schema(snapshot) -> StructType:  # noqa: ANN001 - a JVM Snapshot
     return StructType.fromJson(json.loads(snapshot.schema().json()))
+
+
+def _recorded(snapshot, txn: Txn | None) -> bool:  # noqa: ANN001 - a JVM Snapshot, or None
+    """``applied`` on a snapshot already read (each read lists the log)."""
+    return txn is not None and snapshot is not None and covers(_txn_version(snapshot, txn.app_id), txn)
 
 
 def _txn_version(snapshot, app_id: str) -> int | None:  # noqa: ANN001 - a JVM Snapshot
