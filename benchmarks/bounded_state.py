@@ -11,12 +11,13 @@ the median seconds of the first and last tenth of batches (after a warm-up), the
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import tempfile
 import time
 
+from benchmarks.report import write_json
+from benchmarks.stream import replay
 from expectations.reconcile import expected_gold, reconcile
 from pipelines.config import Config
 from pipelines.demo import DemoOptions, generate_stream, write_chunks
@@ -24,7 +25,6 @@ from pipelines.silver import BatchReport
 from pipelines.spark import get_spark
 from state.engines import make_engine
 from state.layout import Warehouse
-from benchmarks.stream import replay
 
 
 def main() -> None:
@@ -77,9 +77,7 @@ def main() -> None:
         "check": "PASS" if check.passed else "FAIL",
         "total_s_including_ingest": total,
     }
-    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    with open(args.out, "w", encoding="utf-8") as handle:
-        json.dump(result, handle, indent=2)
+    write_json(args.out, result)
     print(f"batches: {len(batch_seconds)} (warm-up {args.warmup}), tenth = {tenth} batches")
     print(f"median seconds per batch: first tenth {early:.3f}, last tenth {late:.3f}, ratio {late / early:.2f} (target <= 1.3)")
     print(f"state rows at the end: {result['state_rows_final']}; largest: {result['state_rows_max']}")

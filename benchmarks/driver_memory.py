@@ -21,6 +21,8 @@ import sys
 import tempfile
 import time
 
+from benchmarks.report import write_json
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAYLOAD = "x" * 100  # a realistic record size for the large file: ~150 bytes a line
 
@@ -121,8 +123,7 @@ def main() -> None:
     for name, row in figures.items():
         print(f"{name:<7} {json.dumps(row)}", flush=True)
     if args.out:
-        with open(args.out, "w", encoding="utf-8") as handle:
-            json.dump({"config": vars(args), "file_mib": round(os.path.getsize(large) / 2**20), "phases": figures}, handle, indent=2)
+        write_json(args.out, {"config": vars(args), "file_mib": round(os.path.getsize(large) / 2**20), "phases": figures})
 
 
 if __name__ == "__main__":

@@ -11,13 +11,12 @@ Spark engine's ratio to delta-rs's, and whether both produced the same gold. Nee
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
 import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 
+from benchmarks.report import write_json
 from benchmarks.stream import replay
 from pipelines.config import Config
 from pipelines.demo import DemoOptions, generate_stream, write_chunks
@@ -94,9 +93,7 @@ def main() -> None:
         print(f"{name:<10} {row['total_s']:>8.1f} {row['ingest_p50_s']:>11.2f} {row['batch_p50_s']:>10.2f}")
     print(f"spark / delta-rs: total {ratios['total_s']:.2f}, per ingest {ratios['ingest_p50_s']:.2f}, "
           f"per batch {ratios['batch_p50_s']:.2f} (target <= 3); same gold: {'yes' if same_gold else 'NO'}")
-    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    with open(args.out, "w", encoding="utf-8") as handle:
-        json.dump({"config": vars(args), "engines": figures, "ratios": ratios, "same_gold": same_gold}, handle, indent=2)
+    write_json(args.out, {"config": vars(args), "engines": figures, "ratios": ratios, "same_gold": same_gold})
     print(f"written: {args.out}")
     spark.stop()
 

@@ -11,11 +11,11 @@ batches' seconds. Target: at most 25% with the default engine. Writes every figu
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import tempfile
 
+from benchmarks.report import write_json
 from benchmarks.stream import replay
 from pipelines.config import Config
 from pipelines.demo import DemoOptions, generate_stream, write_chunks
@@ -55,9 +55,7 @@ def main() -> None:
         print(f"{name}: {figures['batches']} batches, rules {figures['check_seconds']:.1f} s of {figures['batch_seconds']:.1f} s "
               f"batch time = {figures['share']:.0%} (median per batch {figures['median_check_s']:.2f} of {figures['median_batch_s']:.2f} s)",
               flush=True)
-    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    with open(args.out, "w", encoding="utf-8") as handle:
-        json.dump({"config": vars(args), "engines": results}, handle, indent=2)
+    write_json(args.out, {"config": vars(args), "engines": results})
     print(f"written: {args.out}")
     spark.stop()
 

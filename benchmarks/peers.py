@@ -17,7 +17,6 @@ multiset of (r_id, s_id). Prints one table; writes a JSON with every figure and 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -31,6 +30,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from benchmarks.report import write_json
 from pipelines.config import Config
 from pipelines.demo import DemoOptions, generate_stream
 from pipelines.ingest import ingest_file
@@ -239,9 +239,7 @@ def main() -> None:
     print(f"lakejoin / structured streaming: {ratios['lakejoin_over_structured_streaming']:.2f} (target <= 0.5); "
           f"lakejoin / one-shot: {ratios['lakejoin_over_one_shot']:.2f} (target <= 3)")
 
-    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    with open(args.out, "w", encoding="utf-8") as handle:
-        json.dump({"config": vars(args), "pairs": expected_pairs, "systems": figures, "ratios": ratios}, handle, indent=2)
+    write_json(args.out, {"config": vars(args), "pairs": expected_pairs, "systems": figures, "ratios": ratios})
     png = os.path.splitext(args.out)[0] + ".png"
     plot({name: row["batch_s"] for name, row in figures.items() if row.get("batch_s")}, png,
          f"{args.rows:,} records per relation, micro-batches of {args.batch:,} per relation")
