@@ -12,11 +12,11 @@ import csv
 import hashlib
 import os
 import uuid
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
 import pyarrow as pa
-from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, MapType, StringType, StructField, StructType
@@ -31,6 +31,10 @@ REQUIRED = ("id", "ts", "key")
 FORMATS = {".jsonl": "json", ".ndjson": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 CORRUPT = "_corrupt_record"
 INGESTED_AT = pa.timestamp("us", tz="UTC")
+# monotonically_increasing_id(): a row's partition index sits above this many bits, its place in the partition below.
+PARTITION_BITS = 33
+# Arrival places are numbered in blocks of 2^20 lines of a file (one task per block).
+BLOCK_BITS = 20
 
 
 @dataclass(frozen=True)
@@ -95,19 +99,22 @@ def ingest_file(spark: SparkSession, engine: DeltaEngine, warehouse: Warehouse, 
         return IngestResult(file, rel.name, already_ingested=True)
 
     source = _Provenance(rel, path, str(uuid.uuid4()), datetime.now(timezone.utc))
-    # The file stays in Spark (a file can outgrow the driver): classified once, kept in Spark's storage for
-    # the count and the writes, then released. Only its counts come to the driver.
-    classified = _classify(_parse(spark, path, _format_of(file)), engine.read(warehouse.bronze(rel))).persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        counts = {row["_outcome"]: row["rows"] for row in classified.groupBy("_outcome").agg(F.count(F.lit(1)).alias("rows")).collect()}
-        landed, quarantined, duplicates = (counts.get(kind, 0) for kind in ("accepted", "quarantined", "duplicate"))
-        first_seq = last_arrival_seq(engine, warehouse) + 1
-        if landed:
-            engine.append(warehouse.bronze(rel), _bronze_rows(classified, source, first_seq))
-        if quarantined:
-            engine.append(warehouse.quarantine, _quarantine_rows(classified, source))
-    finally:
-        classified.unpersist()
+    # The file stays in Spark (a file can outgrow the driver); only its counts come to the driver. It is not
+    # cached: Spark's cache builds each partition in the heap, which a large file exhausts (measured in the README),
+    # so the count and each write classify it again, against the bronze version read here, with the same outcome.
+    bronze = warehouse.bronze(rel)
+    classified = _classify(_parse(spark, path, _format_of(file)), engine.read(bronze, engine.version(bronze)))
+    tally = classified.groupBy("_outcome", _line_block().alias("_block")).agg(F.count(F.lit(1)).alias("rows")).collect()
+    counts: Counter[str] = Counter()
+    for row in tally:
+        counts[row["_outcome"]] += row["rows"]
+    landed, quarantined, duplicates = (counts[kind] for kind in ("accepted", "quarantined", "duplicate"))
+    accepted_blocks = [(row["_block"], row["rows"]) for row in tally if row["_outcome"] == "accepted"]
+    first_seq = last_arrival_seq(engine, warehouse) + 1
+    if landed:
+        engine.append(bronze, _bronze_rows(classified, source, accepted_blocks, first_seq))
+    if quarantined:
+        engine.append(warehouse.quarantine, _quarantine_rows(classified, source))
     log_row = dict(
         ingest_id=source.ingest_id,
         relation=rel.name,
@@ -125,10 +132,14 @@ def ingest_file(spark: SparkSession, engine: DeltaEngine, warehouse: Warehouse, 
     return IngestResult(file, rel.name, landed, quarantined, duplicates)
 
 
-def _bronze_rows(classified: DataFrame, source: _Provenance, first_seq: int) -> DataFrame:
-    """Accepted rows with their bookkeeping; they take the next places in the arrival order, in line order."""
+def _bronze_rows(classified: DataFrame, source: _Provenance, accepted_blocks: list[tuple[int, int]], first_seq: int) -> DataFrame:
+    """Accepted rows with their bookkeeping; they take the next places in the arrival order, in line order.
+
+    Numbered block by block of the file's lines (``accepted_blocks``: each block's accepted rows), so one
+    task holds at most a block: a window over the whole file would put all of it in one."""
     accepted = classified.where(F.col("_outcome") == "accepted")
-    place = F.row_number().over(Window.orderBy("_source_line")) + (first_seq - 1)
+    within = F.row_number().over(Window.partitionBy(_line_block()).orderBy("_source_line")) - 1
+    place = _firsts(accepted_blocks, first_seq, _line_block()) + within
     data = [name for name in accepted.columns if not name.startswith("_")]
     return accepted.select(
         *data,
@@ -139,6 +150,21 @@ def _bronze_rows(classified: DataFrame, source: _Provenance, first_seq: int) -> 
         F.lit(source.ingested_at).alias("_ingested_at"),
         "_content_hash",
     )
+
+
+def _line_block() -> Column:
+    """The block of 2^BLOCK_BITS lines of the file a row comes from."""
+    return F.shiftright(F.col("_source_line"), BLOCK_BITS)
+
+
+def _firsts(rows_per_group: list[tuple[int, int]], start: int, group: Column) -> Column:
+    """The first number of ``group``'s rows when groups are numbered in order from ``start``: ``start`` plus
+    the rows of the groups before it."""
+    firsts, first = [], start
+    for key, rows in sorted(rows_per_group):
+        firsts += [F.lit(key).cast("long"), F.lit(first).cast("long")]
+        first += rows
+    return F.create_map(*firsts)[group] if firsts else F.lit(start).cast("long")
 
 
 def _quarantine_rows(classified: DataFrame, source: _Provenance) -> DataFrame:
@@ -184,9 +210,16 @@ def last_arrival_seq(engine: DeltaEngine, warehouse: Warehouse) -> int:
 
 
 def _numbered_lines(spark: SparkSession, path: str) -> DataFrame:
-    """Non-blank lines of a text file with their 1-based line numbers, in file order."""
-    lines = spark.read.text(path).withColumn("_order", F.monotonically_increasing_id())
-    numbered = lines.withColumn("_source_line", F.row_number().over(Window.orderBy("_order")).cast("long"))
+    """Non-blank lines of a text file with their 1-based line numbers, in file order.
+
+    Each partition of the read is a contiguous piece of the file: its lines are counted (one small job) and
+    numbered after those of the pieces before it, so no task holds the whole file as a window over all
+    lines would."""
+    lines = spark.read.text(path).withColumn("_row_id", F.monotonically_increasing_id())
+    piece = F.shiftright(F.col("_row_id"), PARTITION_BITS)
+    pieces = [(row["piece"], row["lines"]) for row in lines.groupBy(piece.alias("piece")).agg(F.count(F.lit(1)).alias("lines")).collect()]
+    within = F.col("_row_id").bitwiseAND((1 << PARTITION_BITS) - 1)
+    numbered = lines.withColumn("_source_line", _firsts(pieces, 1, piece) + within)
     return numbered.where(F.trim("value") != "").select("_source_line", F.col("value").alias("_raw"))
 
 

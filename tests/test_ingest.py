@@ -6,7 +6,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from chispa import assert_df_equality
+from pyspark.sql import DataFrame
 
+from pipelines import ingest
 from state.errors import LakejoinError
 from tests.helpers import Pipeline
 
@@ -60,6 +62,33 @@ def test_each_malformed_row_is_quarantined_with_its_reason_and_the_good_rows_lan
     rows = bronze(pipeline, "r").orderBy("_arrival_seq").collect()
     assert [(row.id, row.ts, row.key, row.payload, row._source_line) for row in rows] == [("ok1", 1, "a", "p", 1), ("ok2", 10, "b", None, 10)]
     assert all(row._source_file == path for row in rows)
+
+
+def test_a_file_read_in_many_pieces_keeps_its_line_order_and_no_task_holds_all_of_it(pipeline, spark, monkeypatch):
+    """A file larger than memory must not pass through one task: it is read in pieces and numbered in blocks
+    (here pieces of ~100 bytes and blocks of 4 lines), and lines and arrival places still follow the file."""
+    lines = ["garbage" if n % 7 == 0 else "" if n % 11 == 0 else {"id": f"r{n}", "ts": n, "key": "k"} for n in range(1, 41)]
+    path = pipeline.write_file(lines)
+    plans = []
+    append = pipeline.engine.append
+
+    def recording_append(table, df, txn=None):
+        if isinstance(df, DataFrame):
+            plans.append(df._jdf.queryExecution().executedPlan().toString())
+        return append(table, df, txn)
+
+    monkeypatch.setattr(pipeline.engine, "append", recording_append)
+    monkeypatch.setattr(ingest, "BLOCK_BITS", 2)
+    spark.conf.set("spark.sql.files.maxPartitionBytes", "100")
+    try:
+        pipeline.ingest("r", path)
+    finally:
+        spark.conf.unset("spark.sql.files.maxPartitionBytes")
+    landed = [n for n, line in enumerate(lines, start=1) if isinstance(line, dict)]
+    rows = bronze(pipeline, "r").orderBy("_arrival_seq").collect()
+    assert [(row._source_line, row._arrival_seq) for row in rows] == [(n, seq) for seq, n in enumerate(landed, start=1)]
+    assert quarantined(pipeline) == [(n, "unparsable line") for n in (7, 14, 21, 28, 35)]
+    assert plans and not any("SinglePartition" in plan for plan in plans)
 
 
 def test_a_file_without_a_required_column_is_quarantined_whole(pipeline):
