@@ -100,6 +100,19 @@ def test_time_travel_reads_the_snapshot_at_a_version(engine, spark, tmp_path):
     assert engine.max_value(path, "ts", first) == 1
 
 
+def test_max_value_follows_new_versions_and_a_table_recreated_at_the_same_path(engine, spark, tmp_path):
+    path = str(tmp_path / "t")
+    engine.append(path, frame(spark, [("a", 5)]))
+    assert engine.max_value(path, "ts") == 5
+    engine.append(path, frame(spark, [("b", 7)]))
+    assert engine.max_value(path, "ts") == 7
+    engine.drop(path)
+    engine.append(path, frame(spark, [("a", 2)]))
+    engine.append(path, frame(spark, [("b", 3)]))  # the same version as the dropped table's last
+    assert engine.max_value(path, "ts") == 3
+    assert engine.max_value(path, "ts", 0) == 2
+
+
 def test_where_filters_rows_and_skips_files_by_their_statistics(engine, spark, tmp_path):
     path = str(tmp_path / "t")
     engine.append(path, frame(spark, [("a", 1), ("b", 2)]).coalesce(1))

@@ -43,6 +43,9 @@ class SparkDeltaEngine:
         self.spark = spark
         self._jvm = spark._jvm  # type: ignore[attr-defined]
         self._delta_table = DeltaTable
+        # (table, column) -> (table id, version, maximum): the last aggregate asked of each table. A snapshot never
+        # changes, so asking again at the same version (each batch's plan, each ingest) needs no Spark job.
+        self._maxima: dict[tuple[str, str], tuple[str, int, int | None]] = {}
         spark.conf.set(NO_DELETION_VECTORS, "false")
 
     def _exists(self, table: str) -> bool:
@@ -104,11 +107,18 @@ class SparkDeltaEngine:
         return None if df is None else df.toArrow()
 
     def max_value(self, path: str, column: str, version: int | None = None) -> int | None:
-        df = self.read(path, version)
-        if df is None:
+        snapshot = self._snapshot(path)
+        if snapshot is None:
             return None
-        value = df.agg(F.max(column)).first()[0]
-        return None if value is None else int(value)
+        # The table's id tells a table recreated at the same path (``reset``) from the one it replaced.
+        at = (str(snapshot.metadata().id()), int(snapshot.version()) if version is None else version)
+        known = self._maxima.get((path, column))
+        if known is not None and known[:2] == at:
+            return known[2]
+        value = self.read(path, at[1]).agg(F.max(column)).first()[0]
+        maximum = None if value is None else int(value)
+        self._maxima[(path, column)] = (*at, maximum)
+        return maximum
 
     def info(self, path: str, app_id: str) -> TableInfo | None:
         snapshot = self._snapshot(path)
