@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
@@ -166,13 +167,17 @@ def _execute(
     if not resumed:
         with step("plan"):
             log.record_plan(plan)
-    _record_checks(engine, warehouse, checks, txn)
-    with step("gold"):
-        written = engine.append(warehouse.gold, gold_rows, txn(warehouse.gold))
-    if written is None:  # already committed by the run this one resumes
-        written = engine.read(warehouse.gold, where=f"batch_id = {plan.batch_id}").count()
-    _quarantine_late(engine, warehouse, config, plan, late, txn(warehouse.late_arrivals))
-    evicted = update_buffers(engine, plan, updates, txn)
+    # Between the plan and the commit row, every output is an idempotent commit to a table of its own, so they
+    # run at once (a commit mostly waits on the Delta log and the scheduler); a crash leaves any subset of them
+    # committed, and the resumed batch writes the rest.
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        recorded = pool.submit(_record_checks, engine, warehouse, checks, txn)
+        gold_written = pool.submit(_write_gold, engine, warehouse, plan, gold_rows, txn(warehouse.gold))
+        late_recorded = pool.submit(_quarantine_late, engine, warehouse, config, plan, late, txn(warehouse.late_arrivals))
+        evicted = update_buffers(engine, plan, updates, txn)
+        recorded.result()
+        late_recorded.result()
+        written = gold_written.result()
     outcome = BatchOutcome(
         arrivals={rel.name: arrived[rel].num_rows for rel in RELATIONS},
         pairs=written,
@@ -187,6 +192,15 @@ def _execute(
         plan.batch_id, outcome.arrivals, written, outcome.seconds, resumed, outcome.late, outcome.evicted, checks.summary(), checks.seconds
     )
     return report, LogTail(plan.batch_id, plan.seq_to, None, plan, after)
+
+
+def _write_gold(engine: DeltaEngine, warehouse: Warehouse, plan: BatchPlan, rows: Data, txn: Txn) -> int:
+    """Append the batch's pairs; the rows it holds for the batch (counted when the run this one resumes wrote them)."""
+    with step("gold"):
+        written = engine.append(warehouse.gold, rows, txn)
+    if written is None:
+        written = engine.read(warehouse.gold, where=f"batch_id = {plan.batch_id}").count()
+    return written
 
 
 def _to_driver_if_small(engine: DeltaEngine, pairs: DataFrame, limit: int) -> Data:
