@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 import pyarrow as pa
+from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, MapType, StringType, StructField, StructType
@@ -99,22 +100,28 @@ def ingest_file(spark: SparkSession, engine: DeltaEngine, warehouse: Warehouse, 
         return IngestResult(file, rel.name, already_ingested=True)
 
     source = _Provenance(rel, path, str(uuid.uuid4()), datetime.now(timezone.utc))
-    # The file stays in Spark (a file can outgrow the driver); only its counts come to the driver. It is not
-    # cached: Spark's cache builds each partition in the heap, which a large file exhausts (measured in the README),
-    # so the count and each write classify it again, against the bronze version read here, with the same outcome.
+    # The file stays in Spark (a file can outgrow the driver); only its counts come to the driver. Spark's cache
+    # builds each partition in the heap, which a large file exhausts (see the README's benchmarks), so the count
+    # and each write classify it again, against the bronze version read here. An engine that writes from the
+    # driver holds the file in memory anyway: there it is cached, and classified once.
     bronze = warehouse.bronze(rel)
     classified = _classify(_parse(spark, path, _format_of(file)), engine.read(bronze, engine.version(bronze)))
-    tally = classified.groupBy("_outcome", _line_block().alias("_block")).agg(F.count(F.lit(1)).alias("rows")).collect()
-    counts: Counter[str] = Counter()
-    for row in tally:
-        counts[row["_outcome"]] += row["rows"]
-    landed, quarantined, duplicates = (counts[kind] for kind in ("accepted", "quarantined", "duplicate"))
-    accepted_blocks = [(row["_block"], row["rows"]) for row in tally if row["_outcome"] == "accepted"]
-    first_seq = last_arrival_seq(engine, warehouse) + 1
-    if landed:
-        engine.append(bronze, _bronze_rows(classified, source, accepted_blocks, first_seq))
-    if quarantined:
-        engine.append(warehouse.quarantine, _quarantine_rows(classified, source))
+    if engine.driver_writes:
+        classified = classified.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        tally = classified.groupBy("_outcome", _line_block().alias("_block")).agg(F.count(F.lit(1)).alias("rows")).collect()
+        counts: Counter[str] = Counter()
+        for row in tally:
+            counts[row["_outcome"]] += row["rows"]
+        landed, quarantined, duplicates = (counts[kind] for kind in ("accepted", "quarantined", "duplicate"))
+        accepted_blocks = [(row["_block"], row["rows"]) for row in tally if row["_outcome"] == "accepted"]
+        first_seq = last_arrival_seq(engine, warehouse) + 1
+        if landed:
+            engine.append(bronze, _bronze_rows(classified, source, accepted_blocks, first_seq))
+        if quarantined:
+            engine.append(warehouse.quarantine, _quarantine_rows(classified, source))
+    finally:
+        classified.unpersist()
     log_row = dict(
         ingest_id=source.ingest_id,
         relation=rel.name,
