@@ -4,7 +4,7 @@ PYTHON ?= python3.11
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench-state bench-dq bench-peers bench-engines bench-memory
+.PHONY: demo test bench-state bench-dq bench-peers bench-engines bench-memory bench-commit
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is required: install it, or pass PYTHON=/path/to/python3.11"; exit 1; }
@@ -20,7 +20,7 @@ demo: $(STAMP)
 # Two workers: most of a test's time is Spark's and Delta's latency (job scheduling, log reads, JVM starts),
 # which a second worker overlaps on two cores.
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest -n 2 --dist worksteal
+	$(VENV)/bin/python -m pytest -n 2 --dist worksteal --durations=12
 
 bench-state: $(STAMP)
 	$(VENV)/bin/python -m benchmarks.bounded_state
@@ -36,3 +36,6 @@ bench-engines: $(STAMP)
 
 bench-memory: $(STAMP)
 	$(VENV)/bin/python -m benchmarks.driver_memory --out benchmarks/results/driver_memory.json
+
+bench-commit: $(STAMP)
+	$(VENV)/bin/python -m benchmarks.delta_commit
