@@ -18,13 +18,14 @@ from expectations.batch import bound_rules
 from expectations.frames import with_pair_checks, with_state_checks
 from expectations.reconcile import Reconciliation, expected_gold, reconcile
 from expectations.runner import RuleResult, Validator
-from pipelines.config import Config
+from pipelines.config import Config, on_warehouse_axis
 from state.batch_log import BatchLog
 from state.bounds import probe_eviction
 from state.checks import require_warehouse
 from state.engines import DeltaEngine
+from state.joiner import Projection, data_columns, identity_column
 from state.layout import Warehouse
-from state.relations import RELATIONS
+from state.relations import ID, RELATIONS, Relation
 
 
 @dataclass(frozen=True)
@@ -55,41 +56,49 @@ class Audit:
 def audit(engine: DeltaEngine, warehouse: Warehouse, config: Config, docs_root: str) -> Audit:
     """Validate every table of ``warehouse`` and reconcile gold; Data Docs go under ``docs_root``."""
     require_warehouse(engine, warehouse)
+    config = on_warehouse_axis(config, engine, warehouse)[0]
     context = gx.get_context(mode="file", project_root_dir=docs_root)
     validator = Validator(engine.spark, context)
     results: list[RuleResult] = []
-    for table, target, frame, keys in _frames(engine, warehouse, config):
-        rules = bound_rules(config, target)
+    for table, target, frame, keys, relation in _frames(engine, warehouse, config):
+        rules = bound_rules(config, target, relation)
         results += validator.check(warehouse.name_of(table), frame, keys, rules, "spark", complete=False, persist=True)
     context.build_data_docs()
     docs = _index_page(context)
     gold = engine.read(warehouse.gold)
-    check = None if gold is None else reconcile(expected_gold(engine, warehouse, config.join_condition), gold)
+    check = None if gold is None else reconcile(expected_gold(engine, warehouse, config.join_condition, config.select), gold)
     return Audit(results, check, docs)
 
 
-def _frames(engine: DeltaEngine, warehouse: Warehouse, config: Config) -> list[tuple[str, str, DataFrame, list[str]]]:
-    """(table, rule target, rows with the derived columns, key columns) for every table that exists."""
+def _frames(engine: DeltaEngine, warehouse: Warehouse, config: Config) -> list[tuple[str, str, DataFrame, list[str], str | None]]:
+    """(table, rule target, rows with the derived columns, key columns, relation) for every table that exists."""
     spark = engine.spark
     frames = []
     bronze = {rel: engine.read(warehouse.bronze(rel)) for rel in RELATIONS}
-    frames += [(warehouse.bronze(rel), "bronze", rows, ["id"]) for rel, rows in bronze.items() if rows is not None]
+    frames += [(warehouse.bronze(rel), "bronze", rows, [ID], rel.name) for rel, rows in bronze.items() if rows is not None]
     late = engine.read(warehouse.late_arrivals)
     watermarks = BatchLog(engine, warehouse.batches, warehouse.app_id(config.pipeline, warehouse.batches)).tail().watermarks
     for rel in RELATIONS:
         store, probes = engine.read(warehouse.store(rel)), engine.read(warehouse.probes(rel))
-        late_ids = spark.createDataFrame([], "id string") if late is None else late.where(F.col("relation") == rel.name)
+        late_ids = spark.createDataFrame([], f"{ID} string") if late is None else late.where(F.col("relation") == rel.name)
         if store is not None:
-            frames.append((warehouse.store(rel), "store", with_state_checks(store, late_ids, None), ["id"]))
+            frames.append((warehouse.store(rel), "store", with_state_checks(store, late_ids, None), [ID], rel.name))
         if probes is not None:
             eviction = probe_eviction(rel, watermarks)
             cutoff = None if eviction is None else eviction.below
-            no_late = spark.createDataFrame([], "id string")
-            frames.append((warehouse.probes(rel), "probes", with_state_checks(probes, no_late, cutoff), ["id"]))
+            no_late = spark.createDataFrame([], f"{ID} string")
+            frames.append((warehouse.probes(rel), "probes", with_state_checks(probes, no_late, cutoff), [ID], rel.name))
     gold = engine.read(warehouse.gold)
     if gold is not None and all(rows is not None for rows in bronze.values()):
-        frames.append((warehouse.gold, "gold", with_pair_checks(gold, config.join_condition, lambda: bronze), ["r_id", "s_id"]))
+        projection = Projection({rel.name: _carried(gold, rel, rows) for rel, rows in bronze.items()}, None if config.select is None else tuple(config.select))
+        checked = with_pair_checks(gold, config.join_condition, projection, lambda: bronze)
+        frames.append((warehouse.gold, "gold", checked, [identity_column(rel, ID) for rel in RELATIONS], None))
     return frames
+
+
+def _carried(gold: DataFrame, rel: Relation, bronze: DataFrame) -> tuple[str, ...]:
+    """The columns of ``rel``'s records that gold carries (bronze may have gained some since the last batch)."""
+    return tuple(name for name in data_columns(bronze.columns) if f"{rel.name}_{name}" in gold.columns)
 
 
 def _index_page(context: gx.data_context.AbstractDataContext) -> str:

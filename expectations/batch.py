@@ -45,9 +45,10 @@ class ExpectationFailed(LakejoinError):
     exit_code = 1
 
 
-def bound_rules(config: Config, target: str) -> list[tuple[Rule, dict, str]]:
-    """The rules for ``target`` with their arguments bound and their policies, skipping those not applicable."""
-    parameters = config.rule_parameters()
+def bound_rules(config: Config, target: str, relation: str | None = None) -> list[tuple[Rule, dict, str]]:
+    """The rules for ``target`` (a table of ``relation``, if it has one) with their arguments bound and their
+    policies, skipping those not applicable."""
+    parameters = config.rule_parameters(relation)
     chosen = []
     for rule in RULES:
         kwargs = rule.bound(parameters) if rule.target == target else None
@@ -66,7 +67,7 @@ class BatchChecks:
     seconds: float = 0.0  # time spent evaluating rules and applying policies
     _persisted: list[DataFrame] = field(default_factory=list)
 
-    def screen(self, table: str, target: str, rows: Data, keys: list[str]) -> Data:
+    def screen(self, table: str, target: str, rows: Data, keys: list[str], relation: str | None = None) -> Data:
         """``rows`` minus those a quarantine rule takes out, without the derived ``_dq_`` columns.
 
         Rows on the driver (Arrow) are checked there, on the configured engine; a DataFrame (a batch's pairs
@@ -77,7 +78,7 @@ class BatchChecks:
         if spread:
             rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
             self._persisted.append(rows)
-        rules = bound_rules(self.config, target)
+        rules = bound_rules(self.config, target, relation)
         results = []
         if rules and (spread or rows.num_rows):
             engine = "spark" if spread else self.config.quality.engine

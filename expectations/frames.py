@@ -1,7 +1,7 @@
 """The columns rules check that no table stores: pure ``DataFrame -> DataFrame`` functions (``_dq_*``).
 
-Gold keeps each record's id, ts, key and payload; a join predicate over other columns is evaluated on the
-pair's records as bronze holds them.
+Gold keeps every column of each record (prefixed by its relation), so the join predicate is evaluated on the
+records rebuilt from gold; with a configured ``select`` it is evaluated on the pair's records as bronze holds them.
 """
 
 from __future__ import annotations
@@ -14,48 +14,60 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from state.joiner import PAIR_FIELDS, older
-from state.relations import RELATIONS, Relation
+from state.joiner import Projection, identity_column, older
+from state.relations import ID, RELATIONS, TS, Relation
 
 DERIVED_PREFIX = "_dq_"
 
 
-def with_pair_checks(gold: DataFrame, condition: str, records: Callable[[], dict[Relation, DataFrame]]) -> DataFrame:
+def with_pair_checks(
+    gold: DataFrame, condition: str, projection: Projection, records: Callable[[], dict[Relation, DataFrame]]
+) -> DataFrame:
     """Gold rows with ``_dq_predicate`` (the join condition holds), ``_dq_owner`` (label of the older
-    member) and ``_dq_gap`` (|r_ts - s_ts|). ``records`` (bronze) are read only if the condition needs them."""
+    member) and ``_dq_gap`` (the members' distance in event time). ``records`` (bronze) are read only when
+    gold does not carry what the condition needs."""
     a, b = RELATIONS
-    carried = gold.withColumns(
-        {rel.name: F.struct(*[F.col(f"{rel.name}_{field}").alias(field) for field in PAIR_FIELDS]) for rel in RELATIONS}
-    )
-    try:
-        carried.select(F.expr(condition)).schema
-        paired = carried
-    except AnalysisException:
+
+    def member(rel: Relation) -> list:
+        derived = [F.col(identity_column(rel, column)).alias(column) for column in (ID, TS)]
+        carried = [] if projection.select is not None else [F.col(f"`{rel.name}_{name}`").alias(name) for name in projection.columns.get(rel.name, ())]
+        return [*derived, *carried]
+
+    paired = gold.withColumns({rel.name: F.struct(*member(rel)) for rel in RELATIONS})
+    if projection.select is not None or not _resolves(paired, condition):  # with a select, gold has no records
         paired, members = gold, records()
         for rel in RELATIONS:
-            member = members[rel].select(F.col("id").alias(f"_dq_{rel.name}_id"), F.struct("*").alias(rel.name))
-            paired = paired.join(member, paired[f"{rel.name}_id"] == member[f"_dq_{rel.name}_id"], "left")
+            bronze = members[rel].select(F.col(ID).alias(f"_dq_{rel.name}_id"), F.struct("*").alias(rel.name))
+            paired = paired.join(bronze, paired[identity_column(rel, ID)] == bronze[f"_dq_{rel.name}_id"], "left")
     checked = paired.withColumns(
         {
             "_dq_predicate": F.coalesce(F.expr(condition), F.lit(False)),
             "_dq_owner": F.when(older(a, b), F.lit(a.label)).otherwise(F.lit(b.label)),
-            "_dq_gap": F.abs(F.col(f"{a.name}_ts") - F.col(f"{b.name}_ts")),
+            "_dq_gap": F.abs(F.col(identity_column(a, TS)) - F.col(identity_column(b, TS))),
         }
     )
     return checked.select(*gold.columns, "_dq_predicate", "_dq_owner", "_dq_gap")
 
 
+def _resolves(frame: DataFrame, condition: str) -> bool:
+    try:
+        frame.select(F.expr(condition)).schema
+    except AnalysisException:
+        return False
+    return True
+
+
 def with_state_checks(rows: DataFrame, late: DataFrame, watermark: int | None) -> DataFrame:
     """State rows with ``_dq_late`` (the record is also in late arrivals) and ``_dq_watermark`` (the buffer's
     eviction cutoff, null when it has none)."""
-    ids = late.select("id").distinct().withColumn("_dq_late", F.lit(True))
-    flagged = rows.join(F.broadcast(ids), "id", "left").withColumn("_dq_late", F.coalesce("_dq_late", F.lit(False)))
+    ids = late.select(ID).distinct().withColumn("_dq_late", F.lit(True))
+    flagged = rows.join(F.broadcast(ids), ID, "left").withColumn("_dq_late", F.coalesce("_dq_late", F.lit(False)))
     return flagged.withColumn("_dq_watermark", F.lit(watermark).cast("bigint"))
 
 
 def with_state_checks_local(rows: pa.Table, late: pa.Table, watermark: int | None) -> pa.Table:
     """``with_state_checks`` for a batch's rows held on the driver as Arrow (no Spark job per table)."""
-    flagged = rows.append_column("_dq_late", pc.is_in(rows["id"], value_set=late["id"]))
+    flagged = rows.append_column("_dq_late", pc.is_in(rows[ID], value_set=late[ID]))
     return flagged.append_column("_dq_watermark", pa.array([watermark] * rows.num_rows, pa.int64()))
 
 

@@ -13,9 +13,9 @@ from pyspark.sql import functions as F
 
 from expectations.batch import row_key
 from state.engines import DeltaEngine
-from state.joiner import older, pair_columns
+from state.joiner import Projection, data_columns, identity_column, older
 from state.layout import Warehouse
-from state.relations import RELATIONS, Relation
+from state.relations import ID, RELATIONS, Relation
 
 BOOKKEEPING = ("batch_id", "produced_at")
 
@@ -53,21 +53,24 @@ def joinable(engine: DeltaEngine, warehouse: Warehouse) -> dict[Relation, DataFr
     for rel in RELATIONS:
         bronze = engine.read(warehouse.bronze(rel))
         if late is not None:
-            bronze = bronze.join(late.where(F.col("relation") == rel.name).select("id"), "id", "left_anti")
+            bronze = bronze.join(late.where(F.col("relation") == rel.name).select(ID), ID, "left_anti")
         taken = _quarantined_keys(engine, warehouse, warehouse.bronze(rel))
         if taken is not None:
-            bronze = bronze.join(taken, row_key(["id"]) == taken["row_key"], "left_anti")
+            bronze = bronze.join(taken, row_key([ID]) == taken["row_key"], "left_anti")
         relations[rel] = bronze
     return relations
 
 
-def expected_gold(engine: DeltaEngine, warehouse: Warehouse, condition: str) -> DataFrame:
-    """What gold must hold: the batch join of what is joinable, minus the pairs rules quarantined."""
-    expected = batch_join(joinable(engine, warehouse), condition)
+def expected_gold(engine: DeltaEngine, warehouse: Warehouse, condition: str, select: list[str] | None = None) -> DataFrame:
+    """What gold must hold: the batch join of what is joinable (in gold's columns: ``select``, else every
+    column of each record), minus the pairs rules quarantined."""
+    relations = joinable(engine, warehouse)
+    projection = Projection({rel.name: data_columns(frame.columns) for rel, frame in relations.items()}, None if select is None else tuple(select))
+    expected = batch_join(relations, condition, projection)
     taken = _quarantined_keys(engine, warehouse, warehouse.gold)
     if taken is None:
         return expected
-    return expected.join(taken, row_key([f"{rel.name}_id" for rel in RELATIONS]) == taken["row_key"], "left_anti")
+    return expected.join(taken, row_key([identity_column(rel, ID) for rel in RELATIONS]) == taken["row_key"], "left_anti")
 
 
 def _quarantined_keys(engine: DeltaEngine, warehouse: Warehouse, path: str) -> DataFrame | None:
@@ -77,15 +80,19 @@ def _quarantined_keys(engine: DeltaEngine, warehouse: Warehouse, path: str) -> D
     return quarantined.where(F.col("table") == warehouse.name_of(path)).select("row_key").distinct()
 
 
-def batch_join(relations: dict[Relation, DataFrame], predicate: str) -> DataFrame:
+def batch_join(relations: dict[Relation, DataFrame], predicate: str, projection: Projection) -> DataFrame:
     """The one-shot join of every relation's full contents, in gold's columns, each pair with its owner."""
     a, b = RELATIONS
     joined = relations[a].alias(a.name).join(relations[b].alias(b.name), F.expr(predicate))
-    return joined.select(pair_columns(F.when(older(a, b), F.lit(a.label)).otherwise(F.lit(b.label))))
+    return joined.select(projection.of(F.when(older(a, b), F.lit(a.label)).otherwise(F.lit(b.label))))
 
 
 def reconcile(expected: DataFrame, gold: DataFrame) -> Reconciliation:
-    """Compare as multisets: a pair produced twice, or not at all, or by the wrong owner, shows."""
+    """Compare as multisets: a pair produced twice, or not at all, or by the wrong owner, shows. Columns are
+    matched by name; one gold has not gained yet (no batch since bronze gained it) compares as null."""
     actual = gold.drop(*BOOKKEEPING)
+    types = dict(expected.dtypes)
+    actual = actual.select(*[F.col(f"`{name}`") if name in actual.columns else F.lit(None).cast(types[name]).alias(name) for name in expected.columns],
+                           *[F.col(f"`{name}`") for name in actual.columns if name not in types])
     missing, extra = expected.exceptAll(actual), actual.exceptAll(expected)
     return Reconciliation(expected.count(), actual.count(), missing, extra, missing.count(), extra.count())

@@ -28,7 +28,11 @@ def _parser() -> argparse.ArgumentParser:
             "--warehouse", required=warehouse_required, metavar="DIR",
             help="root folder of the Delta tables, or a Unity Catalog schema 'catalog.schema'",
         )
-        sub.add_argument("--config", metavar="FILE", help="YAML config (README: Config); defaults apply without one")
+        sub.add_argument(
+            "--config", metavar="FILE",
+            help="YAML config (README: Config); the first one given is kept in the warehouse and used when none is given",
+        )
+        sub.add_argument("--verbose", action="store_true", help="show Spark's own start-up and log output")
         return sub
 
     ingest = command("ingest", "append raw arrivals (.jsonl, .csv, .parquet) to bronze/r or bronze/s")
@@ -81,22 +85,28 @@ def _positive(text: str) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        config = load_config(args.config)
+        given = load_config(args.config) if args.config else None  # a bad config fails before Spark starts
         if args.command == "demo":
             from pipelines.demo import DemoOptions, run_demo
 
             options = DemoOptions(args.rows, args.keys, args.skew, args.disorder, args.chunk_rows, args.max_batch_rows, args.seed)
-            return 0 if run_demo(options, config.with_overrides(engine=args.engine), args.warehouse) else 1
-        return _on_warehouse(args, config)
+            return 0 if run_demo(options, given, args.engine, args.warehouse, verbose=args.verbose) else 1
+        return _on_warehouse(args, given)
     except LakejoinError as exc:
         print(f"lakejoin: error: {exc}", file=sys.stderr)
         return exc.exit_code
 
 
-def _on_warehouse(args: argparse.Namespace, config: Config) -> int:
-    """Commands on one warehouse: cheap argument checks first, then Spark, then the command."""
+# Commands that record the config they are given as the warehouse's definition once they succeeded
+# (pipelines/definition.py); the others check it against the recorded one and change nothing.
+RECORDING = ("ingest", "run", "maintain")
+
+
+def _on_warehouse(args: argparse.Namespace, given: Config | None) -> int:
+    """Commands on one warehouse: cheap argument checks first, then Spark, the definition, then the command."""
+    from pipelines.definition import Settled, record, settle
     from pipelines.spark import get_spark
-    from state.checks import require_engine_for
+    from state.checks import check_ingest_target, require_engine_for, require_warehouse
     from state.engines import make_engine
     from state.layout import Warehouse
     from state.lock import is_local
@@ -110,12 +120,23 @@ def _on_warehouse(args: argparse.Namespace, config: Config) -> int:
             f"reset drops silver and gold of {args.warehouse} (bronze stays) and nothing was changed: "
             "rerun with --yes to confirm"
         )
-    spark = get_spark()
+    spark = get_spark(verbose=args.verbose)
     try:
         commands = {"ingest": _ingest, "run": _run, "status": _status, "validate": _validate, "maintain": _maintain, "reset": _reset}
-        warehouse, engine = Warehouse(args.warehouse), make_engine(spark, config.engine)
+        warehouse, engine = Warehouse(args.warehouse), make_engine(spark, (given or Config()).engine)
         require_engine_for(warehouse, engine)
-        return commands[args.command](args, config, engine, warehouse)
+        if args.command == "ingest":  # before the definition is recorded: a warehouse is created in an empty folder only
+            check_ingest_target(engine, warehouse)
+        else:
+            require_warehouse(engine, warehouse)
+        settled = Settled(given or Config()) if args.command == "reset" else settle(engine, warehouse, given, args.command)
+        if settled.config.engine not in ("auto", engine.name):
+            engine = make_engine(spark, settled.config.engine)
+            require_engine_for(warehouse, engine)
+        code = commands[args.command](args, settled.config, engine, warehouse)
+        if args.command in RECORDING:
+            record(engine, warehouse, settled)
+        return code
     finally:
         spark.stop()
 
@@ -123,16 +144,14 @@ def _on_warehouse(args: argparse.Namespace, config: Config) -> int:
 def _ingest(args: argparse.Namespace, config: Config, engine: DeltaEngine, warehouse: Warehouse) -> int:
     from pipelines.ingest import ingest_files
     from pipelines.landing import ingest_landing
-    from state.checks import check_ingest_target
     from state.lock import INGEST, hold
     from state.relations import relation
 
-    check_ingest_target(engine, warehouse)
     with hold(warehouse.root, INGEST, wait_seconds=None):  # ingests queue: each is short
         if args.landing:
-            ingest_landing(engine, warehouse, relation(args.side), args.landing, args.checkpoint, _show)
+            ingest_landing(engine, warehouse, relation(args.side), args.landing, args.checkpoint, _show, config.relations)
             return 0
-        for result in ingest_files(engine.spark, engine, warehouse, relation(args.side), args.files):
+        for result in ingest_files(engine.spark, engine, warehouse, relation(args.side), args.files, config.relations):
             print(result.describe())
     return 0
 
@@ -143,10 +162,8 @@ def _show(result: IngestResult) -> None:
 
 def _run(args: argparse.Namespace, config: Config, engine: DeltaEngine, warehouse: Warehouse) -> int:
     from pipelines.silver import run, summarize
-    from state.checks import require_warehouse
     from state.lock import JOIN, hold
 
-    require_warehouse(engine, warehouse)
     with hold(warehouse.root, JOIN, args.wait):
         reports = run(engine, warehouse, config.with_overrides(max_batch_rows=args.max_batch_rows), progress=print)
     print(summarize(reports) if reports else "nothing pending: every arrival is already joined")
@@ -173,10 +190,8 @@ def _validate(args: argparse.Namespace, config: Config, engine: DeltaEngine, war
 
 def _maintain(args: argparse.Namespace, config: Config, engine: DeltaEngine, warehouse: Warehouse) -> int:
     from pipelines.maintain import maintain
-    from state.checks import require_warehouse
     from state.lock import JOIN, hold
 
-    require_warehouse(engine, warehouse)
     with hold(warehouse.root, JOIN, wait_seconds=None):  # a rewrite must not race a batch's MERGE: queue behind runs
         maintained = maintain(engine, warehouse, args.retention_hours)
     print(f"optimized and vacuumed (retention {args.retention_hours} h): {', '.join(maintained)}")

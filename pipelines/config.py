@@ -1,21 +1,30 @@
-"""The YAML config: what to join on, how late records may be, how big a batch may be, which Delta engine to use."""
+"""The YAML config: the relations' columns, what to join on, how late records may be, what gold keeps, how big a
+batch may be, which Delta engine to use."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
+from datetime import timedelta
 
 import yaml
 
 from expectations.rules import RULES, Rule, check_policy
-from state.engines import ENGINE_NAMES
+from state.engines import ENGINE_NAMES, DeltaEngine
 from state.errors import LakejoinError
+from state.event_time import describe_span, duration, span_on_axis, warehouse_kind
 from state.joiner import DEFAULT_PREDICATE
-from state.relations import RELATIONS
+from state.layout import Warehouse
+from state.relations import RELATIONS, RelationSpec
+
+Span = int | timedelta  # an integer (integer event time) or a duration (timestamps, dates)
 
 
 @dataclass(frozen=True)
 class Config:
+    # Per relation: which columns are its records' id and event time (README "Config"); unset: id, ts (and key).
+    relations: dict[str, RelationSpec] | None = None
     predicate: str = DEFAULT_PREDICATE  # Spark SQL boolean expression over r.* and s.*
+    select: list[str] | None = None  # gold's columns as Spark SQL expressions over r.* and s.*; unset: all, prefixed
     max_batch_rows: int = 10_000  # arrivals (both relations together) per micro-batch
     # A batch's pairs up to this many are checked and written from the driver, the fastest way for small
     # batches; more stay in Spark, checked there and written where they are (Delta on Spark; delta-rs writes
@@ -23,17 +32,19 @@ class Config:
     driver_rows: int = 100_000
     engine: str = "auto"  # auto | delta-rs | spark
     pipeline: str = "lakejoin"  # names the Delta application transactions of this pipeline's writes
-    # Per relation, in ts units: how far below the newest ts seen a record may still arrive (docs/design.md
-    # section 4). One number applies to both relations; None keeps no watermark (nothing is late).
-    allowed_lateness: int | dict[str, int] | None = None
-    window: int | None = None  # band W: pairs also need |r.ts - s.ts| <= W, and stores evict what it leaves behind
+    # Per relation: how far below the newest event time seen a record may still arrive (docs/design.md section 4),
+    # an integer for integer event time, a duration ("10 minutes") for timestamps and dates. One value applies to
+    # both relations; None keeps no watermark (nothing is late).
+    allowed_lateness: Span | str | dict[str, Span | str] | None = None
+    window: Span | str | None = None  # band W: pairs also need |r - s| <= W in event time; stores evict what it leaves behind
     expectations: Expectations | dict | None = None  # data-quality settings (README "Data quality")
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "relations", _relations(self.relations))
+        object.__setattr__(self, "select", _select(self.select))
         object.__setattr__(self, "allowed_lateness", _lateness(self.allowed_lateness))
+        object.__setattr__(self, "window", None if self.window is None else duration(self.window, "window"))
         object.__setattr__(self, "expectations", _expectations(self.expectations))
-        if self.window is not None and not _non_negative(self.window):
-            raise LakejoinError(f"config: 'window' must be a non-negative integer (ts units), got {self.window!r}")
         if not isinstance(self.predicate, str) or not self.predicate.strip():
             raise LakejoinError("config: 'predicate' must be a non-empty Spark SQL expression over r.* and s.*")
         if not isinstance(self.max_batch_rows, int) or self.max_batch_rows < 1:
@@ -43,24 +54,47 @@ class Config:
         if self.engine not in ENGINE_NAMES:
             raise LakejoinError(f"config: 'engine' must be one of {', '.join(ENGINE_NAMES)}, got {self.engine!r}")
 
-    def lateness(self, rel: str) -> int | None:
+    def lateness(self, rel: str) -> Span | None:
         """The allowed lateness of relation ``rel``, or None when it has no watermark."""
         return self.allowed_lateness.get(rel)  # type: ignore[union-attr] - normalised to a dict
+
+    def spec(self, rel: str) -> RelationSpec:
+        """Which of ``rel``'s columns are its records' id and event time."""
+        return self.relations[rel]  # type: ignore[index] - normalised to every relation
 
     @property
     def quality(self) -> Expectations:
         return self.expectations  # type: ignore[return-value] - normalised in __post_init__
 
-    def rule_parameters(self) -> dict[str, object]:
-        """What ``${name}`` stands for in the suites."""
-        return {"ts_min": self.quality.ts_min, "ts_max": self.quality.ts_max, "window": self.window}
+    def rule_parameters(self, rel: str | None = None) -> dict[str, object]:
+        """What ``${name}`` stands for in the suites (``record_columns``: those of relation ``rel``)."""
+        record = None if rel is None else self.spec(rel).record_columns
+        return {"ts_min": self.quality.ts_min, "ts_max": self.quality.ts_max, "window": self.window, "record_columns": record}
+
+    def on_axis(self, kind: str | None) -> Config:
+        """This config with ``allowed_lateness`` and ``window`` as numbers on the event-time axis of ``kind``
+        (state/event_time.py); a duration for integer time, or an integer for timestamps, is a config error."""
+        if kind is None:
+            return self
+        lateness = {rel: span_on_axis(span, kind, "allowed_lateness") for rel, span in self.allowed_lateness.items()}  # type: ignore[union-attr]
+        window = None if self.window is None else span_on_axis(self.window, kind, "window")  # type: ignore[arg-type]
+        return replace(self, allowed_lateness=lateness, window=window)
 
     @property
     def join_condition(self) -> str:
-        """The predicate, with the band window when one is set."""
+        """The predicate, with the band window when one is set (on the event-time axis: ``on_axis`` first)."""
         if self.window is None:
             return self.predicate
-        return f"({self.predicate}) AND abs(r.ts - s.ts) <= {self.window}"
+        return f"({self.predicate}) AND abs(r._ts - s._ts) <= {self.window}"
+
+    def settings(self) -> dict[str, object]:
+        """Every setting as the YAML would give it (durations as text), for the warehouse's definition."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        values["relations"] = {name: spec.settings() for name, spec in self.relations.items()}  # type: ignore[union-attr]
+        values["allowed_lateness"] = {rel: _span_text(span) for rel, span in self.allowed_lateness.items()}  # type: ignore[union-attr]
+        values["window"] = None if self.window is None else _span_text(self.window)  # type: ignore[arg-type]
+        values["expectations"] = {f.name: getattr(self.quality, f.name) for f in fields(Expectations)}
+        return values
 
     def with_overrides(self, **overrides: object) -> Config:
         values = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -114,19 +148,44 @@ def _non_negative(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def _lateness(value: object) -> dict[str, int]:
-    """``allowed_lateness`` as relation name -> ts units: one number for all, a mapping per relation, or none."""
+def _span_text(span: Span) -> int | str:
+    return span if isinstance(span, int) else describe_span(span)
+
+
+def _lateness(value: object) -> dict[str, Span]:
+    """``allowed_lateness`` as relation name -> span: one value for all, a mapping per relation, or none."""
     names = [rel.name for rel in RELATIONS]
     if value is None:
         return {}
-    if _non_negative(value):
-        return dict.fromkeys(names, value)
-    if isinstance(value, dict) and set(value) <= set(names) and all(_non_negative(v) for v in value.values()):
-        return dict(value)
-    raise LakejoinError(
-        f"config: 'allowed_lateness' must be a non-negative integer or a mapping of {' and '.join(names)} "
-        f"to non-negative integers (ts units), got {value!r}"
-    )
+    if isinstance(value, dict):
+        if not set(value) <= set(names):
+            raise LakejoinError(f"config: 'allowed_lateness' maps relations {' and '.join(names)}, got {sorted(value)!r}")
+        return {rel: duration(span, f"allowed_lateness.{rel}") for rel, span in value.items()}
+    return dict.fromkeys(names, duration(value, "allowed_lateness"))
+
+
+def _relations(value: object) -> dict[str, RelationSpec]:
+    """Every relation's columns: as configured, or the default mapping (``id``, ``ts``, and ``key`` required)."""
+    names = [rel.name for rel in RELATIONS]
+    if value is None:
+        value = {}
+    if not isinstance(value, dict) or not set(value) <= set(names):
+        raise LakejoinError(f"config: 'relations' maps {' and '.join(names)} to their columns, got {value!r}")
+    return {name: RelationSpec.parse(name, value[name]) if name in value else RelationSpec.default() for name in names}
+
+
+def _select(value: object) -> list[str] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not value or not all(isinstance(item, str) and item.strip() for item in value):
+        raise LakejoinError("config: 'select' must be a non-empty list of Spark SQL expressions over r.* and s.*, e.g. ['r.order_id', 's.amount AS paid']")
+    return list(value)
+
+
+def on_warehouse_axis(config: Config, engine: DeltaEngine, warehouse: Warehouse) -> tuple[Config, str | None]:
+    """``config`` on the event-time axis of what the warehouse's bronze holds, and that kind (None before any ingest)."""
+    kind = warehouse_kind(engine, warehouse, {rel.name: config.spec(rel.name).event_time for rel in RELATIONS})
+    return config.on_axis(kind), kind
 
 
 def load_config(path: str | None) -> Config:

@@ -1,4 +1,5 @@
-"""The main job: an out-of-order stream ingested in chunks interleaved with silver runs, then checked.
+"""The main job: an out-of-order stream of orders and payments ingested in chunks interleaved with silver
+runs, then checked.
 
 This is what a scheduled deployment does — land files, run the joiner, repeat — compressed into one
 process, followed by the check every user should be able to run: gold equals the batch SQL join.
@@ -14,15 +15,25 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from pyspark.sql import DataFrame
 
-from expectations.reconcile import expected_gold, reconcile
-from pipelines.config import Config
+from expectations.reconcile import BOOKKEEPING, expected_gold, reconcile
+from pipelines.config import Config, on_warehouse_axis
+from pipelines.definition import record, settle
 from pipelines.ingest import ingest_file
 from pipelines.silver import run
 from pipelines.spark import get_spark
 from state.engines import make_engine
 from state.layout import Warehouse
 from state.relations import RELATIONS
+
+# The demo's pipeline: orders (R) and the payments (S) a customer makes within the hour after an order.
+DEMO_SETTINGS: dict[str, object] = {
+    "relations": {"r": {"id": "order_id", "event_time": "order_time"}, "s": {"id": "payment_id", "event_time": "paid_at"}},
+    "predicate": "r.customer = s.customer AND s.paid_at BETWEEN r.order_time AND r.order_time + INTERVAL 1 HOUR",
+}
+DEMO_START = pd.Timestamp("2026-01-01T00:00:00Z")  # ts 0 of the generated stream; one ts unit is one second
+SHOWN = ("r_order_id", "r_customer", "r_order_time", "r_amount", "s_payment_id", "s_paid_at", "s_amount", "s_method")
 
 
 @dataclass(frozen=True)
@@ -64,14 +75,30 @@ def generate_stream(options: DemoOptions) -> pd.DataFrame:
     return stream.iloc[order].reset_index(drop=True)
 
 
-def write_chunks(stream: pd.DataFrame, folder: str, chunk_rows: int) -> list[list[tuple[str, str]]]:
-    """JSON Lines files, one per relation per chunk of consecutive arrivals: ``[[(relation, path), ...], ...]``."""
+def orders_and_payments(records: pd.DataFrame, relation: str) -> pd.DataFrame:
+    """A relation's records of the generated stream as orders (r) or payments (s): typed columns, an ISO-8601
+    event time ``ts`` seconds after ``DEMO_START``, the key as the customer (``k7`` becomes ``c7``)."""
+    number = records["id"].str[1:].astype(int)
+    when = (DEMO_START + pd.to_timedelta(records["ts"], unit="s")).dt.strftime("%Y-%m-%dT%H:%M:%SZ")
+    amount = ((number * 7919) % 20_000 + 100) / 100
+    customer = "c" + records["key"].str[1:]
+    if relation == "r":
+        return pd.DataFrame({"order_id": "o-" + number.astype(str), "customer": customer, "order_time": when,
+                             "amount": amount, "items": number % 5 + 1, "channel": np.array(["web", "app", "store"])[number % 3]})
+    return pd.DataFrame({"payment_id": "p-" + number.astype(str), "customer": customer, "paid_at": when,
+                         "amount": amount, "method": np.array(["card", "transfer"])[number % 2]})
+
+
+def write_chunks(stream: pd.DataFrame, folder: str, chunk_rows: int, shape=None) -> list[list[tuple[str, str]]]:  # noqa: ANN001
+    """JSON Lines files, one per relation per chunk of consecutive arrivals: ``[[(relation, path), ...], ...]``.
+    ``shape(records, relation)`` turns a relation's records into the rows written (as generated when None)."""
     chunks = []
     for number, start in enumerate(range(0, len(stream), chunk_rows)):
         chunk = stream.iloc[start : start + chunk_rows]
         files = []
         for rel in RELATIONS:
             part = chunk[chunk["relation"] == rel.name].drop(columns="relation")
+            part = part if shape is None else shape(part, rel.name)
             if len(part):
                 path = os.path.join(folder, f"chunk-{number:05d}-{rel.name}.jsonl")
                 part.to_json(path, orient="records", lines=True)
@@ -80,19 +107,24 @@ def write_chunks(stream: pd.DataFrame, folder: str, chunk_rows: int) -> list[lis
     return chunks
 
 
-def run_demo(options: DemoOptions, config: Config, warehouse_root: str | None = None) -> bool:
-    """Run the demo job, print its summary and the gold check; True when gold passes."""
-    config = config.with_overrides(max_batch_rows=options.max_batch_rows)
+def run_demo(options: DemoOptions, given: Config | None = None, engine_name: str | None = None, warehouse_root: str | None = None,
+             verbose: bool = False) -> bool:
+    """Run the demo job, print its summary, a few gold rows and the gold check; True when gold passes. ``given``
+    replaces the demo's own config (it must map the demo's columns: ``DEMO_SETTINGS``)."""
+    config = (given or Config(**DEMO_SETTINGS)).with_overrides(engine=engine_name)  # type: ignore[arg-type]
     workdir = tempfile.mkdtemp(prefix="lakejoin-demo-")
     warehouse = Warehouse(warehouse_root or os.path.join(workdir, "warehouse"))
-    print(f"lakejoin demo: {options.rows} records per relation, {options.keys} keys (skew {options.skew}), "
-          f"disorder {options.disorder}, chunks of {options.chunk_rows}, batches of at most {options.max_batch_rows}")
+    print(f"lakejoin demo: {options.rows} orders and {options.rows} payments, {options.keys} customers (skew {options.skew}), "
+          f"up to {options.disorder} s late, chunks of {options.chunk_rows}, batches of at most {options.max_batch_rows}")
     print(f"warehouse: {warehouse.root}")
-    chunks = write_chunks(generate_stream(options), workdir, options.chunk_rows)
+    print(f"predicate: {config.predicate}")
+    chunks = write_chunks(generate_stream(options), workdir, options.chunk_rows, orders_and_payments)
 
-    spark = get_spark()
+    spark = get_spark(verbose=verbose)
     try:
         engine = make_engine(spark, config.engine)
+        settled = settle(engine, warehouse, config, "demo")
+        config = settled.config.with_overrides(max_batch_rows=options.max_batch_rows)
         print(f"engine: {engine.name}")
         started = time.perf_counter()
         batches = quarantined = late = 0
@@ -102,7 +134,7 @@ def run_demo(options: DemoOptions, config: Config, warehouse_root: str | None = 
         for number, files in enumerate(chunks, start=1):
             landed = 0
             for name, path in files:
-                result = ingest_file(spark, engine, warehouse, by_name[name], path)
+                result = ingest_file(spark, engine, warehouse, by_name[name], path, config.relations)
                 landed, quarantined = landed + result.landed, quarantined + result.quarantined
             reports = run(engine, warehouse, config)
             batches += len(reports)
@@ -116,13 +148,26 @@ def run_demo(options: DemoOptions, config: Config, warehouse_root: str | None = 
         seconds = time.perf_counter() - started
 
         arrivals = options.rows * len(RELATIONS)
-        check = reconcile(expected_gold(engine, warehouse, config.join_condition), engine.read(warehouse.gold))
+        gold = engine.read(warehouse.gold)
+        check = reconcile(expected_gold(engine, warehouse, on_warehouse_axis(config, engine, warehouse)[0].join_condition, config.select), gold)
         print(f"arrivals: {arrivals}  batches: {batches}  results: {check.actual}  quarantined: {quarantined}  late: {late}")
         print(f"seconds: {seconds:.1f}  rows per second: {arrivals / seconds:,.0f}")
         broken = ", ".join(f"{rule}: {rows} rows" for rule, rows in sorted(failures.items())) or "every rule passed on every batch"
         print(f"expectations ({config.quality.engine}): {check_seconds:.1f} s of {batch_seconds:.1f} s batch time "
               f"({check_seconds / max(batch_seconds, 1e-9):.0%}); {broken}")
+        record(engine, warehouse, settled)
+        _show_gold(gold)
         print(check.describe())
         return check.passed
     finally:
         spark.stop()
+
+
+def _show_gold(gold: DataFrame) -> None:
+    """A few gold rows, the columns a reader of the demo cares about (with a ``select``, its columns)."""
+    record_columns = [name for name in gold.columns if not name.startswith("_") and name not in (*BOOKKEEPING, "owner")]
+    shown = [*([name for name in SHOWN if name in record_columns] or record_columns), "owner"]
+    rows = gold.select(*shown).orderBy(*shown[:1]).limit(3).collect()
+    print(f"gold rows ({len(gold.columns)} columns; {', '.join(shown)}):")
+    for row in rows:
+        print("  " + "  ".join(str(value) for value in row))

@@ -1,9 +1,11 @@
 """Bronze ingest: raw files (JSON Lines, CSV, Parquet) appended to ``bronze/<relation>``.
 
-Every accepted row gets its place in the global arrival order (``_arrival_seq``, across all relations)
-and where it came from (file, line). Rows that break the schema go to the quarantine table with a
-reason; the rest of the file still lands. A file already ingested adds nothing, and a record whose
-``id`` exists with other content is quarantined as a conflict.
+Bronze keeps the user's columns, typed, and adds what lakejoin derives: each record's id as text (``_id``,
+from the configured id columns), its event time on the integer axis (``_ts``), its place in the global
+arrival order (``_arrival_seq``, across all relations) and where it came from (file, line). Rows that break
+the mapping or a column's type go to the quarantine table with a reason; the rest of the file still lands.
+A file already ingested adds nothing, and a record whose id exists with other content is quarantined as a
+conflict.
 """
 
 from __future__ import annotations
@@ -20,15 +22,31 @@ import pyarrow as pa
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, MapType, StringType, StructField, StructType
+from pyspark.sql.types import (
+    ArrayType,
+    ByteType,
+    DataType,
+    DateType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    MapType,
+    ShortType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
 
 from state.engines import DeltaEngine
 from state.errors import LakejoinError
+from state.event_time import INTEGER, INTEGER_TEXT, STORED_TYPE, TIMESTAMP, as_event_time, kind_of, on_axis
 from state.faults import step
 from state.layout import Warehouse
-from state.relations import RELATIONS, Relation
+from state.relations import ID, RELATIONS, TS, Relation, RelationSpec, others
 
-REQUIRED = ("id", "ts", "key")
 FORMATS = {".jsonl": "json", ".ndjson": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 CORRUPT = "_corrupt_record"
 INGESTED_AT = pa.timestamp("us", tz="UTC")
@@ -57,14 +75,14 @@ class IngestResult:
 
 
 def ingest_files(
-    spark: SparkSession, engine: DeltaEngine, warehouse: Warehouse, rel: Relation, files: list[str]
+    spark: SparkSession, engine: DeltaEngine, warehouse: Warehouse, rel: Relation, files: list[str], specs: dict[str, RelationSpec] | None = None
 ) -> list[IngestResult]:
     """Ingest ``files`` in the given order: their rows arrive in that order, line by line."""
     for file in files:
         _format_of(file)
         if not os.path.isfile(file):
             raise LakejoinError(f"no such file: {file}")
-    return [ingest_file(spark, engine, warehouse, rel, file) for file in files]
+    return [ingest_file(spark, engine, warehouse, rel, file, specs) for file in files]
 
 
 INGEST_LOG_SCHEMA = pa.schema(
@@ -93,7 +111,11 @@ class _Provenance:
     ingested_at: datetime
 
 
-def ingest_file(spark: SparkSession, engine: DeltaEngine, warehouse: Warehouse, rel: Relation, file: str) -> IngestResult:
+def ingest_file(
+    spark: SparkSession, engine: DeltaEngine, warehouse: Warehouse, rel: Relation, file: str, specs: dict[str, RelationSpec] | None = None
+) -> IngestResult:
+    """Ingest one file; ``specs`` maps every relation to its columns (config ``relations``; default: id, ts, key)."""
+    specs = specs or {other.name: RelationSpec.default() for other in RELATIONS}
     path = os.path.abspath(file)
     digest = _sha256(path)
     if _already_ingested(engine, warehouse, rel, digest):
@@ -105,7 +127,9 @@ def ingest_file(spark: SparkSession, engine: DeltaEngine, warehouse: Warehouse, 
     # and each write classify it again, against the bronze version read here. An engine that writes from the
     # driver holds the file in memory anyway: there it is cached, and classified once.
     bronze = warehouse.bronze(rel)
-    classified = _classify(_parse(spark, path, _format_of(file)), engine.read(bronze, engine.version(bronze)))
+    parsed = _parse(spark, path, _format_of(file))
+    layout = _layout(engine, warehouse, rel, specs, parsed, file)
+    classified = _classify(_normalize(parsed, layout), engine.read(bronze, engine.version(bronze)))
     if engine.driver_writes:
         classified = classified.persist(StorageLevel.MEMORY_AND_DISK)
     try:
@@ -150,6 +174,8 @@ def _bronze_rows(classified: DataFrame, source: _Provenance, accepted_blocks: li
     data = [name for name in accepted.columns if not name.startswith("_")]
     return accepted.select(
         *data,
+        ID,
+        TS,
         place.cast("long").alias("_arrival_seq"),
         F.lit(source.path).alias("_source_file"),
         "_source_line",
@@ -181,7 +207,7 @@ def _quarantine_rows(classified: DataFrame, source: _Provenance) -> DataFrame:
         F.lit(source.path).alias("source_file"),
         F.col("_source_line").alias("source_line"),
         F.col("_raw").alias("raw"),
-        F.col("_id").alias("id"),
+        F.col(ID).alias("id"),
         F.lit(source.ingest_id).alias("ingest_id"),
         F.lit(source.ingested_at).alias("ingested_at"),
     )
@@ -213,7 +239,15 @@ def last_arrival_seq(engine: DeltaEngine, warehouse: Warehouse) -> int:
     return max((value for value in maxima if value is not None), default=0)
 
 
-# Parsing: each format becomes the same shape — _source_line, _raw, _unparsable and the data columns.
+# Parsing: each format becomes the same shape — _source_line, _raw, _unparsable and the data columns, as text
+# (JSON, CSV: typed when classified) or typed as the file declares them (Parquet).
+
+
+@dataclass(frozen=True)
+class _Parsed:
+    frame: DataFrame  # _source_line, _raw, _unparsable, then the data columns
+    types: dict[str, DataType]  # each data column's type as the file gives it (JSON: inferred; CSV: string)
+    text: bool  # the data columns hold text, to be parsed into their types
 
 
 def _numbered_lines(spark: SparkSession, path: str) -> DataFrame:
@@ -230,39 +264,40 @@ def _numbered_lines(spark: SparkSession, path: str) -> DataFrame:
     return numbered.where(F.trim("value") != "").select("_source_line", F.col("value").alias("_raw"))
 
 
-def _parse(spark: SparkSession, path: str, fmt: str) -> DataFrame:
+def _parse(spark: SparkSession, path: str, fmt: str) -> _Parsed:
     if fmt == "parquet":
         return _parse_parquet(spark, path)
     if fmt == "csv":
         with open(path, newline="", encoding="utf-8") as handle:
             header = next(csv.reader(handle), [])
-        schema = StructType([StructField(name, StringType()) for name in header])
         lines = _numbered_lines(spark, path).where(F.col("_source_line") > 1)
-        return _parse_text(lines, schema, F.from_csv)
-    schema = StructType([f for f in spark.read.json(path).schema.fields if f.name != CORRUPT])
-    return _parse_text(_numbered_lines(spark, path), schema, F.from_json)
+        return _parse_text(lines, {name: StringType() for name in header}, F.from_csv)
+    inferred = {f.name: f.dataType for f in spark.read.json(path).schema.fields if f.name != CORRUPT}
+    return _parse_text(_numbered_lines(spark, path), inferred, F.from_json)
 
 
-def _parse_text(lines: DataFrame, schema: StructType, parser) -> DataFrame:  # noqa: ANN001 - F.from_json or F.from_csv
-    _check_reserved(schema.fieldNames())
-    with_corrupt = StructType([*schema.fields, StructField(CORRUPT, StringType())])
+def _parse_text(lines: DataFrame, types: dict[str, DataType], parser) -> _Parsed:  # noqa: ANN001 - F.from_json or F.from_csv
+    """Every field as its text (a nested JSON value as its JSON), so a value that fits no type can be named."""
+    _check_reserved(list(types))
+    as_text = StructType([*(StructField(name, StringType()) for name in types), StructField(CORRUPT, StringType())])
     options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
-    ddl = ", ".join(f"`{f.name.replace('`', '``')}` {f.dataType.simpleString()}" for f in with_corrupt.fields)
+    ddl = ", ".join(f"`{f.name.replace('`', '``')}` {f.dataType.simpleString()}" for f in as_text.fields)
     record = lines.select("*", parser(F.col("_raw"), ddl, options).alias("_record"))
     unparsable = F.col("_record").isNull() | F.col(f"_record.{CORRUPT}").isNotNull()
-    data = [F.col(f"_record.`{name}`").alias(name) for name in schema.fieldNames()]
-    return record.select("_source_line", "_raw", unparsable.alias("_unparsable"), *data)
+    data = [F.col(f"_record.`{name}`").alias(name) for name in types]
+    return _Parsed(record.select("_source_line", "_raw", unparsable.alias("_unparsable"), *data), types, text=True)
 
 
-def _parse_parquet(spark: SparkSession, path: str) -> DataFrame:
+def _parse_parquet(spark: SparkSession, path: str) -> _Parsed:
     df = spark.read.parquet(path)
     _check_reserved(df.columns)
-    return df.select(
+    frame = df.select(
         (F.col("_metadata.row_index") + 1).alias("_source_line"),
         F.to_json(F.struct(*df.columns)).alias("_raw"),
         F.lit(False).alias("_unparsable"),
         *df.columns,
     )
+    return _Parsed(frame, {f.name: f.dataType for f in df.schema.fields}, text=False)
 
 
 def _check_reserved(columns: list[str]) -> None:
@@ -271,53 +306,139 @@ def _check_reserved(columns: list[str]) -> None:
         raise LakejoinError(f"column {reserved[0]!r} starts with '_', which lakejoin reserves for bookkeeping: rename it")
 
 
+# Typing: each data column gets the type bronze established for it, else the configured one, else the file's own;
+# the event time gets its kind's type (state/event_time.py). A value that fits no type is named in a reason.
+
+# Parquet types that convert to an established type without losing anything.
+_WIDENS = {
+    (ByteType, ShortType), (ByteType, IntegerType), (ByteType, LongType), (ShortType, IntegerType), (ShortType, LongType),
+    (IntegerType, LongType), (FloatType, DoubleType), (ByteType, DoubleType), (ShortType, DoubleType), (IntegerType, DoubleType),
+    (DateType, TimestampType), (TimestampNTZType, TimestampType),
+}
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """What a file's rows must become: the relation's column mapping, the event time's kind, each column's type."""
+
+    spec: RelationSpec
+    kind: str
+    types: dict[str, DataType]
+
+
+def _layout(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, specs: dict[str, RelationSpec], parsed: _Parsed, file: str) -> _Layout:
+    spec = specs[rel.name]
+    established = {f.name: f.dataType for f in (engine.schema(warehouse.bronze(rel)) or StructType()).fields}
+    try:
+        configured = {name: DataType.fromDDL(ddl) for name, ddl in spec.columns.items()}
+    except Exception as exc:  # noqa: BLE001 - Spark's parse errors have many types; the message names the setting
+        raise LakejoinError(f"config: relations.{rel.name}.columns has a type Spark does not know ({spec.columns}): {str(exc).splitlines()[0]}") from exc
+    settled = {**configured, **established}
+    kind = _event_time_kind(engine, warehouse, rel, specs, parsed, settled)
+    types = {**parsed.types, **settled, spec.event_time: STORED_TYPE[kind]}
+    for name, given in ({} if parsed.text else parsed.types).items():
+        wanted = types[name]
+        text_time = name == spec.event_time and isinstance(given, StringType)
+        if given != wanted and not text_time and (type(given), type(wanted)) not in _WIDENS:
+            raise LakejoinError(
+                f"cannot ingest {file}: column {name} is {given.simpleString()} there but {wanted.simpleString()} in "
+                f"bronze/{rel.name} (or the config), and does not widen to it: convert it, or land it under another name"
+            )
+    return _Layout(spec, kind, types)
+
+
+def _event_time_kind(
+    engine: DeltaEngine, warehouse: Warehouse, rel: Relation, specs: dict[str, RelationSpec], parsed: _Parsed, settled: dict[str, DataType]
+) -> str:
+    """The kind of ``rel``'s event time: as bronze or the config has it, else as the other relations' (all share one
+    axis), else as the file gives it — text is timestamps when some value reads as one, else integers."""
+    column = specs[rel.name].event_time
+    ours = kind_of(settled[column]) if column in settled else None
+    if column in settled and ours is None:
+        raise LakejoinError(f"event time {column} of {rel.name} is {settled[column].simpleString()}: use a timestamp, a date or an integer column")
+    for other in others(rel):
+        schema, theirs_column = engine.schema(warehouse.bronze(other)), specs[other.name].event_time
+        theirs = kind_of(schema[theirs_column].dataType) if schema is not None and theirs_column in schema.fieldNames() else None
+        if ours is not None and theirs is not None and ours != theirs:
+            raise LakejoinError(
+                f"event time {column} of {rel.name} is a {ours} but {theirs_column} of {other.name} is a {theirs}: "
+                "both relations' event times must be of one kind"
+            )
+        ours = ours or theirs
+    if ours is not None or column not in parsed.types:
+        return ours or INTEGER
+    given = parsed.types[column]
+    if not parsed.text and not isinstance(given, StringType):
+        if kind_of(given) is None:
+            raise LakejoinError(f"event time {column} of {rel.name} is {given.simpleString()}: use a timestamp, a date or an integer column")
+        return kind_of(given)  # type: ignore[return-value]
+    text = F.trim(F.col(column).cast("string"))
+    looks_like_time = ~F.col("_unparsable") & ~text.rlike(INTEGER_TEXT) & text.try_cast(TimestampType()).isNotNull()
+    return TIMESTAMP if parsed.frame.where(looks_like_time).limit(1).count() else INTEGER
+
+
+def _typed(parsed: _Parsed, layout: _Layout) -> list[tuple[str, Column, Column | None]]:
+    """Each data column as (name, typed value, the reason when its value fits no type)."""
+    typed = []
+    for name, declared in parsed.types.items():
+        given = StringType() if parsed.text else declared  # text formats hold every value as its text until here
+        value, wanted = F.col(name), layout.types[name]
+        if name == layout.spec.event_time:
+            converted = as_event_time(value, layout.kind)
+            description = f"{'an' if layout.kind == INTEGER else 'a'} {layout.kind}"
+        elif given == wanted:
+            typed.append((name, value, None))
+            continue
+        elif parsed.text and isinstance(wanted, (StructType, ArrayType, MapType)):
+            converted, description = F.from_json(value, wanted), wanted.simpleString()
+        else:
+            converted, description = value.try_cast(wanted), wanted.simpleString()
+        text = F.trim(value.cast("string"))
+        misfit = F.when(value.isNotNull() & (text != "") & converted.isNull(), F.concat(F.lit(f"{name} is not {description}: "), text))
+        typed.append((name, converted, misfit))
+    return typed
+
+
 # Classification: every parsed row is accepted, a duplicate (skipped) or quarantined with a reason.
 
 
-def _normalize(parsed: DataFrame) -> DataFrame:
-    """Required columns typed (id, key strings; ts bigint), payload a string, reasons for what fails."""
-    present = set(parsed.columns)
-    column = {name: F.col(name) if name in present else F.lit(None) for name in (*REQUIRED, "payload")}
-    ts_text = F.trim(column["ts"].cast("string"))
-    ts = F.when(ts_text.rlike(r"^[+-]?[0-9]+$"), ts_text.try_cast("long"))
-    payload = _as_text(parsed, "payload") if "payload" in present else F.lit(None).cast("string")
+def _normalize(parsed: _Parsed, layout: _Layout) -> DataFrame:
+    """Data columns typed, plus ``_id`` and ``_ts`` (state/relations.py), and the reason for what fails."""
+    spec = layout.spec
+    present = set(parsed.types)
+    typed = _typed(parsed, layout)
+    values = {name: value for name, value, _ in typed}
+    present_ids = [values[c].cast("string") for c in spec.id if c in present]
+    record_id = present_ids[0] if len(spec.id) == 1 else F.to_json(F.array(*present_ids))
     reason = F.coalesce(
         F.when(F.col("_unparsable"), F.lit("unparsable line")),
-        *[_missing(name, column[name], present) for name in REQUIRED],
-        F.when(ts.isNull(), F.concat(F.lit("ts is not an integer: "), ts_text)),
+        *[_missing(name, present) for name in spec.record_columns],
+        *[misfit for name, _, misfit in typed if misfit is not None and name == spec.event_time],
+        *[misfit for name, _, misfit in typed if misfit is not None and name != spec.event_time],
     )
-    extras = [name for name in parsed.columns if name not in (*REQUIRED, "payload") and not name.startswith("_")]
-    return parsed.select(
+    axis = on_axis(values[spec.event_time], layout.kind) if spec.event_time in present else F.lit(None)
+    return parsed.frame.select(
         "_source_line",
         "_raw",
         reason.alias("_reason"),
-        column["id"].cast("string").alias("id"),
-        ts.alias("ts"),
-        column["key"].cast("string").alias("key"),
-        payload.alias("payload"),
-        *extras,
+        *[value.alias(name) for name, value in values.items()],
+        (record_id if len(present_ids) == len(spec.id) else F.lit(None).cast("string")).alias(ID),
+        axis.cast("long").alias(TS),
     )
 
 
-def _as_text(df: DataFrame, name: str) -> Column:
-    """A column as a string; nested values (structs, arrays, maps) as their JSON text."""
-    if isinstance(df.schema[name].dataType, (StructType, ArrayType, MapType)):
-        return F.to_json(F.col(name))
-    return F.col(name).cast("string")
-
-
-def _missing(name: str, value: Column, present: set[str]) -> Column:
+def _missing(name: str, present: set[str]) -> Column:
     if name not in present:
         return F.lit(f"missing column {name}")
+    value = F.col(name)
     return F.when(value.isNull() | (F.trim(value.cast("string")) == ""), F.lit(f"missing {name}"))
 
 
-def _classify(parsed: DataFrame, bronze: DataFrame | None) -> DataFrame:
-    normalized = _normalize(parsed)
+def _classify(normalized: DataFrame, bronze: DataFrame | None) -> DataFrame:
     data_columns = sorted(name for name in normalized.columns if not name.startswith("_"))
     hashed = normalized.withColumn("_content_hash", F.sha2(F.to_json(F.struct(*data_columns)), 256))
     valid = F.col("_reason").isNull()
-    by_id = Window.partitionBy(valid, "id").orderBy("_source_line")
+    by_id = Window.partitionBy(valid, ID).orderBy("_source_line")
     ranked = hashed.withColumns(
         {
             "_nth": F.when(valid, F.row_number().over(by_id)),
@@ -330,10 +451,10 @@ def _classify(parsed: DataFrame, bronze: DataFrame | None) -> DataFrame:
     else:
         # Bronze outgrows any file: find the file's ids in it with the ids broadcast (a scan, no shuffle of
         # bronze), then join back the few it holds.
-        file_ids = F.broadcast(normalized.select(F.col("id").alias("_existing_id")).where(F.col("_existing_id").isNotNull()))
-        existing = bronze.select(F.col("id").alias("_existing_id"), F.col("_content_hash").alias("_existing_hash"))
+        file_ids = F.broadcast(normalized.select(F.col(ID).alias("_existing_id")).where(F.col("_existing_id").isNotNull()))
+        existing = bronze.select(F.col(ID).alias("_existing_id"), F.col("_content_hash").alias("_existing_hash"))
         held = existing.join(file_ids, "_existing_id", "left_semi")
-        ranked = ranked.join(F.broadcast(held), valid & (F.col("id") == F.col("_existing_id")), "left").drop("_existing_id")
+        ranked = ranked.join(F.broadcast(held), valid & (F.col(ID) == F.col("_existing_id")), "left").drop("_existing_id")
     seen_in_file = F.col("_nth") > 1
     reason = F.coalesce(
         F.col("_reason"),
@@ -352,5 +473,4 @@ def _classify(parsed: DataFrame, bronze: DataFrame | None) -> DataFrame:
         *[c for c in hashed.columns if c != "_reason"],
         reason.alias("_reason"),
         outcome.alias("_outcome"),
-        F.col("id").alias("_id"),
     )

@@ -14,7 +14,7 @@ from pyspark.sql import DataFrame
 from pipelines.ingest import FORMATS, IngestResult, ingest_file
 from state.engines import DeltaEngine
 from state.layout import Warehouse
-from state.relations import Relation
+from state.relations import Relation, RelationSpec
 
 
 def on_databricks() -> bool:
@@ -28,11 +28,12 @@ def ingest_landing(
     landing: str,
     checkpoint: str | None,
     report: Callable[[IngestResult], None],
+    specs: dict[str, RelationSpec] | None = None,
 ) -> None:
     """Ingest every file under ``landing`` not ingested yet, in name order within each discovery."""
 
     def ingest(path: str) -> None:
-        report(ingest_file(engine.spark, engine, warehouse, rel, path))
+        report(ingest_file(engine.spark, engine, warehouse, rel, path, specs))
 
     if on_databricks():
         _auto_loader(engine, landing, checkpoint or os.path.join(landing, "_lakejoin_checkpoint", rel.name), ingest)

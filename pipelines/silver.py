@@ -21,17 +21,20 @@ from pyspark.sql import functions as F
 from expectations.batch import BatchChecks
 from expectations.frames import with_pair_checks, with_state_checks_local
 from expectations.runner import Validator
-from pipelines.config import Config
+from pipelines.config import Config, on_warehouse_axis
 from state.batch_log import BatchLog, BatchOutcome, BatchPlan, LogTail
 from state.bounds import advance, late_rows, split_late
 from state.buffers import BufferUpdate, buffer_updates, read_sides, update_buffers
 from state.checks import check_consistency
 from state.engines import Data, DeltaEngine, Txn
 from state.errors import LakejoinError
+from state.event_time import render_span
 from state.faults import step
-from state.joiner import Side, batch_pairs
+from state.joiner import Projection, Side, batch_pairs, data_columns, identity_column
 from state.layout import Warehouse
-from state.relations import RECORD_SCHEMA, RELATIONS, Relation
+from state.relations import ID, RELATIONS, TS, Relation
+
+PAIR_KEY = [identity_column(rel, ID) for rel in RELATIONS]  # a gold row's key: its members' ids
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,7 @@ def run(
 ) -> list[BatchReport]:
     """Process every pending arrival, batch by batch, then return what each batch did."""
     tail = check_consistency(engine, warehouse, config.pipeline)
+    config, kind = on_warehouse_axis(config, engine, warehouse)
     log = BatchLog(engine, warehouse.batches, warehouse.app_id(config.pipeline, warehouse.batches))
     validator = Validator(engine.spark)
     reports = []
@@ -81,7 +85,7 @@ def run(
             return reports
         checks = BatchChecks(validator, config, plan.batch_id)
         try:
-            report, tail = _execute(engine, warehouse, config, log, plan, checks, started, resumed=tail.unfinished is not None)
+            report, tail = _execute(engine, warehouse, config, kind, log, plan, checks, started, resumed=tail.unfinished is not None)
         finally:
             checks.release()
         progress(report.describe())
@@ -120,7 +124,7 @@ def _arrivals(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, plan: Ba
     where = f"_arrival_seq > {plan.seq_from} AND _arrival_seq <= {plan.seq_to}"
     sliced = None if version is None else engine.rows(warehouse.bronze(rel), version, where)
     if sliced is None:
-        return engine.spark.createDataFrame([], f"{RECORD_SCHEMA}, _arrival_seq bigint").toArrow()
+        return engine.spark.createDataFrame([], f"{ID} string, {TS} bigint, _arrival_seq bigint").toArrow()
     return sliced
 
 
@@ -128,6 +132,7 @@ def _execute(
     engine: DeltaEngine,
     warehouse: Warehouse,
     config: Config,
+    kind: str | None,
     log: BatchLog,
     plan: BatchPlan,
     checks: BatchChecks,
@@ -136,15 +141,19 @@ def _execute(
 ) -> tuple[BatchReport, LogTail]:
     """Compute the whole batch and check its rows against the rules, then write: plan (unless resumed),
     rule results, gold, late arrivals, state, and the commit row last. Returns what the batch did and the
-    log's tail after it (this run holds the lock: nothing else appends to the log)."""
+    log's tail after it (this run holds the lock: nothing else appends to the log). ``config`` is on the
+    event-time axis of ``kind``."""
     arrived = {rel: _arrivals(engine, warehouse, rel, plan) for rel in RELATIONS}
-    screened = {rel: checks.screen(warehouse.name_of(warehouse.bronze(rel)), "bronze", rows, ["id"]) for rel, rows in arrived.items()}
+    screened = {
+        rel: checks.screen(warehouse.name_of(warehouse.bronze(rel)), "bronze", rows, [ID], rel.name) for rel, rows in arrived.items()
+    }
     split = {rel: split_late(screened[rel], plan.watermarks.get(rel.name)) for rel in RELATIONS}
     on_time = {rel: parts[0] for rel, parts in split.items()}
     late = {rel: parts[1] for rel, parts in split.items()}
     # Local relations: Spark knows their size and broadcasts them into the joins.
     sides = read_sides(engine, warehouse, plan, {rel: engine.spark.createDataFrame(t) for rel, t in on_time.items()})
-    gold = _pairs(sides, config.join_condition, plan).withColumns(
+    projection = Projection({rel.name: data_columns(arrived[rel].column_names) for rel in RELATIONS}, config.select)
+    gold = _pairs(sides, config.join_condition, projection, plan).withColumns(
         {"batch_id": F.lit(plan.batch_id), "produced_at": F.lit(datetime.now(timezone.utc))}
     )
     if all(rel.name in plan.bronze_versions for rel in RELATIONS):  # else no pairs yet
@@ -152,11 +161,11 @@ def _execute(
         def records() -> dict[Relation, DataFrame]:
             return {rel: engine.read(warehouse.bronze(rel), plan.bronze_versions[rel.name]) for rel in RELATIONS}
 
-        gold = with_pair_checks(gold, config.join_condition, records)
-    gold_rows = checks.screen(warehouse.name_of(warehouse.gold), "gold", _to_driver_if_small(engine, gold, config.driver_rows), ["r_id", "s_id"])
+        gold = with_pair_checks(gold, config.join_condition, projection, records)
+    gold_rows = checks.screen(warehouse.name_of(warehouse.gold), "gold", _to_driver_if_small(engine, gold, config.driver_rows), PAIR_KEY)
     after = advance(plan.watermarks, on_time, config.allowed_lateness)
     updates = {
-        name: replace(update, rows=checks.screen(warehouse.name_of(update.path), name.rsplit("_", 1)[1], _state_rows(update, late), ["id"]))
+        name: replace(update, rows=checks.screen(warehouse.name_of(update.path), name.rsplit("_", 1)[1], _state_rows(update, late), [ID]))
         for name, update in buffer_updates(warehouse, plan, on_time, (plan.watermarks, after), config.window).items()
     }
     checks.raise_if_failed()
@@ -173,7 +182,7 @@ def _execute(
     with ThreadPoolExecutor(max_workers=3) as pool:
         recorded = pool.submit(_record_checks, engine, warehouse, checks, txn)
         gold_written = pool.submit(_write_gold, engine, warehouse, plan, gold_rows, txn(warehouse.gold))
-        late_recorded = pool.submit(_quarantine_late, engine, warehouse, config, plan, late, txn(warehouse.late_arrivals))
+        late_recorded = pool.submit(_quarantine_late, engine, warehouse, config, kind, plan, late, txn(warehouse.late_arrivals))
         evicted = update_buffers(engine, plan, updates, txn)
         recorded.result()
         late_recorded.result()
@@ -235,11 +244,14 @@ def _record_checks(engine: DeltaEngine, warehouse: Warehouse, checks: BatchCheck
 
 
 def _quarantine_late(
-    engine: DeltaEngine, warehouse: Warehouse, config: Config, plan: BatchPlan, late: dict[Relation, pa.Table], txn: Txn
+    engine: DeltaEngine, warehouse: Warehouse, config: Config, kind: str | None, plan: BatchPlan, late: dict[Relation, pa.Table], txn: Txn
 ) -> None:
     """Late arrivals are kept in ``quarantine/late_arrivals``, never joined and never dropped."""
     rows = [
-        late_rows(table, rel, plan.watermarks.get(rel.name), config.lateness(rel.name), plan.batch_id)
+        late_rows(
+            table, rel, plan.watermarks.get(rel.name), render_span(config.lateness(rel.name), kind),  # type: ignore[arg-type] - late needs a lateness
+            config.spec(rel.name).event_time, kind, plan.batch_id,
+        )
         for rel, table in late.items()
         if table.num_rows
     ]
@@ -248,18 +260,20 @@ def _quarantine_late(
             engine.append(warehouse.late_arrivals, pa.concat_tables(rows, promote_options="permissive"), txn)
 
 
-def _pairs(sides: list[Side], predicate: str, plan: BatchPlan) -> DataFrame:
+def _pairs(sides: list[Side], predicate: str, projection: Projection, plan: BatchPlan) -> DataFrame:
     """The batch's pairs; none while some relation has never had a record (nothing to join with yet).
 
-    Spark analyses the join as it is built, so a predicate that does not resolve fails here, before any write."""
+    Spark analyses the join as it is built, so a predicate or a ``select`` that does not resolve fails here,
+    before any write."""
     if not all(side.relation.name in plan.bronze_versions for side in sides):
-        return batch_pairs([_empty(side) for side in sides], "true")
+        return batch_pairs([_empty(side) for side in sides], "true", Projection({}))
     try:
-        return batch_pairs(sides, predicate)
+        return batch_pairs(sides, predicate, projection)
     except AnalysisException as exc:
-        columns = "; ".join(f"{side.relation.name}: {', '.join(c for c in side.arrivals.columns if not c.startswith('_'))}" for side in sides)
+        columns = "; ".join(f"{side.relation.name}: {', '.join(data_columns(side.arrivals.columns))}" for side in sides)
         reason = str(exc).strip().splitlines()[0]
-        raise LakejoinError(f"join predicate {predicate!r} does not resolve ({reason}); columns are {columns}") from exc
+        what = f"join predicate {predicate!r}" if projection.select is None else f"join predicate {predicate!r} or select {list(projection.select)}"
+        raise LakejoinError(f"{what} does not resolve ({reason}); columns are {columns}") from exc
 
 
 def _empty(side: Side) -> Side:

@@ -8,17 +8,22 @@ runtime's session already has Delta and is used as it is.
 from __future__ import annotations
 
 import glob
+import logging
 import os
 import re
 import shutil
 import subprocess
 
+from pyspark.logger import PySparkLogger
 from pyspark.sql import SparkSession
 
 from state.errors import LakejoinError
 
 MIN_JAVA = 17
 DELTA_JARS = "LAKEJOIN_DELTA_JARS"
+JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+# The driver JVM's log4j2 configuration unless get_spark(verbose=True): errors only, no start-up chatter.
+QUIET_LOG4J = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2-quiet.properties")
 
 LOCAL_CONF = {
     "spark.ui.enabled": "false",
@@ -56,6 +61,15 @@ def local_conf(extra: dict[str, str] | None = None) -> dict[str, str]:
     return {**LOCAL_CONF, **delta, **(extra or {})}
 
 
+def quiet_conf(conf: dict[str, str]) -> dict[str, str]:
+    """``conf`` with its driver JVM logging only errors; Java options already there are kept, a log4j file named in them wins."""
+    options = conf.get(JAVA_OPTIONS, "").strip()
+    if "log4j2.configurationFile=" in options or "log4j.configurationFile=" in options or not os.path.isfile(QUIET_LOG4J):
+        return conf
+    quoted = QUIET_LOG4J.replace("\\", "\\\\").replace('"', '\\"')  # the launcher splits the options as a shell would
+    return {**conf, JAVA_OPTIONS: f'{options} "-Dlog4j2.configurationFile={quoted}"'.strip()}
+
+
 def check_java() -> None:
     """Fail with a plain message when there is no Java, or one too old for Spark 4."""
     if SparkSession.getActiveSession() is not None:
@@ -70,14 +84,31 @@ def check_java() -> None:
         raise LakejoinError(f"Java {MIN_JAVA}+ is required by Spark, found {banner.splitlines()[0] if banner else java}: install openjdk-{MIN_JAVA}-jre-headless")
 
 
-def get_spark(master: str = "local[2]", conf: dict[str, str] | None = None, app_name: str = "lakejoin") -> SparkSession:
-    """The active session if there is one (Databricks, tests), else a local one tuned for small batches."""
+# PySpark logs every analysis error it raises, as JSON on stderr, even one the caller catches and explains.
+QUERY_CONTEXT_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
+
+
+def _quiet_python_loggers() -> None:
+    for name in QUERY_CONTEXT_LOGGERS:
+        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
+
+
+def get_spark(master: str = "local[2]", conf: dict[str, str] | None = None, app_name: str = "lakejoin", verbose: bool = False) -> SparkSession:
+    """The active session if there is one (Databricks, tests), else a local one tuned for small batches.
+
+    A local session's JVM logs only errors unless ``verbose``, which leaves Spark's default logging (its start-up lines).
+    """
+    if not verbose:
+        _quiet_python_loggers()
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
     check_java()
+    settings = local_conf(conf)
+    if not verbose:
+        settings = quiet_conf(settings)
     builder = SparkSession.builder.master(master).appName(app_name)
-    for name, value in local_conf(conf).items():
+    for name, value in settings.items():
         builder = builder.config(name, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")

@@ -7,10 +7,12 @@ from dataclasses import asdict, dataclass
 from pyspark.sql import functions as F
 
 from pipelines.config import Config
+from pipelines.definition import recorded
 from state.batch_log import BatchLog, LogTail
 from state.checks import check_consistency, require_warehouse
 from state.engines import DeltaEngine
 from state.errors import LakejoinError
+from state.event_time import render, warehouse_kind
 from state.layout import Warehouse
 from state.lock import JOIN, holder
 from state.relations import RELATIONS
@@ -31,12 +33,14 @@ class WarehouseStatus:
     joined_up_to: int  # arrivals with _arrival_seq up to here are in committed batches
     unfinished_batch: int | None  # planned but not committed: the next run resumes it
     pending: dict[str, int]  # relation -> arrivals in bronze not yet in a committed batch
-    watermarks: dict[str, int]
+    watermarks: dict[str, int]  # on the event-time axis (state/event_time.py)
+    event_time: str | None  # the kind of event time bronze holds: timestamp, date or integer (None before any)
     late: int  # arrivals set aside in quarantine/late_arrivals
     bounded: bool  # False: stores keep full history (no window, or no watermarks to evict by)
     rules: list[dict]  # the last checked batch's data-quality results: rule, table, policy, evaluated, failed, examples
     running: str | None  # who holds the run lock, when a run is in progress
     problem: str | None  # why the next run would refuse the warehouse, if it would
+    definition: dict | None = None  # the recorded definition in force: version, recorded_at, settings
 
     def describe(self) -> str:
         width = max(len(table.name) for table in self.tables)
@@ -49,7 +53,7 @@ class WarehouseStatus:
         if self.unfinished_batch is not None:
             lines.append(f"unfinished batch: {self.unfinished_batch} (the next run resumes it with its plan)")
         lines.append("pending arrivals: " + ", ".join(f"{count:,} {name.upper()}" for name, count in self.pending.items()))
-        marks = ", ".join(f"{name.upper()} {mark}" for name, mark in self.watermarks.items())
+        marks = ", ".join(f"{name.upper()} {render(mark, self.event_time)}" for name, mark in self.watermarks.items())
         lines.append(f"watermarks: {marks or 'none (no allowed_lateness set)'}")
         lines.append(f"late arrivals: {self.late:,}")
         lines.append(f"state: {'bounded by watermarks and window' if self.bounded else 'stores keep full history (set allowed_lateness and window to bound them)'}")
@@ -62,6 +66,9 @@ class WarehouseStatus:
             ]
         if self.running:
             lines.append(f"running: {self.running}")
+        if self.definition is not None:
+            lines.append(f"definition: version {self.definition['version']}, recorded {self.definition['recorded_at']}")
+            lines += [f"  {name}: {value}" for name, value in _flat(self.definition["settings"])]
         lines.append(f"consistency: {self.problem or 'OK'}")
         return "\n".join(lines)
 
@@ -84,6 +91,7 @@ def warehouse_status(engine: DeltaEngine, warehouse: Warehouse, config: Config) 
         pending[rel.name] = 0 if bronze is None else bronze.count()
     tables = [_table_status(engine, warehouse, path) for path in warehouse.tables()]
     late = next(table.rows for table in tables if table.name == warehouse.name_of(warehouse.late_arrivals))
+    definition = recorded(engine, warehouse)
     return WarehouseStatus(
         warehouse=warehouse.root,
         tables=tables,
@@ -92,12 +100,27 @@ def warehouse_status(engine: DeltaEngine, warehouse: Warehouse, config: Config) 
         unfinished_batch=None if tail.unfinished is None else tail.unfinished.batch_id,
         pending=pending,
         watermarks=tail.watermarks,
+        event_time=warehouse_kind(engine, warehouse, {rel.name: config.spec(rel.name).event_time for rel in RELATIONS}),
         late=late or 0,
         bounded=config.window is not None and all(config.lateness(rel.name) is not None for rel in RELATIONS),
         rules=_last_rule_results(engine, warehouse),
         running=holder(warehouse.root, JOIN),
         problem=problem,
+        definition=None if definition is None else {
+            "version": definition.version, "recorded_at": str(definition.recorded_at), "settings": definition.settings
+        },
     )
+
+
+def _flat(settings: dict, prefix: str = "") -> list[tuple[str, object]]:
+    """Settings as dotted names and values, skipping the unset ones."""
+    flat = []
+    for name, value in settings.items():
+        if isinstance(value, dict) and value:
+            flat += _flat(value, f"{prefix}{name}.")
+        elif value not in (None, {}, []):
+            flat.append((f"{prefix}{name}", value))
+    return flat
 
 
 def _last_rule_results(engine: DeltaEngine, warehouse: Warehouse) -> list[dict]:

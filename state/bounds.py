@@ -1,6 +1,7 @@
 """Bounded state (docs/design.md section 4): watermarks, late arrivals, and what each buffer may evict.
 
-The watermark of X after a batch is ``max(ts of X seen) - allowed_lateness(X)``; a batch classifies its
+Event times are numbers on one axis here (``_ts``, state/event_time.py), written ``ts`` below. The
+watermark of X after a batch is ``max(ts of X seen) - allowed_lateness(X)``; a batch classifies its
 arrivals against the watermarks before it. Every arrival that is not late has ``ts >= watermark``, which
 is what makes eviction safe:
 
@@ -18,7 +19,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from state.engines import Eviction
-from state.relations import Relation, others
+from state.event_time import INTEGER, render
+from state.relations import TS, Relation, others
 
 Watermarks = dict[str, int]  # relation name -> watermark; a relation without one is absent
 
@@ -27,13 +29,15 @@ def split_late(arrivals: pa.Table, watermark: int | None) -> tuple[pa.Table, pa.
     """``arrivals`` as (on time, late): late rows have ``ts`` below the relation's watermark."""
     if watermark is None or arrivals.num_rows == 0:
         return arrivals, arrivals.slice(0, 0)
-    late = pc.less(arrivals["ts"], watermark)
+    late = pc.less(arrivals[TS], watermark)
     return arrivals.filter(pc.invert(late)), arrivals.filter(late)
 
 
-def late_rows(late: pa.Table, rel: Relation, watermark: int | None, lateness: int | None, batch_id: int) -> pa.Table:
-    """What ``quarantine/late_arrivals`` keeps of late records: the record, why, and the watermark then."""
-    reason = f"ts below the watermark of {rel.label} (newest {rel.label} ts seen minus allowed lateness {lateness})"
+def late_rows(late: pa.Table, rel: Relation, watermark: int | None, lateness: str, event_time: str, kind: str | None, batch_id: int) -> pa.Table:
+    """What ``quarantine/late_arrivals`` keeps of late records: the record, why, and the watermark then (a number
+    on the event-time axis; the reason gives it as the event time reads)."""
+    as_time = "" if kind in (None, INTEGER) else f", {render(watermark, kind)}"
+    reason = f"{event_time} below the watermark of {rel.label}{as_time} (newest {rel.label} {event_time} seen minus allowed lateness {lateness})"
     extra = {
         "relation": pa.array([rel.name] * late.num_rows, pa.string()),
         "reason": pa.array([reason] * late.num_rows, pa.string()),
@@ -51,7 +55,7 @@ def advance(before: Watermarks, on_time: dict[Relation, pa.Table], lateness: dic
     for rel, arrivals in on_time.items():
         if rel.name not in lateness or arrivals.num_rows == 0:
             continue
-        candidate = pc.max(arrivals["ts"]).as_py() - lateness[rel.name]
+        candidate = pc.max(arrivals[TS]).as_py() - lateness[rel.name]
         after[rel.name] = max(candidate, before.get(rel.name, candidate))
     return after
 
@@ -59,7 +63,7 @@ def advance(before: Watermarks, on_time: dict[Relation, pa.Table], lateness: dic
 def probe_eviction(rel: Relation, marks: Watermarks) -> Eviction | None:
     """Probes in ``rel``'s probe buffer that no future arrival of ``rel`` can still meet."""
     watermark = marks.get(rel.name)
-    return None if watermark is None else Eviction("ts", watermark)
+    return None if watermark is None else Eviction(TS, watermark)
 
 
 def store_eviction(rel: Relation, marks: Watermarks, window: int | None) -> Eviction | None:
@@ -68,4 +72,4 @@ def store_eviction(rel: Relation, marks: Watermarks, window: int | None) -> Evic
     watermark = marks.get(other.name)
     if window is None or watermark is None:
         return None
-    return Eviction("ts", watermark - window)
+    return Eviction(TS, watermark - window)

@@ -21,12 +21,13 @@ from state.engines import DeltaEngine, Eviction, Txn
 from state.faults import step
 from state.joiner import Side
 from state.layout import Warehouse
-from state.relations import RELATIONS, Relation, others
+from state.relations import ID, RELATIONS, TS, Relation, others
 
-BUFFER_KEY = "id"
+BUFFER_KEY = ID
 # Ingest gives an id one content (another content is quarantined as a conflict), so rows with equal ids have
-# equal ts: each MERGE looks for matches only within its rows' ts range, and skips most of the table's files.
-ALIGNED = "ts"
+# equal event times: each MERGE looks for matches only within its rows' ``_ts`` range, and skips most of the
+# table's files.
+ALIGNED = TS
 
 
 def partner(rel: Relation) -> Relation:
@@ -38,12 +39,17 @@ def partner(rel: Relation) -> Relation:
 def read_sides(
     engine: DeltaEngine, warehouse: Warehouse, plan: BatchPlan, arrivals: dict[Relation, DataFrame]
 ) -> list[Side]:
-    """Each relation's arrivals with its buffers as they were before the batch (the plan's versions)."""
+    """Each relation's arrivals with its buffers as they were before the batch (the plan's versions). A buffer
+    written before its relation gained a column (bronze evolves additively) reads it as null."""
 
     def at_plan(name: str, path: str, empty_like: DataFrame) -> DataFrame:
         version = plan.state_versions.get(name)
         snapshot = None if version is None else engine.read(path, version)
-        return empty_like.limit(0) if snapshot is None else snapshot
+        if snapshot is None:
+            return empty_like.limit(0)
+        if set(empty_like.columns) - set(snapshot.columns):
+            return snapshot.unionByName(empty_like.limit(0), allowMissingColumns=True)
+        return snapshot
 
     return [
         Side(

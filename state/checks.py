@@ -17,11 +17,11 @@ from state.engines import DeltaEngine
 from state.errors import LakejoinError
 from state.layout import Warehouse
 from state.lock import is_local
-from state.relations import relation
+from state.relations import ID, TS, relation
 
-STATE_COLUMNS = ("id", "ts", "key", "_arrival_seq")
-GOLD_COLUMNS = ("r_id", "s_id", "owner", "batch_id")
-LATE_COLUMNS = ("relation", "id", "ts", "reason", "watermark", "batch_id")
+STATE_COLUMNS = (ID, TS, "_arrival_seq")
+GOLD_COLUMNS = ("_r_id", "_s_id", "owner", "batch_id")
+LATE_COLUMNS = ("relation", ID, TS, "reason", "watermark", "batch_id")
 LOG_COLUMNS = ("batch_id", "phase", "seq_from", "seq_to", "bronze_versions", "state_versions")
 DQ_RESULT_COLUMNS = ("batch_id", "rule", "table", "policy", "evaluated", "failed")
 DQ_QUARANTINE_COLUMNS = ("batch_id", "rule", "table", "row_key", "row")
@@ -47,7 +47,7 @@ def require_warehouse(engine: DeltaEngine, warehouse: Warehouse) -> None:
 
 def check_ingest_target(engine: DeltaEngine, warehouse: Warehouse) -> None:
     """Ingest creates a warehouse only in a new or empty folder, never among someone else's files."""
-    if not is_local(warehouse.root) or engine.version(warehouse.ingest_log) is not None:
+    if not is_local(warehouse.root) or any(engine.version(path) is not None for path in (warehouse.ingest_log, warehouse.definition)):
         return
     others = [name for name in _listdir(warehouse.root) if not name.startswith("_lakejoin_")]
     if others:

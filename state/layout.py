@@ -87,6 +87,11 @@ class Warehouse:
         return self._path("silver", "batches")
 
     @property
+    def definition(self) -> str:
+        """The pipeline's definition, one row per version: what the config said when it was recorded."""
+        return self._path("silver", "definition")
+
+    @property
     def gold(self) -> str:
         """One row per joined pair."""
         return self._path("gold", "join_results")
@@ -104,4 +109,4 @@ class Warehouse:
     def tables(self) -> list[str]:
         """Every table, in the order data flows through them."""
         bronze = [self.bronze(rel) for rel in RELATIONS]
-        return [*bronze, self.ingest_log, self.quarantine, *self.buffers().values(), self.late_arrivals, self.dq_quarantine, self.dq_results, self.batches, self.gold]
+        return [*bronze, self.ingest_log, self.quarantine, *self.buffers().values(), self.late_arrivals, self.dq_quarantine, self.dq_results, self.batches, self.definition, self.gold]

@@ -5,7 +5,9 @@ Nothing else in the code names R or S: N-way joins later add relations here, not
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from state.errors import LakejoinError
 
 
 @dataclass(frozen=True)
@@ -19,8 +21,58 @@ class Relation:
         return self.name.upper()
 
 
-# The columns every record has, whatever else its source carries (README "Tables").
-RECORD_SCHEMA = "id string, ts bigint, key string, payload string"
+# What lakejoin derives for every record, whatever its columns: its id as text, its event time on the integer
+# axis of state/event_time.py. Everything that orders, matches or evicts records uses these two.
+ID, TS = "_id", "_ts"
+
+
+@dataclass(frozen=True)
+class RelationSpec:
+    """Which of a relation's columns identify its records and carry their event time (config ``relations``)."""
+
+    id: tuple[str, ...] = ("id",)  # one column, or several whose values together identify a record
+    event_time: str = "ts"  # a TIMESTAMP, DATE or integer column
+    columns: dict[str, str] = field(default_factory=dict)  # column -> Spark SQL type, for text formats (CSV, JSON)
+    required: tuple[str, ...] = ()  # further columns a record must have (not null)
+
+    @classmethod
+    def default(cls) -> RelationSpec:
+        """Records with ``id``, ``ts`` and ``key``: the mapping when ``relations`` is not configured."""
+        return cls(required=("key",))
+
+    @classmethod
+    def parse(cls, name: str, raw: object) -> RelationSpec:
+        if isinstance(raw, RelationSpec):
+            return raw
+        known = ("id", "event_time", "columns", "required")
+        if not isinstance(raw, dict) or set(raw) - set(known):
+            extra = sorted(set(raw) - set(known)) if isinstance(raw, dict) else [raw]
+            raise LakejoinError(f"config: relations.{name} has unknown setting {extra[0]!r}; known: {', '.join(known)}")
+        ids = raw.get("id", "id")
+        ids = (ids,) if isinstance(ids, str) else ids
+        required = raw.get("required", [])
+        columns = raw.get("columns", {})
+        if not isinstance(ids, (list, tuple)) or not ids or not all(_is_name(column) for column in ids):
+            raise LakejoinError(f"config: relations.{name}.id must be a column name or a list of them, got {raw.get('id')!r}")
+        if not _is_name(raw.get("event_time", "ts")):
+            raise LakejoinError(f"config: relations.{name}.event_time must be a column name, got {raw.get('event_time')!r}")
+        if not isinstance(required, list) or not all(_is_name(column) for column in required):
+            raise LakejoinError(f"config: relations.{name}.required must be a list of column names, got {required!r}")
+        if not isinstance(columns, dict) or not all(_is_name(k) and isinstance(v, str) for k, v in columns.items()):
+            raise LakejoinError(f"config: relations.{name}.columns must map column names to Spark SQL types (e.g. amount: double), got {columns!r}")
+        return cls(tuple(ids), raw.get("event_time", "ts"), dict(columns), tuple(required))
+
+    @property
+    def record_columns(self) -> list[str]:
+        """The columns every record of the relation has: its id, its event time, the required ones."""
+        return list(dict.fromkeys([*self.id, self.event_time, *self.required]))
+
+    def settings(self) -> dict[str, object]:
+        return {"id": list(self.id), "event_time": self.event_time, "columns": dict(self.columns), "required": list(self.required)}
+
+
+def _is_name(value: object) -> bool:
+    return isinstance(value, str) and bool(value.strip()) and not value.startswith("_")
 
 R = Relation("r", 0)
 S = Relation("s", 1)

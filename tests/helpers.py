@@ -64,7 +64,7 @@ class Pipeline:
         return path
 
     def ingest(self, side: str, path: str) -> IngestResult:
-        return ingest_file(self.engine.spark, self.engine, self.warehouse, relation(side), path)
+        return ingest_file(self.engine.spark, self.engine, self.warehouse, relation(side), path, self.config.relations)
 
     def land(self, records: Sequence[Record]) -> None:
         """Ingest records in the given order, one file per run of consecutive records of one relation."""

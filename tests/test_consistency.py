@@ -34,7 +34,7 @@ DAMAGES = {
     ),
     "gold replaced by another table": (
         lambda p: (p.engine.drop(p.warehouse.gold), p.engine.append(p.warehouse.gold, foreign({"pair": ["x"]}))),
-        r"gold/join_results was not written by lakejoin \(no column r_id\)",
+        r"gold/join_results was not written by lakejoin \(no column _r_id\)",
     ),
     "state table rewritten by something else": (
         lambda p: (p.engine.drop(p.warehouse.probes(R)), p.engine.append(p.warehouse.probes(R), p.engine.read(p.warehouse.bronze(R)))),

@@ -73,7 +73,7 @@ def test_fail_stops_the_batch_with_nothing_written_then_a_relaxed_policy_lets_th
     (result,) = [row for row in read(os.path.join(warehouse, "quality", "dq_results")) if row["failed"]]
     assert (result["rule"], result["table"], result["policy"], result["failed"], result["evaluated"]) == (
         "bronze_ts_plausible", "bronze/s", "warn", 1, 2)
-    assert json.loads(result["examples"]) == ["id=s99"]
+    assert json.loads(result["examples"]) == ["_id=s99"]
     status = lakejoin("status", "--warehouse", warehouse, cwd=str(tmp_path))
     assert "bronze_ts_plausible on bronze/s: 1 of 2 rows failed (warn)" in status.stdout
 
@@ -108,6 +108,6 @@ def test_the_audit_finds_a_gold_row_corrupted_after_it_was_written(deltars, tmp_
     assert not found.passed
     failed = {result.rule.name: result for result in found.results if not result.passed}
     assert set(failed) == {"gold_pair_unique", "gold_predicate_true", "gold_owner_consistent"}
-    assert failed["gold_owner_consistent"].failing == ({"r_id": "r1", "s_id": "s1"},)
+    assert failed["gold_owner_consistent"].failing == ({"_r_id": "r1", "_s_id": "s1"},)
     assert not found.reconciliation.passed and found.reconciliation.extra_count == 1
     assert "gold_owner_consistent" in found.describe() and os.path.isfile(found.docs)

@@ -1,0 +1,138 @@
+"""The pipeline's definition, kept in the warehouse (``silver/definition``) so that its meaning cannot drift.
+
+Gold is the join of bronze under one definition: the relations' columns, the predicate, the window, the
+lateness, the projection, the rule policies. The first command given a config records it; later commands
+without ``--config`` use the recorded one. A config that changes a setting which alters gold, on a warehouse
+that already has batches, is refused before anything is written: gold would otherwise be the join of
+neither definition (Structured Streaming refuses an incompatible restart from its checkpoint the same way).
+``lakejoin reset`` drops gold and silver, after which a new definition rebuilds them from bronze. Settings
+that only change how the work is done (batch size, engine) change freely; every change is recorded.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+import pyarrow as pa
+
+from pipelines.config import Config
+from state.engines import DeltaEngine
+from state.errors import LakejoinError
+from state.layout import Warehouse
+from state.relations import RELATIONS
+
+# Settings that do not change what gold holds; every other one does, including any added later.
+OPERATIONAL = frozenset({"max_batch_rows", "driver_rows", "engine", "expectations.engine"})
+# What bronze was ingested under: a change would give bronze's rows another meaning, which no reset undoes.
+INGESTED = ("id", "event_time")
+
+SCHEMA = pa.schema(
+    [
+        ("version", pa.int64()),
+        ("definition", pa.string()),  # every setting, as JSON (durations as text)
+        ("changed", pa.string()),  # what changed since the previous version, one "setting: old -> new" per line
+        ("command", pa.string()),  # the lakejoin command that recorded it
+        ("recorded_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class Recorded:
+    version: int
+    settings: dict[str, object]
+    recorded_at: datetime
+
+
+def recorded(engine: DeltaEngine, warehouse: Warehouse) -> Recorded | None:
+    """The definition in force: the warehouse's newest recorded one, or None before any."""
+    rows = engine.rows(warehouse.definition)
+    if rows is None or rows.num_rows == 0:
+        return None
+    newest = max(rows.to_pylist(), key=lambda row: row["version"])
+    return Recorded(newest["version"], json.loads(newest["definition"]), newest["recorded_at"])
+
+
+@dataclass(frozen=True)
+class Settled:
+    """The config a command works with, and the definition version to record once the command has succeeded."""
+
+    config: Config
+    pending: dict | None = None  # the row ``record`` appends; None when there is nothing new to record
+
+
+def settle(engine: DeltaEngine, warehouse: Warehouse, given: Config | None, command: str) -> Settled:
+    """``given``, checked against the recorded definition (a gold-altering change is refused here, before the
+    command writes anything), else the recorded one, else the defaults."""
+    current = recorded(engine, warehouse)
+    if given is None:
+        return Settled(Config() if current is None else Config(**current.settings))  # type: ignore[arg-type]
+    settings = given.settings()
+    changes = [] if current is None else differences(current.settings, _plain(settings))
+    _refuse_gold_changes(engine, warehouse, changes)
+    if current is not None and not changes:
+        return Settled(given)
+    row = {
+        "version": 0 if current is None else current.version + 1,
+        "definition": json.dumps(settings, sort_keys=True),
+        "changed": "\n".join(f"{name}: {_show(old)} -> {_show(new)}" for name, old, new in changes),
+        "command": command,
+        "recorded_at": datetime.now(timezone.utc),
+    }
+    return Settled(given, row)
+
+
+def record(engine: DeltaEngine, warehouse: Warehouse, settled: Settled) -> None:
+    """Append the definition ``settle`` found new, after the command that was given it succeeded (a command that
+    fails or refuses leaves the warehouse as it was)."""
+    if settled.pending is not None:
+        engine.append(warehouse.definition, pa.Table.from_pylist([settled.pending], SCHEMA))
+
+
+def differences(old: dict, new: dict, prefix: str = "") -> list[tuple[str, object, object]]:
+    """Every setting whose value differs, as (dotted name, old, new); nested mappings are compared key by key."""
+    changes = []
+    for name in sorted(set(old) | set(new)):
+        before, after = old.get(name), new.get(name)
+        if isinstance(before, dict) and isinstance(after, dict):
+            changes += differences(before, after, f"{prefix}{name}.")
+        elif before != after:
+            changes.append((f"{prefix}{name}", before, after))
+    return changes
+
+
+def _refuse_gold_changes(engine: DeltaEngine, warehouse: Warehouse, changes: list[tuple[str, object, object]]) -> None:
+    for name, old, new in changes:
+        if name in OPERATIONAL:
+            continue
+        parts = name.split(".")
+        if parts[0] == "relations" and parts[-1] in INGESTED and engine.version(warehouse.bronze(_relation(parts[1]))) is not None:
+            raise LakejoinError(
+                f"config changes {name} from {_show(old)} to {_show(new)}, but bronze/{parts[1]} was ingested with "
+                f"{_show(old)} and keeps that meaning: keep {_show(old)}, or ingest into a new warehouse"
+            )
+        if _has_batches(engine, warehouse):
+            raise LakejoinError(
+                f"config changes {name} from {_show(old)} to {_show(new)}, which alters gold, and {warehouse.root} has "
+                f"joined batches under {_show(old)}: keep it, or run 'lakejoin reset --warehouse {warehouse.root} --yes' "
+                "so the new definition rebuilds gold from bronze"
+            )
+
+
+def _relation(name: str):  # noqa: ANN202 - a Relation
+    return next(rel for rel in RELATIONS if rel.name == name)
+
+
+def _has_batches(engine: DeltaEngine, warehouse: Warehouse) -> bool:
+    return engine.max_value(warehouse.batches, "batch_id") is not None
+
+
+def _plain(settings: dict) -> dict:
+    """Settings as they read back from JSON (tuples become lists), so equal settings compare equal."""
+    return json.loads(json.dumps(settings))
+
+
+def _show(value: object) -> str:
+    return "unset" if value is None else json.dumps(value)

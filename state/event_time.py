@@ -1,0 +1,152 @@
+"""Event time on one integer axis, whatever its type (docs/design.md section 2.7).
+
+A relation's event time may be a TIMESTAMP, a DATE or an integer. Ingest records it as it is, and also as
+``_ts``, a number on the axis of its kind: microseconds since the epoch for timestamps, days since the epoch
+for dates, the value itself for integers. Watermarks, eviction cutoffs, owners and the total order all work
+on ``_ts``, so they are the same code for every kind; durations in the config ("10 minutes") are converted
+to the axis once, when a run starts.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import date, datetime, timedelta, timezone
+
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ByteType,
+    DataType,
+    DateType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    TimestampNTZType,
+    TimestampType,
+)
+
+from state.engines import DeltaEngine
+from state.errors import LakejoinError
+from state.layout import Warehouse
+from state.relations import RELATIONS
+
+TIMESTAMP, DATE, INTEGER = "timestamp", "date", "integer"
+KINDS = (TIMESTAMP, DATE, INTEGER)
+# The Spark type each kind is kept as in bronze.
+STORED_TYPE: dict[str, DataType] = {TIMESTAMP: TimestampType(), DATE: DateType(), INTEGER: LongType()}
+INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
+INTEGER_TEXT = r"^[+-]?[0-9]+$"
+
+_UNITS = {
+    "microsecond": timedelta(microseconds=1),
+    "millisecond": timedelta(milliseconds=1),
+    "second": timedelta(seconds=1),
+    "minute": timedelta(minutes=1),
+    "hour": timedelta(hours=1),
+    "day": timedelta(days=1),
+    "week": timedelta(weeks=1),
+}
+_DURATION = re.compile(r"^\s*(\d+)\s*([a-z]+?)s?\s*$")
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def kind_of(data_type: DataType) -> str | None:
+    """The kind a stored column's type gives its event time; None for a type that is no event time."""
+    if isinstance(data_type, (TimestampType, TimestampNTZType)):
+        return TIMESTAMP
+    if isinstance(data_type, DateType):
+        return DATE
+    if isinstance(data_type, INTEGRAL):
+        return INTEGER
+    return None
+
+
+def as_event_time(value: Column, kind: str) -> Column:
+    """``value`` (any type; text as ISO-8601 or digits) as the kind's stored type; null where it does not parse."""
+    text = F.trim(value.cast(StringType()))
+    if kind == INTEGER:
+        return F.when(text.rlike(INTEGER_TEXT), text.try_cast(LongType()))
+    return value.try_cast(STORED_TYPE[kind])
+
+
+def on_axis(stored: Column, kind: str) -> Column:
+    """A stored event time as its number on the axis (``_ts``)."""
+    if kind == TIMESTAMP:
+        return F.unix_micros(stored.cast(TimestampType()))
+    if kind == DATE:
+        return F.unix_date(stored).cast(LongType())
+    return stored.cast(LongType())
+
+
+def duration(value: object, setting: str) -> int | timedelta:
+    """A config span: an integer (integer event time) or a duration text such as ``"10 minutes"``."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    if isinstance(value, timedelta) and value >= timedelta(0):
+        return value
+    match = _DURATION.match(value.lower()) if isinstance(value, str) else None
+    if match is None or match.group(2) not in _UNITS:
+        raise LakejoinError(
+            f"config: {setting!r} must be a non-negative integer (integer event time) or a duration such as "
+            f"'10 minutes' (units: {', '.join(_UNITS)}), got {value!r}"
+        )
+    return int(match.group(1)) * _UNITS[match.group(2)]
+
+
+def span_on_axis(span: int | timedelta, kind: str, setting: str) -> int:
+    """``span`` in the axis units of ``kind``; a duration for integer time (or the reverse) is a config error."""
+    if kind == INTEGER:
+        if isinstance(span, timedelta):
+            raise LakejoinError(
+                f"config: {setting!r} is a duration ({describe_span(span)}) but the event time is an integer: "
+                "give it in the event time's own units, as an integer"
+            )
+        return span
+    if not isinstance(span, timedelta):
+        raise LakejoinError(
+            f"config: {setting!r} is the integer {span} but the event time is a {kind}: give a duration such as '10 minutes'"
+        )
+    if kind == DATE:
+        if span % timedelta(days=1):
+            raise LakejoinError(f"config: {setting!r} is {describe_span(span)} but the event time is a date: give whole days")
+        return span.days
+    return span // timedelta(microseconds=1)
+
+
+def describe_span(span: int | timedelta) -> str:
+    if isinstance(span, int):
+        return str(span)
+    for unit, size in reversed(_UNITS.items()):
+        if span % size == timedelta(0):
+            count = span // size
+            return f"{count} {unit}{'s' if count != 1 else ''}"
+    return str(span)
+
+
+def render_span(value: int, kind: str | None) -> str:
+    """A span on the axis as the config would give it (``10 minutes`` for timestamps, an integer for integer time)."""
+    if kind == TIMESTAMP:
+        return describe_span(timedelta(microseconds=value))
+    if kind == DATE:
+        return describe_span(timedelta(days=value))
+    return str(value)
+
+
+def warehouse_kind(engine: DeltaEngine, warehouse: Warehouse, event_times: dict[str, str]) -> str | None:
+    """The kind of event time the warehouse's bronze tables hold (``event_times``: relation -> its column); None
+    before anything landed. Ingest keeps every relation on one kind."""
+    for rel in RELATIONS:
+        schema = engine.schema(warehouse.bronze(rel))
+        if schema is not None and event_times[rel.name] in schema.fieldNames():
+            return kind_of(schema[event_times[rel.name]].dataType)
+    return None
+
+
+def render(value: int | None, kind: str | None) -> str | None:
+    """A number on the axis as the user's event time reads (a watermark in ``status`` and quarantine reasons)."""
+    if value is None or kind in (None, INTEGER):
+        return None if value is None else str(value)
+    if kind == DATE:
+        return (date(1970, 1, 1) + timedelta(days=value)).isoformat()
+    return (_EPOCH + timedelta(microseconds=value)).isoformat().replace("+00:00", "Z")
