@@ -32,7 +32,7 @@ def _parser() -> argparse.ArgumentParser:
             "--config", metavar="FILE",
             help="YAML config (README: Config); the first one given is kept in the warehouse and used when none is given",
         )
-        sub.add_argument("--verbose", action="store_true", help="show Spark's own start-up and log output")
+        sub.add_argument("--verbose", action="store_true", help="show Spark's start-up lines and PySpark's error log")
         return sub
 
     ingest = command("ingest", "append raw arrivals (.jsonl, .csv, .parquet) to bronze/r or bronze/s")
@@ -67,7 +67,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--rows", type=_positive, default=20_000, metavar="N", help="records per relation (default 20000)")
     demo.add_argument("--keys", type=_positive, default=5_000, metavar="K", help="distinct join keys (default 5000)")
     demo.add_argument("--skew", type=float, default=0.5, metavar="Z", help="Zipf exponent of key popularity; 0 is uniform (default 0.5)")
-    demo.add_argument("--disorder", type=int, default=2_000, metavar="D", help="max arrival delay in ts units (default 2000)")
+    demo.add_argument("--disorder", type=int, default=2_000, metavar="D", help="max arrival delay in seconds (default 2000)")
     demo.add_argument("--chunk-rows", type=_positive, default=4_000, metavar="C", help="arrivals per ingested chunk (default 4000)")
     demo.add_argument("--max-batch-rows", type=_positive, default=2_000, metavar="N", help="arrivals per micro-batch (default 2000)")
     demo.add_argument("--seed", type=int, default=7, help="random seed (default 7)")
@@ -97,9 +97,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
 
 
-# Commands that record the config they are given as the warehouse's definition once they succeeded
-# (pipelines/definition.py); the others check it against the recorded one and change nothing.
-RECORDING = ("ingest", "run", "maintain")
+# Commands that record the config they are given as the warehouse's definition once they succeeded (ingest
+# before it lands anything; pipelines/definition.py); the others check it against the recorded one and change nothing.
+RECORDING = ("run", "maintain")
 
 
 def _on_warehouse(args: argparse.Namespace, given: Config | None) -> int:
@@ -133,8 +133,10 @@ def _on_warehouse(args: argparse.Namespace, given: Config | None) -> int:
         if settled.config.engine not in ("auto", engine.name):
             engine = make_engine(spark, settled.config.engine)
             require_engine_for(warehouse, engine)
+        if args.command == "ingest":  # bronze's _id and _ts are derived under it: recorded before any row lands
+            record(engine, warehouse, settled)
         code = commands[args.command](args, settled.config, engine, warehouse)
-        if args.command in RECORDING:
+        if args.command in RECORDING:  # a run stopped by a rule, or refused, leaves the warehouse as it was
             record(engine, warehouse, settled)
         return code
     finally:

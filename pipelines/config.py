@@ -14,7 +14,7 @@ from state.errors import LakejoinError
 from state.event_time import describe_span, duration, span_on_axis, warehouse_kind
 from state.joiner import DEFAULT_PREDICATE
 from state.layout import Warehouse
-from state.relations import RELATIONS, RelationSpec
+from state.relations import RELATIONS, RelationSpec, default_specs
 
 Span = int | timedelta  # an integer (integer event time) or a duration (timestamps, dates)
 
@@ -133,7 +133,7 @@ def _expectations(value: object) -> Expectations:
     for bound in ("ts_min", "ts_max"):
         given = getattr(settings, bound)
         if given is not None and (not isinstance(given, int) or isinstance(given, bool)):
-            raise LakejoinError(f"config: 'expectations.{bound}' must be an integer (ts units) or null, got {given!r}")
+            raise LakejoinError(f"config: 'expectations.{bound}' must be an integer (on the event-time axis) or null, got {given!r}")
     by_name = {rule.name: rule for rule in RULES}
     if not isinstance(settings.policies, dict):
         raise LakejoinError("config: 'expectations.policies' must map rule names to warn, quarantine or fail")
@@ -171,7 +171,7 @@ def _relations(value: object) -> dict[str, RelationSpec]:
         value = {}
     if not isinstance(value, dict) or not set(value) <= set(names):
         raise LakejoinError(f"config: 'relations' maps {' and '.join(names)} to their columns, got {value!r}")
-    return {name: RelationSpec.parse(name, value[name]) if name in value else RelationSpec.default() for name in names}
+    return {**default_specs(), **{name: RelationSpec.parse(name, spec) for name, spec in value.items()}}
 
 
 def _select(value: object) -> list[str] | None:

@@ -70,7 +70,9 @@ def settle(engine: DeltaEngine, warehouse: Warehouse, given: Config | None, comm
     if given is None:
         return Settled(Config() if current is None else Config(**current.settings))  # type: ignore[arg-type]
     settings = given.settings()
-    changes = [] if current is None else differences(current.settings, _plain(settings))
+    # A warehouse that has data but no recorded definition was built under the defaults.
+    baseline = current.settings if current is not None else (_plain(Config().settings()) if _has_data(engine, warehouse) else None)
+    changes = [] if baseline is None else differences(baseline, _plain(settings))
     _refuse_gold_changes(engine, warehouse, changes)
     if current is not None and not changes:
         return Settled(given)
@@ -108,7 +110,7 @@ def _refuse_gold_changes(engine: DeltaEngine, warehouse: Warehouse, changes: lis
         if name in OPERATIONAL:
             continue
         parts = name.split(".")
-        if parts[0] == "relations" and parts[-1] in INGESTED and engine.version(warehouse.bronze(_relation(parts[1]))) is not None:
+        if parts[0] == "relations" and len(parts) == 3 and parts[2] in INGESTED and engine.version(warehouse.bronze(_relation(parts[1]))) is not None:
             raise LakejoinError(
                 f"config changes {name} from {_show(old)} to {_show(new)}, but bronze/{parts[1]} was ingested with "
                 f"{_show(old)} and keeps that meaning: keep {_show(old)}, or ingest into a new warehouse"
@@ -127,6 +129,10 @@ def _relation(name: str):  # noqa: ANN202 - a Relation
 
 def _has_batches(engine: DeltaEngine, warehouse: Warehouse) -> bool:
     return engine.max_value(warehouse.batches, "batch_id") is not None
+
+
+def _has_data(engine: DeltaEngine, warehouse: Warehouse) -> bool:
+    return any(engine.version(warehouse.bronze(rel)) is not None for rel in RELATIONS) or _has_batches(engine, warehouse)
 
 
 def _plain(settings: dict) -> dict:

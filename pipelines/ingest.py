@@ -45,7 +45,7 @@ from state.errors import LakejoinError
 from state.event_time import INTEGER, INTEGER_TEXT, STORED_TYPE, TIMESTAMP, as_event_time, kind_of, on_axis
 from state.faults import step
 from state.layout import Warehouse
-from state.relations import ID, RELATIONS, TS, Relation, RelationSpec, others
+from state.relations import ID, RELATIONS, TS, Relation, RelationSpec, default_specs, others
 
 FORMATS = {".jsonl": "json", ".ndjson": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 CORRUPT = "_corrupt_record"
@@ -115,7 +115,7 @@ def ingest_file(
     spark: SparkSession, engine: DeltaEngine, warehouse: Warehouse, rel: Relation, file: str, specs: dict[str, RelationSpec] | None = None
 ) -> IngestResult:
     """Ingest one file; ``specs`` maps every relation to its columns (config ``relations``; default: id, ts, key)."""
-    specs = specs or {other.name: RelationSpec.default() for other in RELATIONS}
+    specs = specs or default_specs()
     path = os.path.abspath(file)
     digest = _sha256(path)
     if _already_ingested(engine, warehouse, rel, digest):

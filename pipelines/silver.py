@@ -12,6 +12,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
+from functools import reduce
 
 import pyarrow as pa
 from pyspark.errors import AnalysisException
@@ -20,6 +21,7 @@ from pyspark.sql import functions as F
 
 from expectations.batch import BatchChecks
 from expectations.frames import with_pair_checks, with_state_checks_local
+from expectations.reconcile import BOOKKEEPING as GOLD_BOOKKEEPING
 from expectations.runner import Validator
 from pipelines.config import Config, on_warehouse_axis
 from state.batch_log import BatchLog, BatchOutcome, BatchPlan, LogTail
@@ -74,12 +76,13 @@ def run(
 ) -> list[BatchReport]:
     """Process every pending arrival, batch by batch, then return what each batch did."""
     tail = check_consistency(engine, warehouse, config.pipeline)
-    config, kind = on_warehouse_axis(config, engine, warehouse)
+    given = config
     log = BatchLog(engine, warehouse.batches, warehouse.app_id(config.pipeline, warehouse.batches))
     validator = Validator(engine.spark)
     reports = []
     while True:
         started = time.perf_counter()  # a batch's seconds include planning
+        config, kind = on_warehouse_axis(given, engine, warehouse)  # per batch: an ingest may land the first event times
         plan = tail.unfinished or _plan_next(engine, warehouse, config, tail)
         if plan is None:
             return reports
@@ -157,11 +160,7 @@ def _execute(
         {"batch_id": F.lit(plan.batch_id), "produced_at": F.lit(datetime.now(timezone.utc))}
     )
     if all(rel.name in plan.bronze_versions for rel in RELATIONS):  # else no pairs yet
-
-        def records() -> dict[Relation, DataFrame]:
-            return {rel: engine.read(warehouse.bronze(rel), plan.bronze_versions[rel.name]) for rel in RELATIONS}
-
-        gold = with_pair_checks(gold, config.join_condition, projection, records)
+        gold = with_pair_checks(gold, config.join_condition, projection, lambda: _members(sides))
     gold_rows = checks.screen(warehouse.name_of(warehouse.gold), "gold", _to_driver_if_small(engine, gold, config.driver_rows), PAIR_KEY)
     after = advance(plan.watermarks, on_time, config.allowed_lateness)
     updates = {
@@ -268,12 +267,30 @@ def _pairs(sides: list[Side], predicate: str, projection: Projection, plan: Batc
     if not all(side.relation.name in plan.bronze_versions for side in sides):
         return batch_pairs([_empty(side) for side in sides], "true", Projection({}))
     try:
-        return batch_pairs(sides, predicate, projection)
+        pairs = batch_pairs(sides, predicate, projection)
     except AnalysisException as exc:
         columns = "; ".join(f"{side.relation.name}: {', '.join(data_columns(side.arrivals.columns))}" for side in sides)
         reason = str(exc).strip().splitlines()[0]
         what = f"join predicate {predicate!r}" if projection.select is None else f"join predicate {predicate!r} or select {list(projection.select)}"
         raise LakejoinError(f"{what} does not resolve ({reason}); columns are {columns}") from exc
+    named = pairs.columns[len(RELATIONS) * 2 : -1]  # the projection's own columns, between the identity and the owner
+    clashes = sorted(name for name in named if name.startswith("_") or name in (*GOLD_BOOKKEEPING, "owner"))
+    if clashes:
+        raise LakejoinError(
+            f"select gives gold a column named {clashes[0]!r}, a name lakejoin keeps for itself (owner, batch_id, "
+            "produced_at, names starting with '_'): alias it, e.g. 's.amount AS paid'"
+        )
+    return pairs
+
+
+def _members(sides: list[Side]) -> dict[Relation, DataFrame]:
+    """Every record a batch's pairs can have, each once: a relation's arrivals, its store, and its records in the
+    other relations' probe buffers, at the plan's versions (not all of bronze: the batch's cost stays its own)."""
+    members = {}
+    for side in sides:
+        frames = [side.arrivals, side.store, *(other.probes for other in sides if other is not side)]
+        members[side.relation] = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames).dropDuplicates([ID])
+    return members
 
 
 def _empty(side: Side) -> Side:

@@ -32,11 +32,11 @@ from state.layout import Warehouse
 from state.relations import RELATIONS
 
 TIMESTAMP, DATE, INTEGER = "timestamp", "date", "integer"
-KINDS = (TIMESTAMP, DATE, INTEGER)
 # The Spark type each kind is kept as in bronze.
 STORED_TYPE: dict[str, DataType] = {TIMESTAMP: TimestampType(), DATE: DateType(), INTEGER: LongType()}
 INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
 INTEGER_TEXT = r"^[+-]?[0-9]+$"
+DATE_TEXT = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$"
 
 _UNITS = {
     "microsecond": timedelta(microseconds=1),
@@ -67,7 +67,9 @@ def as_event_time(value: Column, kind: str) -> Column:
     text = F.trim(value.cast(StringType()))
     if kind == INTEGER:
         return F.when(text.rlike(INTEGER_TEXT), text.try_cast(LongType()))
-    return value.try_cast(STORED_TYPE[kind])
+    # Spark would read "2026" as a year and cut the time off "2026-01-02T23:30:00+05:00" for a date: neither is kept.
+    readable = text.rlike(DATE_TEXT) if kind == DATE else ~text.rlike(INTEGER_TEXT)
+    return F.when(readable, value.try_cast(STORED_TYPE[kind]))
 
 
 def on_axis(stored: Column, kind: str) -> Column:

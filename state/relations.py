@@ -79,6 +79,11 @@ S = Relation("s", 1)
 RELATIONS: tuple[Relation, ...] = (R, S)
 
 
+def default_specs() -> dict[str, RelationSpec]:
+    """Every relation's columns when the config names none: ``id``, ``ts``, and ``key`` required."""
+    return {rel.name: RelationSpec.default() for rel in RELATIONS}
+
+
 def relation(name: str) -> Relation:
     for candidate in RELATIONS:
         if candidate.name == name.lower():

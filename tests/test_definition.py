@@ -47,6 +47,14 @@ def test_a_gold_altering_change_on_a_warehouse_with_batches_is_refused_naming_it
     assert pipeline.versions() == versions
 
 
+def test_a_warehouse_joined_before_any_definition_was_recorded_holds_the_defaults(deltars, tmp_path):
+    pipeline = Pipeline(deltars, str(tmp_path))
+    pipeline.land(RECORDS)
+    pipeline.run()
+    with pytest.raises(LakejoinError, match='config changes predicate from "r.key = s.key" to "r.key <= s.key"'):
+        settle(deltars, pipeline.warehouse, Config(predicate="r.key <= s.key"), "run")
+
+
 def test_after_reset_a_new_definition_rebuilds_gold_exactly(deltars, tmp_path):
     pipeline = joined(Pipeline(deltars, str(tmp_path)))
     assert pipeline.gold_pairs() == Counter(batch_join(RECORDS))

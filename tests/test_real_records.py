@@ -123,6 +123,22 @@ def test_a_configured_select_is_gold_s_projection(deltars, tmp_path):
     assert not {"r_customer", "s_method"} & set(row)
 
 
+@pytest.mark.parametrize(
+    "select, message",
+    [
+        (["r.order_id", "s.amount AS batch_id"], "select gives gold a column named 'batch_id', a name lakejoin keeps for itself"),
+        (["r.order_id", "s.amount", "r.amount"], "does not resolve .*The column `amount` already exists"),
+    ],
+)
+def test_a_select_whose_names_clash_is_refused_before_any_write(deltars, tmp_path, select, message):
+    pipeline = Pipeline(deltars, str(tmp_path), Config(relations=RELATIONS, predicate=PREDICATES["integer"], select=select))
+    pipeline.ingest("r", write(pipeline, [order(1, 0, "c1")], "jsonl", "integer"))
+    pipeline.ingest("s", write(pipeline, [payment(2, 5, "c1")], "jsonl", "integer"))
+    with pytest.raises(LakejoinError, match=message):
+        pipeline.run()
+    assert deltars.version(pipeline.warehouse.batches) is None
+
+
 def test_bronze_gains_a_column_and_gold_gains_it_too(deltars, tmp_path):
     pipeline = Pipeline(deltars, str(tmp_path), Config(relations=RELATIONS, predicate=PREDICATES["integer"]))
     pipeline.ingest("r", write(pipeline, [order(1, 0, "c1")], "jsonl", "integer"))
@@ -168,6 +184,7 @@ def test_every_kind_of_bad_value_is_quarantined_with_its_reason_while_the_rest_l
         {k: v for k, v in {**good, "order_no": 5}.items() if k != "order_time"},
         {**good, "order_no": None},
         {**good, "order_no": 6, "order_time": "2026-01-01T12:00:00+02:00", "amount": 7},
+        {**good, "order_no": 7, "order_time": "2026"},  # Spark would read a bare year as a timestamp
     ]
     result = pipeline.ingest("r", pipeline.write_file(rows))
     reasons = sorted((row["source_line"], row["reason"]) for row in deltars.read(pipeline.warehouse.quarantine).collect())
@@ -177,8 +194,9 @@ def test_every_kind_of_bad_value_is_quarantined_with_its_reason_while_the_rest_l
         (3, "missing order_time"),
         (4, "missing order_time"),
         (5, "missing order_no"),
+        (7, "order_time is not a timestamp: 2026"),
     ]
-    assert (result.landed, result.quarantined) == (1, 5)
+    assert (result.landed, result.quarantined) == (1, 6)
     landed = deltars.read(pipeline.warehouse.bronze(R)).where("order_no = 6").collect()
     assert [(row["_id"], row["order_time"], row["amount"]) for row in landed] == [('["eu","6"]', datetime(2026, 1, 1, 10, 0), 7.0)]
 
@@ -212,7 +230,9 @@ def test_date_event_time_takes_a_window_in_days(deltars, tmp_path):
     pq.write_table(pa.Table.from_pylist([{"order_id": "o1", "customer": "c1", "day": date(2026, 1, 1)},
                                          {"order_id": "o2", "customer": "c1", "day": date(2026, 1, 5)}]), path)  # fmt: skip
     pipeline.ingest("r", path)
-    pipeline.ingest("s", pipeline.write_file([{"payment_id": "p1", "customer": "c1", "day": "2026-01-02"}]))
+    late_evening = {"payment_id": "p2", "customer": "c1", "day": "2026-01-02T23:30:00+05:00"}  # not a date: not cut to one
+    pipeline.ingest("s", pipeline.write_file([{"payment_id": "p1", "customer": "c1", "day": "2026-01-02"}, late_evening]))
+    assert [row["reason"] for row in deltars.read(pipeline.warehouse.quarantine).collect()] == ["day is not a date: 2026-01-02T23:30:00+05:00"]
     pipeline.run()
     assert [(row["r_order_id"], row["s_payment_id"], row["s_day"], row["owner"]) for row in pipeline.gold_rows()] == [
         ("o1", "p1", date(2026, 1, 2), "R")
