@@ -23,6 +23,7 @@ from expectations.runner import RuleResult, Validator
 from pipelines.config import Config
 from state.engines import Data
 from state.errors import LakejoinError
+from state.names import column
 
 RESULT_SCHEMA = pa.schema(
     [
@@ -106,7 +107,7 @@ class BatchChecks:
             F.lit(result.rule.name).alias("rule"),
             F.lit(result.table).alias("table"),
             F.col(ROW_KEY).alias("row_key"),
-            F.to_json(F.struct(*sorted(frame.columns))).alias("row"),
+            F.to_json(F.struct(*[column(name) for name in sorted(frame.columns)])).alias("row"),
         )
         kept = keyed.join(wanted, ROW_KEY, "left_anti").drop(ROW_KEY)
         return (kept if isinstance(rows, DataFrame) else kept.toArrow()), taken

@@ -15,6 +15,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from state.joiner import Projection, identity_column, older
+from state.names import column
 from state.relations import ID, RELATIONS, TS, Relation
 
 DERIVED_PREFIX = "_dq_"
@@ -29,8 +30,8 @@ def with_pair_checks(
     a, b = RELATIONS
 
     def member(rel: Relation) -> list:
-        derived = [F.col(identity_column(rel, column)).alias(column) for column in (ID, TS)]
-        carried = [] if projection.select is not None else [F.col(f"`{rel.name}_{name}`").alias(name) for name in projection.columns.get(rel.name, ())]
+        derived = [F.col(identity_column(rel, derived)).alias(derived) for derived in (ID, TS)]
+        carried = [] if projection.select is not None else [column(f"{rel.name}_{name}").alias(name) for name in projection.columns.get(rel.name, ())]
         return [*derived, *carried]
 
     paired = gold.withColumns({rel.name: F.struct(*member(rel)) for rel in RELATIONS})
@@ -46,7 +47,7 @@ def with_pair_checks(
             "_dq_gap": F.abs(F.col(identity_column(a, TS)) - F.col(identity_column(b, TS))),
         }
     )
-    return checked.select(*gold.columns, "_dq_predicate", "_dq_owner", "_dq_gap")
+    return checked.select(*[column(name) for name in gold.columns], "_dq_predicate", "_dq_owner", "_dq_gap")
 
 
 def _resolves(frame: DataFrame, condition: str) -> bool:

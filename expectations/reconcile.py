@@ -15,6 +15,7 @@ from expectations.batch import row_key
 from state.engines import DeltaEngine
 from state.joiner import Projection, data_columns, identity_column, older
 from state.layout import Warehouse
+from state.names import column
 from state.relations import ID, RELATIONS, Relation
 
 BOOKKEEPING = ("batch_id", "produced_at")
@@ -92,7 +93,7 @@ def reconcile(expected: DataFrame, gold: DataFrame) -> Reconciliation:
     matched by name; one gold has not gained yet (no batch since bronze gained it) compares as null."""
     actual = gold.drop(*BOOKKEEPING)
     types = dict(expected.dtypes)
-    actual = actual.select(*[F.col(f"`{name}`") if name in actual.columns else F.lit(None).cast(types[name]).alias(name) for name in expected.columns],
-                           *[F.col(f"`{name}`") for name in actual.columns if name not in types])
+    actual = actual.select(*[column(name) if name in actual.columns else F.lit(None).cast(types[name]).alias(name) for name in expected.columns],
+                           *[column(name) for name in actual.columns if name not in types])
     missing, extra = expected.exceptAll(actual), actual.exceptAll(expected)
     return Reconciliation(expected.count(), actual.count(), missing, extra, missing.count(), extra.count())

@@ -149,17 +149,23 @@ def _ingest(args: argparse.Namespace, config: Config, engine: DeltaEngine, wareh
     from state.lock import INGEST, hold
     from state.relations import relation
 
+    refused: list[IngestResult] = []
+
+    def show(result: IngestResult) -> None:
+        """Each file's outcome as it ends; a refused file on stderr, as an error, and the command goes on."""
+        if result.refused is None:
+            print(result.describe(), flush=True)
+        else:
+            print(f"lakejoin: error: {result.describe()}", file=sys.stderr, flush=True)
+            refused.append(result)
+
     with hold(warehouse.root, INGEST, wait_seconds=None):  # ingests queue: each is short
         if args.landing:
-            ingest_landing(engine, warehouse, relation(args.side), args.landing, args.checkpoint, _show, config.relations)
-            return 0
-        for result in ingest_files(engine.spark, engine, warehouse, relation(args.side), args.files, config.relations):
-            print(result.describe())
-    return 0
-
-
-def _show(result: IngestResult) -> None:
-    print(result.describe(), flush=True)
+            ingest_landing(engine, warehouse, relation(args.side), args.landing, args.checkpoint, show, config.relations)
+        else:
+            for result in ingest_files(engine.spark, engine, warehouse, relation(args.side), args.files, config.relations):
+                show(result)
+    return 2 if refused else 0
 
 
 def _run(args: argparse.Namespace, config: Config, engine: DeltaEngine, warehouse: Warehouse) -> int:

@@ -5,7 +5,8 @@ from the configured id columns), its event time on the integer axis (``_ts``), i
 arrival order (``_arrival_seq``, across all relations) and where it came from (file, line). Rows that break
 the mapping or a column's type go to the quarantine table with a reason; the rest of the file still lands.
 A file already ingested adds nothing, and a record whose id exists with other content is quarantined as a
-conflict.
+conflict. A file that cannot be read as a whole (not the format its name says, a header naming a column twice)
+is refused in one line with nothing of it written; column names are data (state/names.py).
 """
 
 from __future__ import annotations
@@ -19,7 +20,10 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 import pyarrow as pa
+import pyarrow.parquet as pq
+from py4j.protocol import Py4JJavaError
 from pyspark import StorageLevel
+from pyspark.errors import PySparkException
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
@@ -41,14 +45,16 @@ from pyspark.sql.types import (
 )
 
 from state.engines import DeltaEngine
-from state.errors import LakejoinError
+from state.errors import FileRefused, LakejoinError
 from state.event_time import INTEGER, INTEGER_TEXT, STORED_TYPE, TIMESTAMP, as_event_time, kind_of, on_axis
 from state.faults import step
 from state.layout import Warehouse
+from state.names import column, nested_names_storable, quoted, stored_names
 from state.relations import ID, RELATIONS, TS, Relation, RelationSpec, default_specs, others
 
 FORMATS = {".jsonl": "json", ".ndjson": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 CORRUPT = "_corrupt_record"
+CASE_SENSITIVE = "spark.sql.caseSensitive"
 INGESTED_AT = pa.timestamp("us", tz="UTC")
 # monotonically_increasing_id(): a row's partition index sits above this many bits, its place in the partition below.
 PARTITION_BITS = 33
@@ -64,8 +70,16 @@ class IngestResult:
     quarantined: int = 0
     duplicates: int = 0
     already_ingested: bool = False
+    already_refused: bool = False  # a landing file refused before: skipped, its refusal is recorded
+    refused: str | None = None  # why the file was refused as a whole (it landed nothing)
+    recorded: bool = False  # the refusal is in quarantine/ingest, so the file is not tried again
 
     def describe(self) -> str:
+        if self.already_refused:
+            return f"{self.file}: refused before (quarantine/ingest says why), skipped"
+        if self.refused is not None:
+            then = "recorded in quarantine/ingest and not tried again" if self.recorded else "nothing of it was written"
+            return f"{self.refused}; {then}"
         if self.already_ingested:
             return f"{self.file}: already ingested into bronze/{self.relation}, nothing added"
         return (
@@ -77,12 +91,32 @@ class IngestResult:
 def ingest_files(
     spark: SparkSession, engine: DeltaEngine, warehouse: Warehouse, rel: Relation, files: list[str], specs: dict[str, RelationSpec] | None = None
 ) -> list[IngestResult]:
-    """Ingest ``files`` in the given order: their rows arrive in that order, line by line."""
+    """Ingest ``files`` in the given order: their rows arrive in that order, line by line. A file refused as a
+    whole is reported in its result and the next one goes on."""
     for file in files:
         _format_of(file)
         if not os.path.isfile(file):
             raise LakejoinError(f"no such file: {file}")
-    return [ingest_file(spark, engine, warehouse, rel, file, specs) for file in files]
+    return [ingest_or_refuse(spark, engine, warehouse, rel, file, specs) for file in files]
+
+
+def ingest_or_refuse(
+    spark: SparkSession,
+    engine: DeltaEngine,
+    warehouse: Warehouse,
+    rel: Relation,
+    file: str,
+    specs: dict[str, RelationSpec] | None = None,
+    record_refusal: bool = False,
+) -> IngestResult:
+    """``ingest_file``, with a refusal as a result. ``record_refusal`` (a landing folder, where nobody passes the
+    file again by hand) keeps it in quarantine/ingest and the ingest log, so the file is not tried again."""
+    try:
+        return ingest_file(spark, engine, warehouse, rel, file, specs, skip_refused=record_refusal)
+    except FileRefused as refusal:
+        if record_refusal:
+            _record_refusal(engine, warehouse, _Provenance.of(rel, file), _sha256(os.path.abspath(file)), str(refusal))
+        return IngestResult(file, rel.name, refused=str(refusal), recorded=record_refusal)
 
 
 INGEST_LOG_SCHEMA = pa.schema(
@@ -97,6 +131,20 @@ INGEST_LOG_SCHEMA = pa.schema(
         ("seq_from", pa.int64()),
         ("seq_to", pa.int64()),
         ("ingested_at", INGESTED_AT),
+        ("refused", pa.string()),  # why a landing file was refused as a whole; null for a file that was ingested
+    ]
+)
+
+QUARANTINE_SCHEMA = pa.schema(
+    [
+        ("relation", pa.string()),
+        ("reason", pa.string()),
+        ("source_file", pa.string()),
+        ("source_line", pa.int64()),
+        ("raw", pa.string()),
+        ("id", pa.string()),
+        ("ingest_id", pa.string()),
+        ("ingested_at", INGESTED_AT),
     ]
 )
 
@@ -110,30 +158,53 @@ class _Provenance:
     ingest_id: str
     ingested_at: datetime
 
+    @classmethod
+    def of(cls, rel: Relation, file: str) -> _Provenance:
+        return cls(rel, os.path.abspath(file), str(uuid.uuid4()), datetime.now(timezone.utc))
+
 
 def ingest_file(
-    spark: SparkSession, engine: DeltaEngine, warehouse: Warehouse, rel: Relation, file: str, specs: dict[str, RelationSpec] | None = None
+    spark: SparkSession,
+    engine: DeltaEngine,
+    warehouse: Warehouse,
+    rel: Relation,
+    file: str,
+    specs: dict[str, RelationSpec] | None = None,
+    skip_refused: bool = False,
 ) -> IngestResult:
-    """Ingest one file; ``specs`` maps every relation to its columns (config ``relations``; default: id, ts, key)."""
+    """Ingest one file; ``specs`` maps every relation to its columns (config ``relations``; default: id, ts, key).
+
+    Raises ``FileRefused`` when the file cannot be read as a whole, before anything of it is written. A file
+    whose content was ingested before adds nothing; one refused before is tried again unless ``skip_refused``."""
     specs = specs or default_specs()
     path = os.path.abspath(file)
     digest = _sha256(path)
-    if _already_ingested(engine, warehouse, rel, digest):
-        return IngestResult(file, rel.name, already_ingested=True)
+    logged = _logged(engine, warehouse, rel, digest)
+    if logged is not None and (logged.ingested or skip_refused):
+        return IngestResult(file, rel.name, already_ingested=logged.ingested, already_refused=not logged.ingested)
 
-    source = _Provenance(rel, path, str(uuid.uuid4()), datetime.now(timezone.utc))
+    source = _Provenance.of(rel, file)
     # The file stays in Spark (a file can outgrow the driver); only its counts come to the driver. Spark's cache
     # builds each partition in the heap, which a large file exhausts (see the README's benchmarks), so the count
     # and each write classify it again, against the bronze version read here. An engine that writes from the
     # driver holds the file in memory anyway: there it is cached, and classified once.
-    bronze = warehouse.bronze(rel)
-    parsed = _parse(spark, path, _format_of(file))
-    layout = _layout(engine, warehouse, rel, specs, parsed, file)
-    classified = _classify(_normalize(parsed, layout), engine.read(bronze, engine.version(bronze)))
-    if engine.driver_writes:
-        classified = classified.persist(StorageLevel.MEMORY_AND_DISK)
+    bronze, classified = warehouse.bronze(rel), None
     try:
+        fmt = _format_of(file)
+        _check_format(path, fmt)
+        parsed = _parse(spark, path, fmt)
+        # bronze at one version: its schema types the file, its ids find conflicts, in the count and each write
+        established = engine.read(bronze, engine.version(bronze))
+        layout = _layout(engine, warehouse, rel, specs, parsed, StructType() if established is None else established.schema)
+        classified = _classify(_normalize(parsed, layout), established)
+        if engine.driver_writes:
+            classified = classified.persist(StorageLevel.MEMORY_AND_DISK)
         tally = classified.groupBy("_outcome", _line_block().alias("_block")).agg(F.count(F.lit(1)).alias("rows")).collect()
+    except (LakejoinError, PySparkException, Py4JJavaError) as exc:
+        if classified is not None:
+            classified.unpersist()
+        raise FileRefused(f"cannot ingest {file}: {_first_line(exc)}") from exc
+    try:
         counts: Counter[str] = Counter()
         for row in tally:
             counts[row["_outcome"]] += row["rows"]
@@ -146,10 +217,25 @@ def ingest_file(
             engine.append(warehouse.quarantine, _quarantine_rows(classified, source))
     finally:
         classified.unpersist()
-    log_row = dict(
+    with step("ingest_log"):  # last: until it lands, the joiner does not see this file's arrivals
+        _log(engine, warehouse, source, digest, landed, quarantined, duplicates, first_seq)
+    return IngestResult(file, rel.name, landed, quarantined, duplicates)
+
+
+def _first_line(exc: Exception) -> str:
+    """An error's own words, on one line (Spark's messages go on with plans and stack traces)."""
+    if isinstance(exc, Py4JJavaError):
+        return str(exc.java_exception.toString()).splitlines()[0]
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def _log(
+    engine: DeltaEngine, warehouse: Warehouse, source: _Provenance, digest: str, landed: int, quarantined: int, duplicates: int, first_seq: int, refused: str | None = None
+) -> None:
+    row = dict(
         ingest_id=source.ingest_id,
-        relation=rel.name,
-        source_file=path,
+        relation=source.relation.name,
+        source_file=source.path,
         sha256=digest,
         rows_landed=landed,
         rows_quarantined=quarantined,
@@ -157,10 +243,19 @@ def ingest_file(
         seq_from=first_seq,
         seq_to=first_seq + landed - 1,
         ingested_at=source.ingested_at,
+        refused=refused,
     )
-    with step("ingest_log"):  # last: until it lands, the joiner does not see this file's arrivals
-        engine.append(warehouse.ingest_log, pa.Table.from_pylist([log_row], INGEST_LOG_SCHEMA))
-    return IngestResult(file, rel.name, landed, quarantined, duplicates)
+    engine.append(warehouse.ingest_log, pa.Table.from_pylist([row], INGEST_LOG_SCHEMA))
+
+
+def _record_refusal(engine: DeltaEngine, warehouse: Warehouse, source: _Provenance, digest: str, reason: str) -> None:
+    """A refused landing file, kept where its rows would have been quarantined: one row without a line."""
+    row = dict(
+        relation=source.relation.name, reason=reason, source_file=source.path, source_line=None, raw=None, id=None,
+        ingest_id=source.ingest_id, ingested_at=source.ingested_at,
+    )
+    engine.append(warehouse.quarantine, pa.Table.from_pylist([row], QUARANTINE_SCHEMA))
+    _log(engine, warehouse, source, digest, 0, 1, 0, last_arrival_seq(engine, warehouse) + 1, refused=reason)
 
 
 def _bronze_rows(classified: DataFrame, source: _Provenance, accepted_blocks: list[tuple[int, int]], first_seq: int) -> DataFrame:
@@ -173,7 +268,7 @@ def _bronze_rows(classified: DataFrame, source: _Provenance, accepted_blocks: li
     place = _firsts(accepted_blocks, first_seq, _line_block()) + within
     data = [name for name in accepted.columns if not name.startswith("_")]
     return accepted.select(
-        *data,
+        *[column(name) for name in data],
         ID,
         TS,
         place.cast("long").alias("_arrival_seq"),
@@ -228,9 +323,19 @@ def _sha256(path: str) -> str:
     return digest.hexdigest()
 
 
-def _already_ingested(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, digest: str) -> bool:
+@dataclass(frozen=True)
+class _Logged:
+    """What the ingest log holds for one file content: ingested, or else refused (as a landing file)."""
+
+    ingested: bool
+
+
+def _logged(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, digest: str) -> _Logged | None:
     log = engine.rows(warehouse.ingest_log, where=f"sha256 = '{digest}' AND relation = '{rel.name}'")
-    return log is not None and log.num_rows > 0
+    if log is None or log.num_rows == 0:
+        return None
+    refusals = log.column("refused").to_pylist() if "refused" in log.column_names else [None]
+    return _Logged(ingested=None in refusals)
 
 
 def last_arrival_seq(engine: DeltaEngine, warehouse: Warehouse) -> int:
@@ -251,7 +356,8 @@ class _Parsed:
 
 
 def _numbered_lines(spark: SparkSession, path: str) -> DataFrame:
-    """Non-blank lines of a text file with their 1-based line numbers, in file order.
+    """Non-blank lines of a text file with their 1-based line numbers, in file order (a UTF-8 byte-order mark
+    dropped).
 
     Each partition of the read is a contiguous piece of the file: its lines are counted (one small job) and
     numbered after those of the pieces before it, so no task holds the whole file as a window over all
@@ -261,49 +367,104 @@ def _numbered_lines(spark: SparkSession, path: str) -> DataFrame:
     pieces = [(row["piece"], row["lines"]) for row in lines.groupBy(piece.alias("piece")).agg(F.count(F.lit(1)).alias("lines")).collect()]
     within = F.col("_row_id").bitwiseAND((1 << PARTITION_BITS) - 1)
     numbered = lines.withColumn("_source_line", _firsts(pieces, 1, piece) + within)
-    return numbered.where(F.trim("value") != "").select("_source_line", F.col("value").alias("_raw"))
+    text = F.regexp_replace("value", "^\ufeff", "")
+    return numbered.where(F.trim(text) != "").select("_source_line", text.alias("_raw"))
+
+
+# What a file named .jsonl or .csv holds when it is no text lakejoin can read, by its first bytes.
+_NOT_TEXT = {
+    b"\x1f\x8b": "gzip-compressed: decompress it first",
+    b"PK\x03\x04": "a zip archive: unpack it first",
+    b"\x28\xb5\x2f\xfd": "zstd-compressed: decompress it first",
+    b"\xff\xfe": "UTF-16 text, and lakejoin reads UTF-8: convert it",
+    b"\xfe\xff": "UTF-16 text, and lakejoin reads UTF-8: convert it",
+}
+
+
+def _check_format(path: str, fmt: str) -> None:
+    """Refuse a file that is not what its name says before Spark reads it (Spark would answer with a JVM trace)."""
+    if fmt == "parquet":
+        try:
+            pq.read_metadata(path)
+        except (pa.ArrowException, OSError) as exc:
+            raise LakejoinError(f"not a readable Parquet file ({str(exc).splitlines()[0]})") from exc
+        return
+    with open(path, "rb") as handle:
+        start = handle.read(4)
+        handle.seek(max(0, os.path.getsize(path) - 4))
+        end = handle.read(4)
+    what = "a Parquet file: name it .parquet" if start == end == b"PAR1" else next((w for magic, w in _NOT_TEXT.items() if start.startswith(magic)), None)
+    if what is not None:
+        raise LakejoinError(f"it is {what}")
 
 
 def _parse(spark: SparkSession, path: str, fmt: str) -> _Parsed:
     if fmt == "parquet":
         return _parse_parquet(spark, path)
     if fmt == "csv":
-        with open(path, newline="", encoding="utf-8") as handle:
-            header = next(csv.reader(handle), [])
+        try:
+            with open(path, newline="", encoding="utf-8-sig", errors="replace") as handle:
+                header = next(csv.reader(handle), [])
+        except csv.Error as exc:
+            raise LakejoinError(f"its CSV header cannot be read: {exc}") from exc
         lines = _numbered_lines(spark, path).where(F.col("_source_line") > 1)
-        return _parse_text(lines, {name: StringType() for name in header}, F.from_csv)
-    inferred = {f.name: f.dataType for f in spark.read.json(path).schema.fields if f.name != CORRUPT}
+        return _parse_text(lines, [(name, StringType()) for name in header], F.from_csv)
+    inferred = [(f.name, f.dataType) for f in _json_schema(spark, path).fields if f.name != CORRUPT]
     return _parse_text(_numbered_lines(spark, path), inferred, F.from_json)
 
 
-def _parse_text(lines: DataFrame, types: dict[str, DataType], parser) -> _Parsed:  # noqa: ANN001 - F.from_json or F.from_csv
-    """Every field as its text (a nested JSON value as its JSON), so a value that fits no type can be named."""
-    _check_reserved(list(types))
-    as_text = StructType([*(StructField(name, StringType()) for name in types), StructField(CORRUPT, StringType())])
+def _json_schema(spark: SparkSession, path: str) -> StructType:
+    """The file's keys and their types, inferred case-sensitively: by default Spark makes ``Amount`` and ``amount``
+    one field and drops the values of the other, where lakejoin refuses the file."""
+    previous = spark.conf.get(CASE_SENSITIVE)
+    spark.conf.set(CASE_SENSITIVE, "true")
+    try:
+        return spark.read.json(path).schema
+    finally:
+        spark.conf.set(CASE_SENSITIVE, previous)
+
+
+def _parse_text(lines: DataFrame, fields: list[tuple[str, DataType]], parser) -> _Parsed:  # noqa: ANN001 - F.from_json or F.from_csv
+    """Every field as its text (a nested JSON value as its JSON), so a value that fits no type can be named.
+    ``fields`` are the file's own names (a JSON key, a CSV header) with the type the file suggests."""
+    names = _stored([name for name, _ in fields])
+    as_text = [*(StructField(name, StringType()) for name, _ in fields), StructField(CORRUPT, StringType())]
     options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
-    ddl = ", ".join(f"`{f.name.replace('`', '``')}` {f.dataType.simpleString()}" for f in as_text.fields)
+    ddl = ", ".join(f"{quoted(f.name)} {f.dataType.simpleString()}" for f in as_text)
     record = lines.select("*", parser(F.col("_raw"), ddl, options).alias("_record"))
     unparsable = F.col("_record").isNull() | F.col(f"_record.{CORRUPT}").isNotNull()
-    data = [F.col(f"_record.`{name}`").alias(name) for name in types]
+    data = [F.col(f"_record.{quoted(name)}").alias(names[name]) for name, _ in fields]
+    types = {names[name]: given if nested_names_storable(given) else StringType() for name, given in fields}
     return _Parsed(record.select("_source_line", "_raw", unparsable.alias("_unparsable"), *data), types, text=True)
 
 
 def _parse_parquet(spark: SparkSession, path: str) -> _Parsed:
     df = spark.read.parquet(path)
-    _check_reserved(df.columns)
+    names = _stored(df.columns)
+
+    def kept(field: StructField) -> Column:
+        return column(field.name) if nested_names_storable(field.dataType) else F.to_json(column(field.name))
+
     frame = df.select(
         (F.col("_metadata.row_index") + 1).alias("_source_line"),
-        F.to_json(F.struct(*df.columns)).alias("_raw"),
+        F.to_json(F.struct(*[column(name) for name in df.columns])).alias("_raw"),
         F.lit(False).alias("_unparsable"),
-        *df.columns,
+        *[kept(field).alias(names[field.name]) for field in df.schema.fields],
     )
-    return _Parsed(frame, {f.name: f.dataType for f in df.schema.fields}, text=False)
+    types = {names[f.name]: f.dataType if nested_names_storable(f.dataType) else StringType() for f in df.schema.fields}
+    return _Parsed(frame, types, text=False)
 
 
-def _check_reserved(columns: list[str]) -> None:
-    reserved = [name for name in columns if name.startswith("_")]
+def _stored(names: list[str]) -> dict[str, str]:
+    """The names bronze stores a file's columns under (state/names.py); a name lakejoin reserves is refused."""
+    try:
+        stored = stored_names(names)
+    except ValueError as exc:
+        raise LakejoinError(f"{exc}: rename one of them") from exc
+    reserved = [name for name in stored.values() if name.startswith("_")]
     if reserved:
         raise LakejoinError(f"column {reserved[0]!r} starts with '_', which lakejoin reserves for bookkeeping: rename it")
+    return stored
 
 
 # Typing: each data column gets the type bronze established for it, else the configured one, else the file's own;
@@ -326,25 +487,41 @@ class _Layout:
     types: dict[str, DataType]
 
 
-def _layout(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, specs: dict[str, RelationSpec], parsed: _Parsed, file: str) -> _Layout:
+def _layout(
+    engine: DeltaEngine, warehouse: Warehouse, rel: Relation, specs: dict[str, RelationSpec], parsed: _Parsed, bronze_schema: StructType
+) -> _Layout:
     spec = specs[rel.name]
-    established = {f.name: f.dataType for f in (engine.schema(warehouse.bronze(rel)) or StructType()).fields}
+    established = {f.name: f.dataType for f in bronze_schema.fields}
     try:
         configured = {name: DataType.fromDDL(ddl) for name, ddl in spec.columns.items()}
     except Exception as exc:  # noqa: BLE001 - Spark's parse errors have many types; the message names the setting
         raise LakejoinError(f"config: relations.{rel.name}.columns has a type Spark does not know ({spec.columns}): {str(exc).splitlines()[0]}") from exc
     settled = {**configured, **established}
     kind = _event_time_kind(engine, warehouse, rel, specs, parsed, settled)
-    types = {**parsed.types, **settled, spec.event_time: STORED_TYPE[kind]}
+    types = {**_nested_that_fit(parsed, settled), **settled, spec.event_time: STORED_TYPE[kind]}
     for name, given in ({} if parsed.text else parsed.types).items():
         wanted = types[name]
         text_time = name == spec.event_time and isinstance(given, StringType)
         if given != wanted and not text_time and (type(given), type(wanted)) not in _WIDENS:
             raise LakejoinError(
-                f"cannot ingest {file}: column {name} is {given.simpleString()} there but {wanted.simpleString()} in "
+                f"column {name} is {given.simpleString()} there but {wanted.simpleString()} in "
                 f"bronze/{rel.name} (or the config), and does not widen to it: convert it, or land it under another name"
             )
     return _Layout(spec, kind, types)
+
+
+def _nested_that_fit(parsed: _Parsed, settled: dict[str, DataType]) -> dict[str, DataType]:
+    """The file's own types, with a nested type JSON inferred kept only where every value parses into it, else
+    the column kept as its JSON text. Spark infers an empty string as null, so ``["", []]`` is inferred as an
+    array of arrays that its own ``""`` does not fit: no row is quarantined for what the file's inference got wrong."""
+    inferred = [
+        name for name, given in parsed.types.items() if parsed.text and name not in settled and isinstance(given, (StructType, ArrayType, MapType))
+    ]
+    if not inferred:
+        return parsed.types
+    misfit = [F.max((column(name).isNotNull() & F.from_json(column(name), parsed.types[name]).isNull()).cast("int")) for name in inferred]
+    fits = parsed.frame.where(~F.col("_unparsable")).agg(*misfit).first()
+    return {**parsed.types, **{name: StringType() for name, broken in zip(inferred, fits) if broken}}
 
 
 def _event_time_kind(
@@ -352,27 +529,27 @@ def _event_time_kind(
 ) -> str:
     """The kind of ``rel``'s event time: as bronze or the config has it, else as the other relations' (all share one
     axis), else as the file gives it — text is timestamps when some value reads as one, else integers."""
-    column = specs[rel.name].event_time
-    ours = kind_of(settled[column]) if column in settled else None
-    if column in settled and ours is None:
-        raise LakejoinError(f"event time {column} of {rel.name} is {settled[column].simpleString()}: use a timestamp, a date or an integer column")
+    event_time = specs[rel.name].event_time
+    ours = kind_of(settled[event_time]) if event_time in settled else None
+    if event_time in settled and ours is None:
+        raise LakejoinError(f"event time {event_time} of {rel.name} is {settled[event_time].simpleString()}: use a timestamp, a date or an integer column")
     for other in others(rel):
         schema, theirs_column = engine.schema(warehouse.bronze(other)), specs[other.name].event_time
         theirs = kind_of(schema[theirs_column].dataType) if schema is not None and theirs_column in schema.fieldNames() else None
         if ours is not None and theirs is not None and ours != theirs:
             raise LakejoinError(
-                f"event time {column} of {rel.name} is a {ours} but {theirs_column} of {other.name} is a {theirs}: "
+                f"event time {event_time} of {rel.name} is a {ours} but {theirs_column} of {other.name} is a {theirs}: "
                 "both relations' event times must be of one kind"
             )
         ours = ours or theirs
-    if ours is not None or column not in parsed.types:
+    if ours is not None or event_time not in parsed.types:
         return ours or INTEGER
-    given = parsed.types[column]
+    given = parsed.types[event_time]
     if not parsed.text and not isinstance(given, StringType):
         if kind_of(given) is None:
-            raise LakejoinError(f"event time {column} of {rel.name} is {given.simpleString()}: use a timestamp, a date or an integer column")
+            raise LakejoinError(f"event time {event_time} of {rel.name} is {given.simpleString()}: use a timestamp, a date or an integer column")
         return kind_of(given)  # type: ignore[return-value]
-    text = F.trim(F.col(column).cast("string"))
+    text = F.trim(column(event_time).cast("string"))
     looks_like_time = ~F.col("_unparsable") & ~text.rlike(INTEGER_TEXT) & text.try_cast(TimestampType()).isNotNull()
     return TIMESTAMP if parsed.frame.where(looks_like_time).limit(1).count() else INTEGER
 
@@ -382,7 +559,7 @@ def _typed(parsed: _Parsed, layout: _Layout) -> list[tuple[str, Column, Column |
     typed = []
     for name, declared in parsed.types.items():
         given = StringType() if parsed.text else declared  # text formats hold every value as its text until here
-        value, wanted = F.col(name), layout.types[name]
+        value, wanted = column(name), layout.types[name]
         if name == layout.spec.event_time:
             converted = as_event_time(value, layout.kind)
             description = f"{'an' if layout.kind == INTEGER else 'a'} {layout.kind}"
@@ -409,7 +586,10 @@ def _normalize(parsed: _Parsed, layout: _Layout) -> DataFrame:
     typed = _typed(parsed, layout)
     values = {name: value for name, value, _ in typed}
     present_ids = [values[c].cast("string") for c in spec.id if c in present]
-    record_id = present_ids[0] if len(spec.id) == 1 else F.to_json(F.array(*present_ids))
+    if len(present_ids) < len(spec.id):  # a file without an id column: every row is quarantined for it
+        record_id = F.lit(None).cast("string")
+    else:
+        record_id = present_ids[0] if len(spec.id) == 1 else F.to_json(F.array(*present_ids))
     reason = F.coalesce(
         F.when(F.col("_unparsable"), F.lit("unparsable line")),
         *[_missing(name, present) for name in spec.record_columns],
@@ -422,7 +602,7 @@ def _normalize(parsed: _Parsed, layout: _Layout) -> DataFrame:
         "_raw",
         reason.alias("_reason"),
         *[value.alias(name) for name, value in values.items()],
-        (record_id if len(present_ids) == len(spec.id) else F.lit(None).cast("string")).alias(ID),
+        record_id.alias(ID),
         axis.cast("long").alias(TS),
     )
 
@@ -430,13 +610,13 @@ def _normalize(parsed: _Parsed, layout: _Layout) -> DataFrame:
 def _missing(name: str, present: set[str]) -> Column:
     if name not in present:
         return F.lit(f"missing column {name}")
-    value = F.col(name)
+    value = column(name)
     return F.when(value.isNull() | (F.trim(value.cast("string")) == ""), F.lit(f"missing {name}"))
 
 
 def _classify(normalized: DataFrame, bronze: DataFrame | None) -> DataFrame:
     data_columns = sorted(name for name in normalized.columns if not name.startswith("_"))
-    hashed = normalized.withColumn("_content_hash", F.sha2(F.to_json(F.struct(*data_columns)), 256))
+    hashed = normalized.withColumn("_content_hash", F.sha2(F.to_json(F.struct(*[column(name) for name in data_columns])), 256))
     valid = F.col("_reason").isNull()
     by_id = Window.partitionBy(valid, ID).orderBy("_source_line")
     ranked = hashed.withColumns(
@@ -470,7 +650,7 @@ def _classify(normalized: DataFrame, bronze: DataFrame | None) -> DataFrame:
     duplicate = seen_in_file | (F.col("_existing_hash") == F.col("_content_hash"))
     outcome = F.when(reason.isNotNull(), "quarantined").when(duplicate, "duplicate").otherwise("accepted")
     return ranked.select(
-        *[c for c in hashed.columns if c != "_reason"],
+        *[column(name) for name in hashed.columns if name != "_reason"],
         reason.alias("_reason"),
         outcome.alias("_outcome"),
     )

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from pyspark.sql import DataFrame
 
-from pipelines.ingest import FORMATS, IngestResult, ingest_file
+from pipelines.ingest import FORMATS, IngestResult, ingest_or_refuse
 from state.engines import DeltaEngine
 from state.layout import Warehouse
 from state.relations import Relation, RelationSpec
@@ -30,10 +30,11 @@ def ingest_landing(
     report: Callable[[IngestResult], None],
     specs: dict[str, RelationSpec] | None = None,
 ) -> None:
-    """Ingest every file under ``landing`` not ingested yet, in name order within each discovery."""
+    """Ingest every file under ``landing`` not ingested yet, in name order within each discovery. A file refused
+    as a whole is recorded in quarantine/ingest, reported, and not tried again; the next file goes on."""
 
     def ingest(path: str) -> None:
-        report(ingest_file(engine.spark, engine, warehouse, rel, path, specs))
+        report(ingest_or_refuse(engine.spark, engine, warehouse, rel, path, specs, record_refusal=True))
 
     if on_databricks():
         _auto_loader(engine, landing, checkpoint or os.path.join(landing, "_lakejoin_checkpoint", rel.name), ingest)

@@ -11,3 +11,7 @@ class WarehouseBusy(LakejoinError):
     """Another process holds the warehouse for the same job; this one did nothing."""
 
     exit_code = 3
+
+
+class FileRefused(LakejoinError):
+    """One input file cannot be ingested as a whole; nothing of it was written, and other files go on."""

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from state.names import quoted
 from state.relations import ID, RELATIONS, TS, Relation
 
 DEFAULT_PREDICATE = "r.key = s.key"
@@ -67,7 +68,7 @@ class Projection:
         if self.select is not None:
             body = [F.expr(expression) for expression in self.select]
         else:
-            body = [F.col(f"{rel.name}.`{name}`").alias(f"{rel.name}_{name}") for rel in RELATIONS for name in self.columns.get(rel.name, ())]
+            body = [F.col(f"{rel.name}.{quoted(name)}").alias(f"{rel.name}_{name}") for rel in RELATIONS for name in self.columns.get(rel.name, ())]
         return [*identity, *body, owner.alias("owner")]
 
 

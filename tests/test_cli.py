@@ -42,6 +42,22 @@ def test_errors_are_one_line_with_a_non_zero_exit(landing):
     assert "unknown setting 'batch_size'" in bad_config.stderr and len(bad_config.stderr.strip().splitlines()) == 1
 
 
+def test_bad_files_are_refused_in_one_line_each_and_the_good_ones_land(landing):
+    """The three files a landing zone gave as tracebacks: keys with a dot and a space, a CSV header repeating a
+    name, a truncated Parquet file."""
+    (landing / "dots.jsonl").write_text('{"id": "w1", "ts": 1, "key": "k", "a b": 1, "c.d": 2}\n')
+    (landing / "repeats.csv").write_text("id,ts,key,key\na,1,k,k2\n")
+    (landing / "truncated.parquet").write_bytes(b"PAR1\x00\x01garbage")
+    result = lakejoin("ingest", "--warehouse", "wh", "--side", "r", "repeats.csv", "dots.jsonl", "truncated.parquet", cwd=str(landing))
+    assert result.returncode == 2
+    assert result.stdout.splitlines() == ["dots.jsonl: 1 rows to bronze/r, 0 quarantined, 0 duplicates skipped"]
+    assert [line for line in result.stderr.splitlines() if not line.startswith("WARNING: Using incubator")] == [
+        "lakejoin: error: cannot ingest repeats.csv: column 'key' appears twice: rename one of them; nothing of it was written",
+        "lakejoin: error: cannot ingest truncated.parquet: not a readable Parquet file (Parquet magic bytes not found in footer. "
+        "Either the file is corrupted or this is not a parquet file.); nothing of it was written",
+    ]
+
+
 def test_the_demo_prints_pass(tmp_path):
     demo = lakejoin("demo", "--rows", "600", "--keys", "50", "--chunk-rows", "400", "--max-batch-rows", "300", cwd=str(tmp_path))
     assert demo.returncode == 0, demo.stderr[-2000:]
