@@ -114,9 +114,10 @@ def ingest_or_refuse(
     try:
         return ingest_file(spark, engine, warehouse, rel, file, specs, skip_refused=record_refusal)
     except FileRefused as refusal:
-        if record_refusal:
+        recorded = record_refusal and os.access(file, os.R_OK)  # a file it cannot read yet is tried again
+        if recorded:
             _record_refusal(engine, warehouse, _Provenance.of(rel, file), _sha256(os.path.abspath(file)), str(refusal))
-        return IngestResult(file, rel.name, refused=str(refusal), recorded=record_refusal)
+        return IngestResult(file, rel.name, refused=str(refusal), recorded=recorded)
 
 
 INGEST_LOG_SCHEMA = pa.schema(
@@ -178,7 +179,10 @@ def ingest_file(
     whose content was ingested before adds nothing; one refused before is tried again unless ``skip_refused``."""
     specs = specs or default_specs()
     path = os.path.abspath(file)
-    digest = _sha256(path)
+    try:
+        digest = _sha256(path)
+    except OSError as exc:
+        raise FileRefused(f"cannot ingest {file}: cannot read it ({exc.strerror or exc})") from exc
     logged = _logged(engine, warehouse, rel, digest)
     if logged is not None and (logged.ingested or skip_refused):
         return IngestResult(file, rel.name, already_ingested=logged.ingested, already_refused=not logged.ingested)
@@ -409,8 +413,19 @@ def _parse(spark: SparkSession, path: str, fmt: str) -> _Parsed:
             raise LakejoinError(f"its CSV header cannot be read: {exc}") from exc
         lines = _numbered_lines(spark, path).where(F.col("_source_line") > 1)
         return _parse_text(lines, [(name, StringType()) for name in header], F.from_csv)
-    inferred = [(f.name, f.dataType) for f in _json_schema(spark, path).fields if f.name != CORRUPT]
-    return _parse_text(_numbered_lines(spark, path), inferred, F.from_json)
+    schema, lines = _json_schema(spark, path), _numbered_lines(spark, path)
+    inferred = [(f.name, f.dataType) for f in schema.fields if f.name != CORRUPT]
+    if CORRUPT in schema.fieldNames():
+        inferred += [(key, StringType()) for key in _keys_beyond(lines, {name for name, _ in inferred})]
+    return _parse_text(lines, inferred, F.from_json)
+
+
+def _keys_beyond(lines: DataFrame, known: set[str]) -> list[str]:
+    """Keys of the lines Spark's JSON reader could not parse that no other line has. It reads a line's raw bytes
+    and gives up on one that is not UTF-8 (Latin-1 text), where lakejoin reads the line as text (U+FFFD for such
+    a byte), which parses: without this its keys would be dropped. Only run when the reader gave up on a line."""
+    keys = lines.select(F.explode(F.json_object_keys("_raw")).alias("key")).distinct().collect()
+    return sorted(row.key for row in keys if row.key not in known)
 
 
 def _json_schema(spark: SparkSession, path: str) -> StructType:

@@ -116,11 +116,34 @@ def test_a_refused_landing_file_is_recorded_once_and_not_tried_again(pipeline, t
         pipeline.ingest("r", str(landing / "2.parquet"))
 
 
+def test_a_landing_file_that_cannot_be_read_is_refused_unrecorded_and_ingested_once_it_can_be(pipeline, tmp_path):
+    """A file listed but gone before it is read (here a link to nothing): reported, not recorded, tried again."""
+    landing, target = tmp_path / "landing", tmp_path / "later.jsonl"
+    landing.mkdir()
+    os.symlink(target, landing / "vanished.jsonl")
+    reports = []
+    ingest_landing(pipeline.engine, pipeline.warehouse, R, str(landing), None, reports.append)
+    assert reports[0].describe() == f"cannot ingest {landing / 'vanished.jsonl'}: cannot read it (No such file or directory); nothing of it was written"
+    assert pipeline.versions() == {name: None for name in pipeline.versions()}
+    write(str(target), '{"id": "a", "ts": 1, "key": "k"}\n')
+    ingest_landing(pipeline.engine, pipeline.warehouse, R, str(landing), None, reports.append)
+    assert reports[1].landed == 1
+
+
 def test_a_byte_order_mark_and_crlf_line_ends_do_not_cost_the_first_row(pipeline, tmp_path):
     json_file = write(str(tmp_path / "bom.jsonl"), "\ufeff" + '{"id": "a", "ts": 1, "key": "k"}\r\n{"id": "b", "ts": 2, "key": "k"}\r\n')
     csv_file = write(str(tmp_path / "bom.csv"), "\ufeffid,ts,key\r\nc,3,k\r\n")
     assert [(result.landed, result.quarantined) for result in (pipeline.ingest("r", json_file), pipeline.ingest("r", csv_file))] == [(2, 0), (1, 0)]
     assert [(row["id"], row["key"]) for row in bronze_rows(pipeline)] == [("a", "k"), ("b", "k"), ("c", "k")]
+
+
+def test_a_key_only_a_latin_1_line_has_lands_with_the_line(pipeline, tmp_path):
+    """Spark's JSON reader gives up on a line that is not UTF-8; lakejoin reads it as text (U+FFFD for the byte),
+    so the row and its key land. A NUL inside a string is no JSON: that line is quarantined."""
+    path = write(str(tmp_path / "latin.jsonl"), b'{"id": "a", "ts": 1, "key": "k", "note": "caf\xe9"}\n{"id": "b", "ts": 2, "key": "k", "x": "\x00"}\n')
+    result = pipeline.ingest("r", path)
+    assert (result.landed, result.quarantined) == (1, 1)
+    assert [(row["id"], row["note"]) for row in bronze_rows(pipeline)] == [("a", "caf\ufffd")]
 
 
 def test_a_nested_value_its_own_inferred_type_does_not_fit_is_kept_as_json_text(pipeline, tmp_path):
