@@ -79,10 +79,11 @@ def run(
     given = config
     log = BatchLog(engine, warehouse.batches, warehouse.app_id(config.pipeline, warehouse.batches))
     validator = Validator(engine.spark)
-    reports = []
+    reports, kind = [], None
     while True:
         started = time.perf_counter()  # a batch's seconds include planning
-        config, kind = on_warehouse_axis(given, engine, warehouse)  # per batch: an ingest may land the first event times
+        if kind is None:  # known once bronze holds event times (an ingest may land the first during the run), then fixed
+            config, kind = on_warehouse_axis(given, engine, warehouse)
         plan = tail.unfinished or _plan_next(engine, warehouse, config, tail)
         if plan is None:
             return reports

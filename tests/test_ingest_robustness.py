@@ -69,6 +69,15 @@ def test_keys_with_dots_and_spaces_land_and_a_predicate_names_them_with_backtick
     assert [(row["r_id"], row["s_id"], row["r_c.d"], row["s_a_b"]) for row in pipeline.gold_rows()] == [("w2", "v1", 4, 3)]
 
 
+def test_parquet_fields_delta_cannot_store_are_mapped_and_such_nested_fields_kept_as_json(pipeline, tmp_path):
+    path = str(tmp_path / "fields.parquet")
+    point = pa.array([{"x y": 1, "z": 2}], pa.struct([("x y", pa.int64()), ("z", pa.int64())]))
+    pq.write_table(pa.table({"id": ["p"], "ts": [1], "key": ["k"], " unit price ": [2.5], "": ["blank"], "point": point}), path)
+    assert pipeline.ingest("r", path).landed == 1
+    [row] = bronze_rows(pipeline)
+    assert (row["unit_price"], row["unnamed_5"], row["point"]) == (2.5, "blank", '{"x y":1,"z":2}')
+
+
 def test_a_file_that_cannot_be_read_as_a_whole_is_refused_in_one_line_and_the_other_files_land(pipeline, spark, tmp_path):
     """The issue's other two files, and the rest of a landing zone's unreadable kinds, each between good files."""
     good = [pipeline.write_file([{"id": f"g{n}", "ts": n, "key": "k"}]) for n in range(2)]
