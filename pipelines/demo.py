@@ -25,6 +25,7 @@ from pipelines.silver import run
 from pipelines.spark import get_spark
 from state.engines import make_engine
 from state.layout import Warehouse
+from state.names import column
 from state.relations import RELATIONS
 
 # The demo's pipeline: orders (R) and the payments (S) a customer makes within the hour after an order.
@@ -167,7 +168,7 @@ def _show_gold(gold: DataFrame) -> None:
     """A few gold rows, the columns a reader of the demo cares about (with a ``select``, its columns)."""
     record_columns = [name for name in gold.columns if not name.startswith("_") and name not in (*BOOKKEEPING, "owner")]
     shown = [*([name for name in SHOWN if name in record_columns] or record_columns), "owner"]
-    rows = gold.select(*shown).orderBy(*shown[:1]).limit(3).collect()
+    rows = gold.select(*[column(name) for name in shown]).orderBy(column(shown[0])).limit(3).collect()
     print(f"gold rows ({len(gold.columns)} columns; {', '.join(shown)}):")
     for row in rows:
         print("  " + "  ".join(str(value) for value in row))

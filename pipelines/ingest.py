@@ -114,7 +114,7 @@ def ingest_or_refuse(
     try:
         return ingest_file(spark, engine, warehouse, rel, file, specs, skip_refused=record_refusal)
     except FileRefused as refusal:
-        recorded = record_refusal and os.access(file, os.R_OK)  # a file it cannot read yet is tried again
+        recorded = record_refusal and refusal.lasting  # a file that failed to be read is tried again
         if recorded:
             _record_refusal(engine, warehouse, _Provenance.of(rel, file), _sha256(os.path.abspath(file)), str(refusal))
         return IngestResult(file, rel.name, refused=str(refusal), recorded=recorded)
@@ -182,7 +182,7 @@ def ingest_file(
     try:
         digest = _sha256(path)
     except OSError as exc:
-        raise FileRefused(f"cannot ingest {file}: cannot read it ({exc.strerror or exc})") from exc
+        raise FileRefused(f"cannot ingest {file}: cannot read it ({exc.strerror or exc})", lasting=False) from exc
     logged = _logged(engine, warehouse, rel, digest)
     if logged is not None and (logged.ingested or skip_refused):
         return IngestResult(file, rel.name, already_ingested=logged.ingested, already_refused=not logged.ingested)
@@ -192,22 +192,24 @@ def ingest_file(
     # builds each partition in the heap, which a large file exhausts (see the README's benchmarks), so the count
     # and each write classify it again, against the bronze version read here. An engine that writes from the
     # driver holds the file in memory anyway: there it is cached, and classified once.
+    configured = _configured_types(rel, specs[rel.name])  # a config error stops the command: it is no file's fault
     bronze, classified = warehouse.bronze(rel), None
     try:
         fmt = _format_of(file)
         _check_format(path, fmt)
-        parsed = _parse(spark, path, fmt)
         # bronze at one version: its schema types the file, its ids find conflicts, in the count and each write
         established = engine.read(bronze, engine.version(bronze))
-        layout = _layout(engine, warehouse, rel, specs, parsed, StructType() if established is None else established.schema)
+        bronze_schema = StructType() if established is None else established.schema
+        parsed = _in_bronze_spelling(_parse(spark, path, fmt), bronze_schema)
+        layout = _layout(engine, warehouse, rel, specs, parsed, {**configured, **{f.name: f.dataType for f in bronze_schema.fields}})
         classified = _classify(_normalize(parsed, layout), established)
         if engine.driver_writes:
             classified = classified.persist(StorageLevel.MEMORY_AND_DISK)
         tally = classified.groupBy("_outcome", _line_block().alias("_block")).agg(F.count(F.lit(1)).alias("rows")).collect()
-    except (LakejoinError, PySparkException, Py4JJavaError) as exc:
+    except _UNREADABLE as exc:
         if classified is not None:
             classified.unpersist()
-        raise FileRefused(f"cannot ingest {file}: {_first_line(exc)}") from exc
+        raise _refusal(file, exc) from exc
     try:
         counts: Counter[str] = Counter()
         for row in tally:
@@ -216,7 +218,10 @@ def ingest_file(
         accepted_blocks = [(row["_block"], row["rows"]) for row in tally if row["_outcome"] == "accepted"]
         first_seq = last_arrival_seq(engine, warehouse) + 1
         if landed:
-            engine.append(bronze, _bronze_rows(classified, source, accepted_blocks, first_seq))
+            try:  # the first write: when it fails, nothing of the file was written yet
+                engine.append(bronze, _bronze_rows(classified, source, accepted_blocks, first_seq))
+            except _UNREADABLE + (LakejoinError,) as exc:
+                raise _refusal(file, exc) from exc
         if quarantined:
             engine.append(warehouse.quarantine, _quarantine_rows(classified, source))
     finally:
@@ -226,7 +231,21 @@ def ingest_file(
     return IngestResult(file, rel.name, landed, quarantined, duplicates)
 
 
-def _first_line(exc: Exception) -> str:
+# What ends reading a file: its form (FileRefused from lakejoin's own checks, values nested deeper than Python
+# recurses), or a failure while reading it (Spark's, the file system's).
+_UNREADABLE = (FileRefused, RecursionError, PySparkException, Py4JJavaError, OSError)
+
+
+def _refusal(file: str, exc: BaseException) -> FileRefused:
+    """``exc`` as the one-line refusal of ``file``; lasting only when the file's form caused it."""
+    if isinstance(exc, FileRefused):
+        return FileRefused(f"cannot ingest {file}: {exc}", exc.lasting)
+    if isinstance(exc, RecursionError) or "maximum recursion depth exceeded" in str(exc):  # PySpark may wrap it
+        return FileRefused(f"cannot ingest {file}: its values are nested too deeply to read")
+    return FileRefused(f"cannot ingest {file}: {_first_line(exc)}", lasting=False)
+
+
+def _first_line(exc: BaseException) -> str:
     """An error's own words, on one line (Spark's messages go on with plans and stack traces)."""
     if isinstance(exc, Py4JJavaError):
         return str(exc.java_exception.toString()).splitlines()[0]
@@ -391,7 +410,7 @@ def _check_format(path: str, fmt: str) -> None:
         try:
             pq.read_metadata(path)
         except (pa.ArrowException, OSError) as exc:
-            raise LakejoinError(f"not a readable Parquet file ({str(exc).splitlines()[0]})") from exc
+            raise FileRefused(f"not a readable Parquet file ({str(exc).splitlines()[0]})") from exc
         return
     with open(path, "rb") as handle:
         start = handle.read(4)
@@ -399,19 +418,15 @@ def _check_format(path: str, fmt: str) -> None:
         end = handle.read(4)
     what = "a Parquet file: name it .parquet" if start == end == b"PAR1" else next((w for magic, w in _NOT_TEXT.items() if start.startswith(magic)), None)
     if what is not None:
-        raise LakejoinError(f"it is {what}")
+        raise FileRefused(f"it is {what}")
 
 
 def _parse(spark: SparkSession, path: str, fmt: str) -> _Parsed:
     if fmt == "parquet":
         return _parse_parquet(spark, path)
     if fmt == "csv":
-        try:
-            with open(path, newline="", encoding="utf-8-sig", errors="replace") as handle:
-                header = next(csv.reader(handle), [])
-        except csv.Error as exc:
-            raise LakejoinError(f"its CSV header cannot be read: {exc}") from exc
-        lines = _numbered_lines(spark, path).where(F.col("_source_line") > 1)
+        header, header_line = _csv_header(path)
+        lines = _numbered_lines(spark, path).where(F.col("_source_line") > header_line)
         return _parse_text(lines, [(name, StringType()) for name in header], F.from_csv)
     schema, lines = _json_schema(spark, path), _numbered_lines(spark, path)
     inferred = [(f.name, f.dataType) for f in schema.fields if f.name != CORRUPT]
@@ -426,6 +441,19 @@ def _keys_beyond(lines: DataFrame, known: set[str]) -> list[str]:
     a byte), which parses: without this its keys would be dropped. Only run when the reader gave up on a line."""
     keys = lines.select(F.explode(F.json_object_keys("_raw")).alias("key")).distinct().collect()
     return sorted(row.key for row in keys if row.key not in known)
+
+
+def _csv_header(path: str) -> tuple[list[str], int]:
+    """The header (the first row with a field; blank lines before it are skipped) and the line it ends on."""
+    try:
+        with open(path, newline="", encoding="utf-8-sig", errors="replace") as handle:
+            reader = csv.reader(handle)
+            for row in reader:
+                if any(field.strip() for field in row):
+                    return row, reader.line_num
+    except csv.Error as exc:
+        raise FileRefused(f"its CSV header cannot be read: {exc}") from exc
+    return [], 1
 
 
 def _json_schema(spark: SparkSession, path: str) -> StructType:
@@ -475,10 +503,10 @@ def _stored(names: list[str]) -> dict[str, str]:
     try:
         stored = stored_names(names)
     except ValueError as exc:
-        raise LakejoinError(f"{exc}: rename one of them") from exc
+        raise FileRefused(f"{exc}: rename one of them") from exc
     reserved = [name for name in stored.values() if name.startswith("_")]
     if reserved:
-        raise LakejoinError(f"column {reserved[0]!r} starts with '_', which lakejoin reserves for bookkeeping: rename it")
+        raise FileRefused(f"column {reserved[0]!r} starts with '_', which lakejoin reserves for bookkeeping: rename it")
     return stored
 
 
@@ -502,23 +530,35 @@ class _Layout:
     types: dict[str, DataType]
 
 
-def _layout(
-    engine: DeltaEngine, warehouse: Warehouse, rel: Relation, specs: dict[str, RelationSpec], parsed: _Parsed, bronze_schema: StructType
-) -> _Layout:
-    spec = specs[rel.name]
-    established = {f.name: f.dataType for f in bronze_schema.fields}
+def _configured_types(rel: Relation, spec: RelationSpec) -> dict[str, DataType]:
     try:
-        configured = {name: DataType.fromDDL(ddl) for name, ddl in spec.columns.items()}
+        return {name: DataType.fromDDL(ddl) for name, ddl in spec.columns.items()}
     except Exception as exc:  # noqa: BLE001 - Spark's parse errors have many types; the message names the setting
         raise LakejoinError(f"config: relations.{rel.name}.columns has a type Spark does not know ({spec.columns}): {str(exc).splitlines()[0]}") from exc
-    settled = {**configured, **established}
+
+
+def _in_bronze_spelling(parsed: _Parsed, bronze_schema: StructType) -> _Parsed:
+    """The file's columns under bronze's spelling where they differ only in case: Delta holds one column per
+    name whatever its case, so ``Amount`` lands in bronze's ``amount``."""
+    spelling = {f.name.lower(): f.name for f in bronze_schema.fields}
+    renames = {name: spelling[name.lower()] for name in parsed.types if spelling.get(name.lower(), name) != name}
+    if not renames:
+        return parsed
+    return _Parsed(parsed.frame.withColumnsRenamed(renames), {renames.get(n, n): t for n, t in parsed.types.items()}, parsed.text)
+
+
+def _layout(
+    engine: DeltaEngine, warehouse: Warehouse, rel: Relation, specs: dict[str, RelationSpec], parsed: _Parsed, settled: dict[str, DataType]
+) -> _Layout:
+    """``settled``: the types the config and bronze give (bronze's win)."""
+    spec = specs[rel.name]
     kind = _event_time_kind(engine, warehouse, rel, specs, parsed, settled)
     types = {**_nested_that_fit(parsed, settled), **settled, spec.event_time: STORED_TYPE[kind]}
     for name, given in ({} if parsed.text else parsed.types).items():
         wanted = types[name]
         text_time = name == spec.event_time and isinstance(given, StringType)
         if given != wanted and not text_time and (type(given), type(wanted)) not in _WIDENS:
-            raise LakejoinError(
+            raise FileRefused(
                 f"column {name} is {given.simpleString()} there but {wanted.simpleString()} in "
                 f"bronze/{rel.name} (or the config), and does not widen to it: convert it, or land it under another name"
             )
@@ -562,7 +602,7 @@ def _event_time_kind(
     given = parsed.types[event_time]
     if not parsed.text and not isinstance(given, StringType):
         if kind_of(given) is None:
-            raise LakejoinError(f"event time {event_time} of {rel.name} is {given.simpleString()}: use a timestamp, a date or an integer column")
+            raise FileRefused(f"event time {event_time} of {rel.name} is {given.simpleString()} there: use a timestamp, a date or an integer column")
         return kind_of(given)  # type: ignore[return-value]
     text = F.trim(column(event_time).cast("string"))
     looks_like_time = ~F.col("_unparsable") & ~text.rlike(INTEGER_TEXT) & text.try_cast(TimestampType()).isNotNull()

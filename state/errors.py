@@ -14,4 +14,11 @@ class WarehouseBusy(LakejoinError):
 
 
 class FileRefused(LakejoinError):
-    """One input file cannot be ingested as a whole; nothing of it was written, and other files go on."""
+    """One input file cannot be ingested as a whole; nothing of it was written, and other files go on.
+
+    ``lasting``: the file's form is the cause, so its content would be refused again (a landing folder records
+    it and moves on); not when reading it failed (gone, unreadable, Spark failing), which a later try may get past."""
+
+    def __init__(self, message: str, lasting: bool = True) -> None:
+        super().__init__(message)
+        self.lasting = lasting

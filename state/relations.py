@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from state.errors import LakejoinError
+from state.names import storable
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,13 @@ class RelationSpec:
             raise LakejoinError(f"config: relations.{name}.required must be a list of column names, got {required!r}")
         if not isinstance(columns, dict) or not all(_is_name(k) and isinstance(v, str) for k, v in columns.items()):
             raise LakejoinError(f"config: relations.{name}.columns must map column names to Spark SQL types (e.g. amount: double), got {columns!r}")
+        for setting, names in (("id", ids), ("event_time", [raw.get("event_time", "ts")]), ("required", required), ("columns", list(columns))):
+            for column in names:
+                if storable(column, 0) != column:
+                    raise LakejoinError(
+                        f"config: relations.{name}.{setting} names {column!r}, which bronze stores as {storable(column, 0)!r} "
+                        f"(Delta cannot store whitespace or ' ,;{{}}()=' in a name): use {storable(column, 0)!r}"
+                    )
         return cls(tuple(ids), raw.get("event_time", "ts"), dict(columns), tuple(required))
 
     @property

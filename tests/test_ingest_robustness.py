@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from pipelines.config import Config
 from pipelines.ingest import ingest_files
 from pipelines.landing import ingest_landing
-from state.errors import FileRefused
+from state.errors import FileRefused, LakejoinError
 from state.names import storable, stored_names
 from state.relations import R, S
 from tests.helpers import Pipeline
@@ -139,9 +139,49 @@ def test_a_landing_file_that_cannot_be_read_is_refused_unrecorded_and_ingested_o
     assert reports[1].landed == 1
 
 
+def test_a_landing_file_spark_fails_to_read_is_refused_unrecorded_and_a_config_error_stops_the_command(pipeline, tmp_path):
+    """A Parquet file whose footer reads but whose pages do not: Spark's failure may be passing, so the file is
+    tried again. A config error is nobody's file: the command stops, and no landing file is marked refused."""
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    pq.write_table(pa.table({"id": [f"p{n}" for n in range(200)], "ts": list(range(200)), "key": ["k"] * 200}), str(landing / "pages.parquet"), compression="none")
+    damaged = bytearray((landing / "pages.parquet").read_bytes())
+    damaged[4:64] = b"\xff" * 60  # the first page's header
+    (landing / "pages.parquet").write_bytes(bytes(damaged))
+    reports = []
+    ingest_landing(pipeline.engine, pipeline.warehouse, R, str(landing), None, reports.append)
+    [refused] = reports
+    assert refused.refused.startswith(f"cannot ingest {landing / 'pages.parquet'}: ") and not refused.recorded and "\n" not in refused.describe()
+    assert pipeline.versions() == {name: None for name in pipeline.versions()}
+    typo = {"r": {"id": "id", "event_time": "ts", "columns": {"amount": "dubble"}}, "s": {}}
+    with pytest.raises(LakejoinError, match="relations.r.columns has a type Spark does not know") as stopped:
+        ingest_landing(pipeline.engine, pipeline.warehouse, R, str(landing), None, reports.append, Config(relations=typo).relations)
+    assert not isinstance(stopped.value, FileRefused) and pipeline.versions() == {name: None for name in pipeline.versions()}
+
+
+def test_a_column_bronze_has_under_another_case_lands_in_it(pipeline, tmp_path):
+    """Delta holds one column per name whatever its case: ``Amount`` goes to bronze's ``amount``."""
+    pipeline.ingest("r", pipeline.write_file([{"id": "a", "ts": 1, "key": "k", "amount": 1}]))
+    pipeline.ingest("r", pipeline.write_file([{"id": "b", "ts": 2, "key": "k", "Amount": 2}]))
+    assert [(row["id"], row["amount"]) for row in bronze_rows(pipeline)] == [("a", 1), ("b", 2)]
+    assert "Amount" not in pipeline.engine.schema(pipeline.warehouse.bronze(R)).fieldNames()
+
+
+def test_values_nested_deeper_than_python_recurses_are_refused_in_one_line(pipeline, tmp_path):
+    path = write(str(tmp_path / "deep.jsonl"), '{"id": "a", "ts": 1, "key": "k", "deep": ' + "[" * 600 + "]" * 600 + "}\n")
+    with pytest.raises(FileRefused, match="nested too deeply to read") as refused:
+        pipeline.ingest("r", path)
+    assert refused.value.lasting and pipeline.engine.version(pipeline.warehouse.bronze(R)) is None
+
+
+def test_a_config_naming_a_column_delta_cannot_store_says_what_bronze_calls_it():
+    with pytest.raises(LakejoinError, match="relations.r.id names 'order id', which bronze stores as 'order_id'"):
+        Config(relations={"r": {"id": "order id", "event_time": "ts"}, "s": {}})
+
+
 def test_a_byte_order_mark_and_crlf_line_ends_do_not_cost_the_first_row(pipeline, tmp_path):
     json_file = write(str(tmp_path / "bom.jsonl"), "\ufeff" + '{"id": "a", "ts": 1, "key": "k"}\r\n{"id": "b", "ts": 2, "key": "k"}\r\n')
-    csv_file = write(str(tmp_path / "bom.csv"), "\ufeffid,ts,key\r\nc,3,k\r\n")
+    csv_file = write(str(tmp_path / "bom.csv"), "\ufeff\r\n\r\nid,ts,key\r\nc,3,k\r\n")  # blank lines before the header too
     assert [(result.landed, result.quarantined) for result in (pipeline.ingest("r", json_file), pipeline.ingest("r", csv_file))] == [(2, 0), (1, 0)]
     assert [(row["id"], row["key"]) for row in bronze_rows(pipeline)] == [("a", "k"), ("b", "k"), ("c", "k")]
 
