@@ -379,8 +379,8 @@ class _Parsed:
 
 
 def _numbered_lines(spark: SparkSession, path: str) -> DataFrame:
-    """Non-blank lines of a text file with their 1-based line numbers, in file order (a UTF-8 byte-order mark
-    dropped).
+    """Non-blank lines of a text file with their 1-based line numbers, in file order (a UTF-8 byte-order mark at
+    its start dropped).
 
     Each partition of the read is a contiguous piece of the file: its lines are counted (one small job) and
     numbered after those of the pieces before it, so no task holds the whole file as a window over all
@@ -390,8 +390,8 @@ def _numbered_lines(spark: SparkSession, path: str) -> DataFrame:
     pieces = [(row["piece"], row["lines"]) for row in lines.groupBy(piece.alias("piece")).agg(F.count(F.lit(1)).alias("lines")).collect()]
     within = F.col("_row_id").bitwiseAND((1 << PARTITION_BITS) - 1)
     numbered = lines.withColumn("_source_line", _firsts(pieces, 1, piece) + within)
-    text = F.regexp_replace("value", "^\ufeff", "")
-    return numbered.where(F.trim(text) != "").select("_source_line", text.alias("_raw"))
+    numbered = numbered.withColumn("value", F.when(F.col("_row_id") == 0, F.regexp_replace("value", "^\ufeff", "")).otherwise(F.col("value")))
+    return numbered.where(F.trim("value") != "").select("_source_line", F.col("value").alias("_raw"))
 
 
 # What a file named .jsonl or .csv holds when it is no text lakejoin can read, by its first bytes.
