@@ -111,7 +111,9 @@ def _on_warehouse(args: argparse.Namespace, given: Config | None) -> int:
     from state.layout import Warehouse
     from state.lock import is_local
 
-    if args.command != "ingest" and is_local(args.warehouse) and not os.path.isdir(args.warehouse):
+    # ingest creates a warehouse; so does a run whose relations read source tables (it ingests their versions)
+    creates = args.command == "ingest" or (args.command == "run" and (given or Config()).reads_tables)
+    if not creates and is_local(args.warehouse) and not os.path.isdir(args.warehouse):
         raise LakejoinError(f"no warehouse at {args.warehouse}: land files there first with 'lakejoin ingest'")
     if args.command == "ingest" and bool(args.files) == bool(args.landing):
         raise LakejoinError("ingest takes FILEs or --landing DIR (one of the two)")
@@ -125,7 +127,7 @@ def _on_warehouse(args: argparse.Namespace, given: Config | None) -> int:
         commands = {"ingest": _ingest, "run": _run, "status": _status, "validate": _validate, "maintain": _maintain, "reset": _reset}
         warehouse, engine = Warehouse(args.warehouse), make_engine(spark, (given or Config()).engine)
         require_engine_for(warehouse, engine)
-        if args.command == "ingest":  # before the definition is recorded: a warehouse is created in an empty folder only
+        if creates:  # before the definition is recorded: a warehouse is created in an empty folder only
             check_ingest_target(engine, warehouse)
         else:
             require_warehouse(engine, warehouse)
@@ -133,7 +135,7 @@ def _on_warehouse(args: argparse.Namespace, given: Config | None) -> int:
         if settled.config.engine not in ("auto", engine.name):
             engine = make_engine(spark, settled.config.engine)
             require_engine_for(warehouse, engine)
-        if args.command == "ingest":  # bronze's _id and _ts are derived under it: recorded before any row lands
+        if creates:  # bronze's _id and _ts are derived under it: recorded before any row lands
             record(engine, warehouse, settled)
         code = commands[args.command](args, settled.config, engine, warehouse)
         if args.command in RECORDING:  # a run stopped by a rule, or refused, leaves the warehouse as it was
@@ -149,6 +151,9 @@ def _ingest(args: argparse.Namespace, config: Config, engine: DeltaEngine, wareh
     from state.lock import INGEST, hold
     from state.relations import relation
 
+    table = config.spec(relation(args.side).name).table
+    if table is not None:
+        raise LakejoinError(f"relation {args.side} reads table {table} in place and takes no files: 'lakejoin run' joins what the table gains")
     refused: list[IngestResult] = []
 
     def show(result: IngestResult) -> None:
@@ -170,9 +175,14 @@ def _ingest(args: argparse.Namespace, config: Config, engine: DeltaEngine, wareh
 
 def _run(args: argparse.Namespace, config: Config, engine: DeltaEngine, warehouse: Warehouse) -> int:
     from pipelines.silver import run, summarize
-    from state.lock import JOIN, hold
+    from pipelines.sources import ingest_sources
+    from state.lock import INGEST, JOIN, hold
 
     with hold(warehouse.root, JOIN, args.wait):
+        if config.reads_tables:
+            with hold(warehouse.root, INGEST, wait_seconds=None):  # a source's rows take places in the arrival order
+                for result in ingest_sources(engine, warehouse, config.relations):
+                    print(result.describe(), flush=True)
         reports = run(engine, warehouse, config.with_overrides(max_batch_rows=args.max_batch_rows), progress=print)
     print(summarize(reports) if reports else "nothing pending: every arrival is already joined")
     return 0

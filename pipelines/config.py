@@ -63,6 +63,11 @@ class Config:
         return self.relations[rel]  # type: ignore[index] - normalised to every relation
 
     @property
+    def reads_tables(self) -> bool:
+        """Some relation is read in place from a Delta table the user has (pipelines/sources.py)."""
+        return any(spec.table is not None for spec in self.relations.values())  # type: ignore[union-attr] - normalised
+
+    @property
     def quality(self) -> Expectations:
         return self.expectations  # type: ignore[return-value] - normalised in __post_init__
 

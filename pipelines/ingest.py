@@ -16,6 +16,7 @@ import hashlib
 import os
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -116,7 +117,7 @@ def ingest_or_refuse(
     except FileRefused as refusal:
         recorded = record_refusal and refusal.lasting  # a file that failed to be read is tried again
         if recorded:
-            _record_refusal(engine, warehouse, _Provenance.of(rel, file), _sha256(os.path.abspath(file)), str(refusal))
+            _record_refusal(engine, warehouse, Provenance.of(rel, file), _sha256(os.path.abspath(file)), str(refusal))
         return IngestResult(file, rel.name, refused=str(refusal), recorded=recorded)
 
 
@@ -132,7 +133,8 @@ INGEST_LOG_SCHEMA = pa.schema(
         ("seq_from", pa.int64()),
         ("seq_to", pa.int64()),
         ("ingested_at", INGESTED_AT),
-        ("refused", pa.string()),  # why a landing file was refused as a whole; null for a file that was ingested
+        ("refused", pa.string()),  # why a landing file was refused as a whole (or a source table's version skipped)
+        ("source_version", pa.int64()),  # a source table's last version this ingest covers; null for a file
     ]
 )
 
@@ -146,22 +148,34 @@ QUARANTINE_SCHEMA = pa.schema(
         ("id", pa.string()),
         ("ingest_id", pa.string()),
         ("ingested_at", INGESTED_AT),
+        ("source_version", pa.int64()),  # the source table's version that added the row; null for a file
     ]
 )
 
 
 @dataclass(frozen=True)
-class _Provenance:
-    """What every row of one ingested file records about where it came from."""
+class Provenance:
+    """What every row of one ingest records about where it came from: a file and its line, or a source table's data
+    file, the row within it and the table version that added it (pipelines/sources.py)."""
 
     relation: Relation
-    path: str
+    path: str  # the file, or the source table
     ingest_id: str
     ingested_at: datetime
+    file: Column  # bronze's _source_file
+    line: Column  # _source_line: the file's line, or the row's index in its data file
+    version: Column  # the source table's version; null for a file
+    version_logged: int | None = None  # the table version the ingest log records (the last this ingest covers)
+    kept: tuple[str, ...] | None = None  # the data columns bronze keeps (None: all; a table source: the event time)
 
     @classmethod
-    def of(cls, rel: Relation, file: str) -> _Provenance:
-        return cls(rel, os.path.abspath(file), str(uuid.uuid4()), datetime.now(timezone.utc))
+    def of(cls, rel: Relation, file: str) -> Provenance:
+        path = os.path.abspath(file)
+        return cls.started(rel, path, F.lit(path), F.col("_source_line"), F.lit(None).cast("long"))
+
+    @classmethod
+    def started(cls, rel: Relation, path: str, file: Column, line: Column, version: Column, **more: object) -> Provenance:
+        return cls(rel, path, str(uuid.uuid4()), datetime.now(timezone.utc), file, line, version, **more)  # type: ignore[arg-type]
 
 
 def ingest_file(
@@ -187,7 +201,7 @@ def ingest_file(
     if logged is not None and (logged.ingested or skip_refused):
         return IngestResult(file, rel.name, already_ingested=logged.ingested, already_refused=not logged.ingested)
 
-    source = _Provenance.of(rel, file)
+    source = Provenance.of(rel, file)
     # The file stays in Spark (a file can outgrow the driver); only its counts come to the driver. Spark's cache
     # builds each partition in the heap, which a large file exhausts (see the README's benchmarks), so the count
     # and each write classify it again, against the bronze version read here. An engine that writes from the
@@ -195,40 +209,52 @@ def ingest_file(
     configured = _configured_types(rel, specs[rel.name])  # a config error stops the command: it is no file's fault
     bronze, classified = warehouse.bronze(rel), None
     try:
-        fmt = _format_of(file)
-        _check_format(path, fmt)
-        # bronze at one version: its schema types the file, its ids find conflicts, in the count and each write
-        established = engine.read(bronze, engine.version(bronze))
-        bronze_schema = StructType() if established is None else established.schema
-        parsed = _in_bronze_spelling(_parse(spark, path, fmt), bronze_schema)
-        layout = _layout(engine, warehouse, rel, specs, parsed, {**configured, **{f.name: f.dataType for f in bronze_schema.fields}})
-        classified = _classify(_normalize(parsed, layout), established)
-        if engine.driver_writes:
-            classified = classified.persist(StorageLevel.MEMORY_AND_DISK)
-        tally = classified.groupBy("_outcome", _line_block().alias("_block")).agg(F.count(F.lit(1)).alias("rows")).collect()
-    except _UNREADABLE as exc:
+        try:
+            fmt = _format_of(file)
+            _check_format(path, fmt)
+            # bronze at one version: its schema types the file, its ids find conflicts, in the count and each write
+            established = engine.read(bronze, engine.version(bronze))
+            bronze_schema = StructType() if established is None else established.schema
+            parsed = _in_bronze_spelling(_parse(spark, path, fmt), bronze_schema)
+            layout = _layout(engine, warehouse, rel, specs, parsed, {**configured, **{f.name: f.dataType for f in bronze_schema.fields}})
+            classified = _classify(_normalize(parsed, layout), established)
+            if engine.driver_writes:
+                classified = classified.persist(StorageLevel.MEMORY_AND_DISK)
+        except _UNREADABLE as exc:
+            raise _refusal(file, exc) from exc
+        landed, quarantined, duplicates = land(engine, warehouse, classified, source, digest, lambda exc: _refusal(file, exc))
+    finally:
         if classified is not None:
             classified.unpersist()
-        raise _refusal(file, exc) from exc
-    try:
-        counts: Counter[str] = Counter()
-        for row in tally:
-            counts[row["_outcome"]] += row["rows"]
-        landed, quarantined, duplicates = (counts[kind] for kind in ("accepted", "quarantined", "duplicate"))
-        accepted_blocks = [(row["_block"], row["rows"]) for row in tally if row["_outcome"] == "accepted"]
-        first_seq = last_arrival_seq(engine, warehouse) + 1
-        if landed:
-            try:  # the first write: when it fails, nothing of the file was written yet
-                engine.append(bronze, _bronze_rows(classified, source, accepted_blocks, first_seq))
-            except _UNREADABLE + (LakejoinError,) as exc:
-                raise _refusal(file, exc) from exc
-        if quarantined:
-            engine.append(warehouse.quarantine, _quarantine_rows(classified, source))
-    finally:
-        classified.unpersist()
-    with step("ingest_log"):  # last: until it lands, the joiner does not see this file's arrivals
-        _log(engine, warehouse, source, digest, landed, quarantined, duplicates, first_seq)
     return IngestResult(file, rel.name, landed, quarantined, duplicates)
+
+
+def land(
+    engine: DeltaEngine, warehouse: Warehouse, classified: DataFrame, source: Provenance, digest: str | None, refuse: Callable[[BaseException], Exception]
+) -> tuple[int, int, int]:
+    """Append ``classified``'s accepted rows to bronze and its quarantined ones to the quarantine, then log them:
+    last, so until the log lands the joiner does not see these arrivals. Returns the rows landed, quarantined and
+    skipped as duplicates. ``refuse`` turns a failure before anything was written into the error to raise."""
+    try:
+        tally = classified.groupBy("_outcome", _line_block().alias("_block")).agg(F.count(F.lit(1)).alias("rows")).collect()
+    except _UNREADABLE as exc:
+        raise refuse(exc) from exc
+    counts: Counter[str] = Counter()
+    for row in tally:
+        counts[row["_outcome"]] += row["rows"]
+    landed, quarantined, duplicates = (counts[kind] for kind in ("accepted", "quarantined", "duplicate"))
+    accepted_blocks = [(row["_block"], row["rows"]) for row in tally if row["_outcome"] == "accepted"]
+    first_seq = last_arrival_seq(engine, warehouse) + 1
+    if landed:
+        try:  # the first write: when it fails, nothing was written yet
+            engine.append(warehouse.bronze(source.relation), _bronze_rows(classified, source, accepted_blocks, first_seq))
+        except _UNREADABLE + (LakejoinError,) as exc:
+            raise refuse(exc) from exc
+    if quarantined:
+        engine.append(warehouse.quarantine, _quarantine_rows(classified, source))
+    with step("ingest_log"):
+        log_ingest(engine, warehouse, source, digest, landed, quarantined, duplicates, first_seq)
+    return landed, quarantined, duplicates
 
 
 # What ends reading a file: its form (FileRefused from lakejoin's own checks, values nested deeper than Python
@@ -252,8 +278,16 @@ def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
-def _log(
-    engine: DeltaEngine, warehouse: Warehouse, source: _Provenance, digest: str, landed: int, quarantined: int, duplicates: int, first_seq: int, refused: str | None = None
+def log_ingest(
+    engine: DeltaEngine,
+    warehouse: Warehouse,
+    source: Provenance,
+    digest: str | None,
+    landed: int,
+    quarantined: int,
+    duplicates: int,
+    first_seq: int,
+    refused: str | None = None,
 ) -> None:
     row = dict(
         ingest_id=source.ingest_id,
@@ -267,21 +301,22 @@ def _log(
         seq_to=first_seq + landed - 1,
         ingested_at=source.ingested_at,
         refused=refused,
+        source_version=source.version_logged,
     )
     engine.append(warehouse.ingest_log, pa.Table.from_pylist([row], INGEST_LOG_SCHEMA))
 
 
-def _record_refusal(engine: DeltaEngine, warehouse: Warehouse, source: _Provenance, digest: str, reason: str) -> None:
+def _record_refusal(engine: DeltaEngine, warehouse: Warehouse, source: Provenance, digest: str, reason: str) -> None:
     """A refused landing file, kept where its rows would have been quarantined: one row without a line."""
     row = dict(
         relation=source.relation.name, reason=reason, source_file=source.path, source_line=None, raw=None, id=None,
-        ingest_id=source.ingest_id, ingested_at=source.ingested_at,
+        ingest_id=source.ingest_id, ingested_at=source.ingested_at, source_version=None,
     )
     engine.append(warehouse.quarantine, pa.Table.from_pylist([row], QUARANTINE_SCHEMA))
-    _log(engine, warehouse, source, digest, 0, 1, 0, last_arrival_seq(engine, warehouse) + 1, refused=reason)
+    log_ingest(engine, warehouse, source, digest, 0, 1, 0, last_arrival_seq(engine, warehouse) + 1, refused=reason)
 
 
-def _bronze_rows(classified: DataFrame, source: _Provenance, accepted_blocks: list[tuple[int, int]], first_seq: int) -> DataFrame:
+def _bronze_rows(classified: DataFrame, source: Provenance, accepted_blocks: list[tuple[int, int]], first_seq: int) -> DataFrame:
     """Accepted rows with their bookkeeping; they take the next places in the arrival order, in line order.
 
     Numbered block by block of the file's lines (``accepted_blocks``: each block's accepted rows), so one
@@ -289,14 +324,16 @@ def _bronze_rows(classified: DataFrame, source: _Provenance, accepted_blocks: li
     accepted = classified.where(F.col("_outcome") == "accepted")
     within = F.row_number().over(Window.partitionBy(_line_block()).orderBy("_source_line")) - 1
     place = _firsts(accepted_blocks, first_seq, _line_block()) + within
-    data = [name for name in accepted.columns if not name.startswith("_")]
+    data = [name for name in accepted.columns if not name.startswith("_") and (source.kept is None or name in source.kept)]
+    table_version = [] if source.kept is None else [source.version.alias("_source_version")]
     return accepted.select(
         *[column(name) for name in data],
         ID,
         TS,
         place.cast("long").alias("_arrival_seq"),
-        F.lit(source.path).alias("_source_file"),
-        "_source_line",
+        source.file.alias("_source_file"),
+        source.line.alias("_source_line"),
+        *table_version,
         F.lit(source.ingest_id).alias("_ingest_id"),
         F.lit(source.ingested_at).alias("_ingested_at"),
         "_content_hash",
@@ -318,16 +355,17 @@ def _firsts(rows_per_group: list[tuple[int, int]], start: int, group: Column) ->
     return F.create_map(*firsts)[group] if firsts else F.lit(start).cast("long")
 
 
-def _quarantine_rows(classified: DataFrame, source: _Provenance) -> DataFrame:
+def _quarantine_rows(classified: DataFrame, source: Provenance) -> DataFrame:
     return classified.where(F.col("_outcome") == "quarantined").select(
         F.lit(source.relation.name).alias("relation"),
         F.col("_reason").alias("reason"),
         F.lit(source.path).alias("source_file"),
-        F.col("_source_line").alias("source_line"),
+        source.line.alias("source_line"),
         F.col("_raw").alias("raw"),
         F.col(ID).alias("id"),
         F.lit(source.ingest_id).alias("ingest_id"),
         F.lit(source.ingested_at).alias("ingested_at"),
+        source.version.alias("source_version"),
     )
 
 
@@ -652,8 +690,9 @@ def _normalize(parsed: _Parsed, layout: _Layout) -> DataFrame:
         *[misfit for name, _, misfit in typed if misfit is not None and name != spec.event_time],
     )
     axis = on_axis(values[spec.event_time], layout.kind) if spec.event_time in present else F.lit(None)
+    whence = [name for name in parsed.frame.columns if name.startswith("_source_")]  # a line; a table's file and version too
     return parsed.frame.select(
-        "_source_line",
+        *whence,
         "_raw",
         reason.alias("_reason"),
         *[value.alias(name) for name, value in values.items()],

@@ -24,6 +24,7 @@ from expectations.frames import with_pair_checks, with_state_checks_local
 from expectations.reconcile import BOOKKEEPING as GOLD_BOOKKEEPING
 from expectations.runner import Validator
 from pipelines.config import Config, on_warehouse_axis
+from pipelines.sources import arrivals_with_source_columns
 from state.batch_log import BatchLog, BatchOutcome, BatchPlan, LogTail
 from state.bounds import advance, late_rows, split_late
 from state.buffers import BufferUpdate, buffer_updates, read_sides, update_buffers
@@ -122,14 +123,15 @@ def _plan_next(engine: DeltaEngine, warehouse: Warehouse, config: Config, tail: 
     )
 
 
-def _arrivals(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, plan: BatchPlan) -> pa.Table:
-    """The plan's slice of ``rel``'s arrivals, read once and held on the driver (at most a batch)."""
+def _arrivals(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, table: str | None, plan: BatchPlan) -> pa.Table:
+    """The plan's slice of ``rel``'s arrivals, read once and held on the driver (at most a batch). For a relation
+    read from a ``table``, bronze holds pointers: the rows' columns are read from the table's data files."""
     version = plan.bronze_versions.get(rel.name)
     where = f"_arrival_seq > {plan.seq_from} AND _arrival_seq <= {plan.seq_to}"
     sliced = None if version is None else engine.rows(warehouse.bronze(rel), version, where)
     if sliced is None:
         return engine.spark.createDataFrame([], f"{ID} string, {TS} bigint, _arrival_seq bigint").toArrow()
-    return sliced
+    return sliced if table is None else arrivals_with_source_columns(engine, table, sliced)
 
 
 def _execute(
@@ -147,7 +149,7 @@ def _execute(
     rule results, gold, late arrivals, state, and the commit row last. Returns what the batch did and the
     log's tail after it (this run holds the lock: nothing else appends to the log). ``config`` is on the
     event-time axis of ``kind``."""
-    arrived = {rel: _arrivals(engine, warehouse, rel, plan) for rel in RELATIONS}
+    arrived = {rel: _arrivals(engine, warehouse, rel, config.spec(rel.name).table, plan) for rel in RELATIONS}
     screened = {
         rel: checks.screen(warehouse.name_of(warehouse.bronze(rel)), "bronze", rows, [ID], rel.name) for rel, rows in arrived.items()
     }

@@ -35,6 +35,10 @@ class RelationSpec:
     event_time: str = "ts"  # a TIMESTAMP, DATE or integer column
     columns: dict[str, str] = field(default_factory=dict)  # column -> Spark SQL type, for text formats (CSV, JSON)
     required: tuple[str, ...] = ()  # further columns a record must have (not null)
+    # A Delta table (a path or a catalog name) the relation is read from in place, version by version, instead of
+    # files ingested into bronze (pipelines/sources.py); None: files.
+    table: str | None = None
+    skip_change_commits: bool = False  # skip a source commit that removes or rewrites rows, instead of refusing it
 
     @classmethod
     def default(cls) -> RelationSpec:
@@ -45,7 +49,7 @@ class RelationSpec:
     def parse(cls, name: str, raw: object) -> RelationSpec:
         if isinstance(raw, RelationSpec):
             return raw
-        known = ("id", "event_time", "columns", "required")
+        known = ("id", "event_time", "columns", "required", "table", "skip_change_commits")
         if not isinstance(raw, dict) or set(raw) - set(known):
             extra = sorted(set(raw) - set(known)) if isinstance(raw, dict) else [raw]
             raise LakejoinError(f"config: relations.{name} has unknown setting {extra[0]!r}; known: {', '.join(known)}")
@@ -61,6 +65,13 @@ class RelationSpec:
             raise LakejoinError(f"config: relations.{name}.required must be a list of column names, got {required!r}")
         if not isinstance(columns, dict) or not all(_is_name(k) and isinstance(v, str) for k, v in columns.items()):
             raise LakejoinError(f"config: relations.{name}.columns must map column names to Spark SQL types (e.g. amount: double), got {columns!r}")
+        table, skip = raw.get("table"), raw.get("skip_change_commits", False)
+        if table is not None and (not isinstance(table, str) or not table.strip()):
+            raise LakejoinError(f"config: relations.{name}.table must be a Delta table's path or catalog name, got {table!r}")
+        if table is not None and columns:
+            raise LakejoinError(f"config: relations.{name}.columns types the columns of text files; table {table} declares its own types: remove it")
+        if not isinstance(skip, bool) or (skip and table is None):
+            raise LakejoinError(f"config: relations.{name}.skip_change_commits must be true or false, and only with a table, got {skip!r}")
         for setting, names in (("id", ids), ("event_time", [raw.get("event_time", "ts")]), ("required", required), ("columns", list(columns))):
             for column in names:
                 if storable(column, 0) != column:
@@ -68,7 +79,7 @@ class RelationSpec:
                         f"config: relations.{name}.{setting} names {column!r}, which bronze stores as {storable(column, 0)!r} "
                         f"(Delta cannot store whitespace or ' ,;{{}}()=' in a name): use {storable(column, 0)!r}"
                     )
-        return cls(tuple(ids), raw.get("event_time", "ts"), dict(columns), tuple(required))
+        return cls(tuple(ids), raw.get("event_time", "ts"), dict(columns), tuple(required), table, skip)
 
     @property
     def record_columns(self) -> list[str]:
@@ -76,7 +87,8 @@ class RelationSpec:
         return list(dict.fromkeys([*self.id, self.event_time, *self.required]))
 
     def settings(self) -> dict[str, object]:
-        return {"id": list(self.id), "event_time": self.event_time, "columns": dict(self.columns), "required": list(self.required)}
+        settings = {"id": list(self.id), "event_time": self.event_time, "columns": dict(self.columns), "required": list(self.required)}
+        return settings if self.table is None else {**settings, "table": self.table, "skip_change_commits": self.skip_change_commits}
 
 
 def _is_name(value: object) -> bool:

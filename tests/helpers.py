@@ -15,6 +15,7 @@ from pipelines.config import Config
 from pipelines.spark import DELTA_JARS
 from pipelines.ingest import IngestResult, ingest_file
 from pipelines.silver import BatchReport, run
+from pipelines.sources import ingest_sources
 from state.engines import DeltaEngine
 from state.layout import Warehouse
 from state.relations import relation
@@ -94,6 +95,8 @@ class Pipeline:
         return set() if late is None else {row["id"] for row in late.select("id").collect()}
 
     def run(self, max_batch_rows: int | None = None) -> list[BatchReport]:
+        """What ``lakejoin run`` does: the source tables' new versions ingested, then every pending arrival joined."""
+        ingest_sources(self.engine, self.warehouse, self.config.relations)
         return run(self.engine, self.warehouse, self.config.with_overrides(max_batch_rows=max_batch_rows))
 
     def gold_rows(self) -> list[dict]:

@@ -11,7 +11,7 @@ import os
 
 from pyspark.sql import SparkSession
 
-from state.engines.base import Data, DeltaEngine, Eviction, Merged, Txn
+from state.engines.base import Actions, Data, DeltaEngine, Eviction, Merged, Txn
 from state.errors import LakejoinError
 
 ENGINE_NAMES = ("auto", "delta-rs", "spark")

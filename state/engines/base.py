@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, TypeAlias
+from collections.abc import Iterator
+from typing import Any, Protocol, TypeAlias
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
+
+# One commit of a table's Delta log: its actions as the log spells them ({"add": {...}}, {"commitInfo": {...}}).
+Actions: TypeAlias = list[dict[str, Any]]
 
 # What an engine commits: a Spark DataFrame, or rows already on the driver as Arrow (small deltas,
 # log rows), which the delta-rs engine writes as they are instead of a round trip through the JVM.
@@ -114,6 +118,20 @@ class DeltaEngine(Protocol):
 
     def info(self, path: str, app_id: str) -> TableInfo | None:
         """``version``, ``schema`` and ``txn_version(app_id)`` together; None when there is no table."""
+        ...
+
+    def source_root(self, table: str) -> str:
+        """The folder of a table's data files: what the paths in its log are relative to."""
+        ...
+
+    def source_snapshot(self, table: str) -> tuple[int, Actions] | None:
+        """The table's latest version and the actions that rebuild it: its ``metaData``, its ``protocol`` and one
+        ``add`` per data file (``path`` and ``partitionValues`` as the log has them). None when there is no table."""
+        ...
+
+    def source_commits(self, table: str, after: int) -> Iterator[tuple[int, Actions]]:
+        """Each version of the table after ``after``, in order, with its actions. Raises ``LakejoinError`` when
+        the log no longer holds one of them (cleaned up after its retention)."""
         ...
 
     def drop(self, path: str) -> None:

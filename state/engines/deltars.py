@@ -7,7 +7,9 @@ and small reads to the driver go through ``QueryBuilder``.
 
 from __future__ import annotations
 
+import json
 import os
+from collections.abc import Iterator
 
 import pyarrow as pa
 from pyarrow import fs
@@ -17,7 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
-from state.engines.base import Data, Eviction, Merged, TableInfo, Txn, covers, match_condition
+from state.engines.base import Actions, Data, Eviction, Merged, TableInfo, Txn, covers, match_condition
 from state.errors import LakejoinError
 
 
@@ -86,6 +88,37 @@ class DeltaRsEngine:
         table = self._table(path)
         return None if table is None else TableInfo(table.version(), _spark_schema(table), table.transaction_version(app_id))
 
+    def source_root(self, table: str) -> str:
+        return _opened(self._table(table), table).table_uri.rstrip("/")
+
+    def source_snapshot(self, table: str) -> tuple[int, Actions] | None:
+        opened = self._table(table)
+        if opened is None:
+            return None
+        metadata, protocol = opened.metadata(), opened.protocol()
+        files = pa.table(opened.get_add_actions(flatten=False))
+        partitions = files.column("partition").to_pylist() if "partition" in files.column_names else [{}] * files.num_rows
+        adds = [
+            {"add": {"path": path, "partitionValues": {k: None if v is None else str(v) for k, v in (values or {}).items()}, "dataChange": True}}
+            for path, values in zip(files.column("path").to_pylist(), partitions)
+        ]
+        return opened.version(), [
+            {"metaData": {"partitionColumns": list(metadata.partition_columns), "configuration": dict(metadata.configuration)}},
+            {"protocol": {"readerFeatures": list(protocol.reader_features or [])}},
+            *adds,
+        ]
+
+    def source_commits(self, table: str, after: int) -> Iterator[tuple[int, Actions]]:
+        opened = _opened(self._table(table), table)
+        filesystem, root = fs.FileSystem.from_uri(opened.table_uri.rstrip("/"))
+        for version in range(after + 1, opened.version() + 1):
+            try:
+                with filesystem.open_input_stream(f"{root}/_delta_log/{version:020d}.json") as stream:
+                    text = stream.read().decode("utf-8")
+            except (FileNotFoundError, OSError) as exc:
+                raise LakejoinError(f"source table {table} no longer has version {version} in its log ({_first_line(exc)})") from exc
+            yield version, [json.loads(line) for line in text.splitlines() if line.strip()]
+
     def drop(self, path: str) -> None:
         filesystem, root = fs.FileSystem.from_uri(path if "://" in path else os.path.abspath(path))
         if filesystem.get_file_info(root).type != fs.FileType.NotFound:
@@ -140,6 +173,12 @@ class DeltaRsEngine:
 
 def _spark_schema(table: DeltaTable) -> StructType:
     return from_arrow_schema(pa.schema(table.schema().to_arrow()))
+
+
+def _opened(table: DeltaTable | None, path: str) -> DeltaTable:
+    if table is None:
+        raise LakejoinError(f"no Delta table at {path}")
+    return table
 
 
 def _recorded(table: DeltaTable, txn: Txn | None) -> bool:

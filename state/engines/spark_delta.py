@@ -10,13 +10,16 @@ A table is a path or, in a Unity Catalog warehouse, a three-part name (``main.la
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 
 import pyarrow as pa
+from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from state.engines.base import Data, Eviction, Merged, TableInfo, Txn, covers, match_condition
+from state.engines.base import Actions, Data, Eviction, Merged, TableInfo, Txn, covers, match_condition
+from state.errors import LakejoinError
 from state.layout import is_catalog_schema
 
 
@@ -127,6 +130,30 @@ class SparkDeltaEngine:
     def txn_version(self, path: str, app_id: str) -> int | None:
         snapshot = self._snapshot(path)
         return None if snapshot is None else _txn_version(snapshot, app_id)
+
+    def source_root(self, table: str) -> str:
+        return str(self._log(table).dataPath().toString())
+
+    def source_snapshot(self, table: str) -> tuple[int, Actions] | None:
+        snapshot = self._snapshot(table)
+        if snapshot is None:
+            return None
+        files = DataFrame(snapshot.allFiles().toDF(), self.spark).select(
+            "path", "partitionValues", "dataChange", F.col("deletionVector").isNotNull().alias("deletionVector")
+        )
+        adds = [{"add": json.loads(add)} for add in files.toJSON().collect()]
+        return int(snapshot.version()), [json.loads(snapshot.metadata().json()), json.loads(snapshot.protocol().json()), *adds]
+
+    def source_commits(self, table: str, after: int) -> Iterator[tuple[int, Actions]]:
+        try:
+            changes = self._log(table).getChanges(after + 1, self._jvm.scala.Option.empty(), True)
+            while changes.hasNext():
+                pair = changes.next()
+                actions = pair._2()
+                yield int(pair._1()), [json.loads(actions.apply(i).json()) for i in range(actions.size())]
+        except Py4JJavaError as exc:
+            reason = str(exc.java_exception.toString()).splitlines()[0]
+            raise LakejoinError(f"source table {table} no longer has the versions after {after} in its log ({reason})") from exc
 
     def drop(self, path: str) -> None:
         if is_table_name(path):

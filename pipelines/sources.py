@@ -1,0 +1,287 @@
+"""Source tables: a relation read in place from a Delta table the user already has, version by version.
+
+A table's new versions are ingested as **pointers**: each accepted row becomes a thin bronze row holding its id,
+event time (and partition values), its place in the global arrival order and where the row is (the data file and
+its index there). Nothing else of the user's rows is copied. A batch reads its slice's rows from those files
+(``with_source_columns``), so everything after ingest — batches, the exactly-once protocol, lateness, rules — is
+the same as for files (docs/design.md section 3.9).
+
+What a source commit may do: append (read once), rewrite without changing data (``dataChange = false``: OPTIMIZE,
+Z-order; followed, nothing read), or remove and rewrite rows (DELETE, UPDATE, MERGE, overwrite): refused, or
+skipped and logged under ``skip_change_commits``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from urllib.parse import unquote
+
+import pyarrow as pa
+from py4j.protocol import Py4JJavaError
+from pyspark.errors import PySparkException
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+from pipelines.ingest import Provenance, _classify, _in_bronze_spelling, _layout, _normalize, _Parsed, land, last_arrival_seq, log_ingest
+from state.engines import Actions, DeltaEngine
+from state.errors import LakejoinError
+from state.layout import Warehouse
+from state.names import column
+from state.relations import RELATIONS, Relation, RelationSpec
+
+# A row's place within one ingest of a table: its data file's ordinal (files in version, then path order), then
+# its index in the file (Parquet row index), so the arrival order within a version is the same on every read.
+ROW_BITS = 33
+APPEND, REWRITE, CHANGE = "append", "rewrite", "change"
+COLUMN_MAPPING = "delta.columnMapping.mode"
+
+
+@dataclass(frozen=True)
+class SourceResult:
+    relation: str
+    table: str
+    versions: tuple[int, int] | None = None  # the table versions this ingest covered; None when none was new
+    landed: int = 0
+    quarantined: int = 0
+    duplicates: int = 0
+    skipped: tuple[str, ...] = ()  # "version 4 (DELETE)": change commits skipped under skip_change_commits
+
+    def describe(self) -> str:
+        if self.versions is None:
+            return f"source {self.table}: no new version for {self.relation}"
+        first, last = self.versions
+        span = f"version {last}" if first == last else f"versions {first}..{last}"
+        skipped = f"; skipped {', '.join(self.skipped)} (skip_change_commits)" if self.skipped else ""
+        return (
+            f"source {self.table}: {span}: {self.landed} rows to bronze/{self.relation} (pointers), "
+            f"{self.quarantined} quarantined, {self.duplicates} duplicates skipped{skipped}"
+        )
+
+
+@dataclass(frozen=True)
+class Commit:
+    """What one version of a source table did, as far as joining it goes."""
+
+    version: int
+    operation: str
+    kind: str  # APPEND, REWRITE or CHANGE
+    files: tuple[dict, ...]  # the add actions of an append: the rows it brought
+
+    @classmethod
+    def of(cls, version: int, actions: Actions, operation: str | None = None) -> Commit:
+        """Classified by its actions, not its operation's name: any row removed (a ``remove`` with ``dataChange``,
+        or an ``add`` carrying a deletion vector) is a change; rows added alone are an append."""
+        adds = [action["add"] for action in actions if "add" in action]
+        removes = [action["remove"] for action in actions if "remove" in action]
+        named = operation or next((action["commitInfo"].get("operation", "?") for action in actions if "commitInfo" in action), "?")
+        added = tuple(add for add in adds if add.get("dataChange", True))
+        if any(remove.get("dataChange", True) for remove in removes) or any(add.get("deletionVector") for add in added):
+            return cls(version, named, CHANGE, ())
+        return cls(version, named, APPEND if added else REWRITE, added)
+
+
+def ingest_sources(engine: DeltaEngine, warehouse: Warehouse, specs: dict[str, RelationSpec]) -> list[SourceResult]:
+    """Ingest what every source table gained since its last ingest (a run does this before planning batches)."""
+    return [ingest_source(engine, warehouse, rel, specs) for rel in RELATIONS if specs[rel.name].table is not None]
+
+
+def ingest_source(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, specs: dict[str, RelationSpec]) -> SourceResult:
+    """The versions of ``rel``'s table after the last one ingested: appends as pointers, rewrites followed, changes
+    refused (nothing written) or, under ``skip_change_commits``, skipped and logged. The first ingest takes the
+    table's latest snapshot as one version."""
+    spec = specs[rel.name]
+    table = spec.table
+    assert table is not None
+    last = _last_ingested(engine, warehouse, rel, table)
+    if last is None:
+        snapshot = engine.source_snapshot(table)
+        if snapshot is None:
+            raise LakejoinError(f"relation {rel.name} reads table {table}, which does not exist (or is not a Delta table): create it, or fix relations.{rel.name}.table")
+        version, actions = snapshot
+        _check_readable(table, actions, whole=True)
+        commits = [Commit.of(version, actions, "snapshot")]
+    else:
+        commits = []
+        for version, actions in engine.source_commits(table, last):
+            _check_readable(table, actions, whole=False)
+            commits.append(Commit.of(version, actions))
+    if not commits:
+        return SourceResult(rel.name, table)
+    changes = [commit for commit in commits if commit.kind == CHANGE]
+    if changes and not spec.skip_change_commits:
+        first = changes[0]
+        raise LakejoinError(
+            f"source table {table} version {first.version} is a {first.operation}, which removes or rewrites rows: lakejoin "
+            f"joins appends only and wrote nothing; set relations.{rel.name}.skip_change_commits: true to skip such commits"
+        )
+    appended = [commit for commit in commits if commit.kind == APPEND]
+    newest = commits[-1].version
+    source = Provenance.started(
+        rel, table, F.col("_source_file"), F.col("_source_line").bitwiseAND((1 << ROW_BITS) - 1), F.col("_source_version"),
+        version_logged=newest, kept=(spec.event_time, *_partition_columns(appended)),
+    )
+    for change in changes:  # logged first: the log row that moves past them is the last write
+        skipped = f"skipped: version {change.version} is a {change.operation} (skip_change_commits)"
+        log_ingest(engine, warehouse, replace(source, version_logged=change.version), None, 0, 0, 0, last_arrival_seq(engine, warehouse) + 1, skipped)
+    if appended:
+        landed, quarantined, duplicates = _ingest_appends(engine, warehouse, rel, specs, table, appended, source, newest)
+    else:  # only rewrites (or skipped changes): the log moves past them
+        landed = quarantined = duplicates = 0
+        log_ingest(engine, warehouse, source, None, 0, 0, 0, last_arrival_seq(engine, warehouse) + 1)
+    return SourceResult(
+        rel.name, table, (commits[0].version, newest), landed, quarantined, duplicates,
+        tuple(f"version {change.version} ({change.operation})" for change in changes),
+    )
+
+
+def _ingest_appends(
+    engine: DeltaEngine, warehouse: Warehouse, rel: Relation, specs: dict[str, RelationSpec], table: str, appended: list[Commit], source: Provenance, newest: int
+) -> tuple[int, int, int]:
+    """The appended rows classified as a file's would be (ids, event times, duplicates, conflicts), then landed."""
+    root = engine.source_root(table)
+    files = [(commit.version, add) for commit in appended for add in sorted(commit.files, key=lambda add: add["path"])]
+    bronze = warehouse.bronze(rel)
+    established = engine.read(bronze, engine.version(bronze))
+    bronze_schema = StructType() if established is None else established.schema
+    try:
+        rows = _file_rows(engine, root, _schema_at(engine, table, newest), files)
+        parsed = _in_bronze_spelling(rows, bronze_schema)
+        layout = _layout(engine, warehouse, rel, specs, parsed, {f.name: f.dataType for f in bronze_schema.fields})
+        classified = _classify(_normalize(parsed, layout), established)
+        return land(engine, warehouse, classified, source, None, _read_failure(table))
+    except (PySparkException, Py4JJavaError) as exc:
+        raise _read_failure(table)(exc) from exc
+
+
+def _file_rows(engine: DeltaEngine, root: str, schema: StructType, files: list[tuple[int, dict]]) -> _Parsed:
+    """The rows of ``files`` (version, add action) in the shape ingest classifies: ``_source_line`` the row's place
+    (file ordinal, row index), ``_raw`` its JSON for the quarantine, the data files' and partitions' columns typed
+    as the table declares them. Columns starting with '_' (Auto Loader's ``_rescued_data``) are lakejoin's
+    namespace: not read."""
+    spark = engine.spark
+    partitions = sorted({name for _, add in files for name in add.get("partitionValues") or {}})
+    kept = [field for field in schema.fields if not field.name.startswith("_")]
+    stored = StructType([field for field in kept if field.name not in partitions])
+    catalog = spark.createDataFrame(
+        [(path.rsplit("/", 1)[-1], ordinal, version, path, *[(add.get("partitionValues") or {}).get(p) for p in partitions])
+         for ordinal, (version, add) in enumerate(files) for path in [_full_path(root, add["path"])]],
+        StructType([StructField("_file_name", StringType()), StructField("_ordinal", LongType()), StructField("_source_version", LongType()),
+                    StructField("_source_file", StringType()), *[StructField(f"_partition_{i}", StringType()) for i in range(len(partitions))]]),
+    )
+    read = spark.read.schema(stored).parquet(*[_full_path(root, add["path"]) for _, add in files])
+    located = read.select("*", F.col("_metadata.file_name").alias("_file_name"), F.col("_metadata.row_index").alias("_row_index"))
+    joined = located.join(F.broadcast(catalog), "_file_name")
+    values = [
+        F.col(f"_partition_{partitions.index(field.name)}").cast(field.dataType).alias(field.name) if field.name in partitions else column(field.name)
+        for field in kept
+    ]
+    frame = joined.select(
+        F.shiftleft(F.col("_ordinal"), ROW_BITS).bitwiseOR(F.col("_row_index")).alias("_source_line"),
+        "_source_file",
+        "_source_version",
+        F.to_json(F.struct(*values)).alias("_raw"),
+        F.lit(False).alias("_unparsable"),
+        *values,
+    )
+    return _Parsed(frame, {field.name: field.dataType for field in kept}, text=False)
+
+
+def with_source_columns(engine: DeltaEngine, table: str, pointers: DataFrame, version: int | None = None) -> DataFrame:
+    """Thin bronze rows (``pointers``) with the columns of the source rows they point at, read from the data files
+    they name (one read of each file; the rows are matched by file and row index). ``version``: the table version
+    whose schema the rows get (None: the latest); a column the table gained later reads as null in older rows."""
+    schema = _schema_at(engine, table, version)
+    kept = set(pointers.columns)
+    stored = StructType([field for field in schema.fields if not field.name.startswith("_") and field.name not in kept])
+    files = [row[0] for row in pointers.select("_source_file").distinct().collect()]  # a batch's files, or a source's
+    located = pointers.withColumn("_file_name", F.substring_index("_source_file", "/", -1))
+    if files:
+        read = engine.spark.read.schema(stored).parquet(*files).select(
+            "*", F.col("_metadata.file_name").alias("_file_name"), F.col("_metadata.row_index").alias("_row_index")
+        )
+        joined = read.join(F.broadcast(located), (read["_file_name"] == located["_file_name"]) & (read["_row_index"] == located["_source_line"]))
+        stored_values = {field.name: read[field.name] for field in stored.fields}
+    else:
+        joined, stored_values = located, {field.name: F.lit(None).cast(field.dataType).alias(field.name) for field in stored.fields}
+    data = [located[name] if name in kept else stored_values[name] for name in schema.fieldNames() if not name.startswith("_")]
+    return joined.select(*data, *[located[name] for name in pointers.columns if name.startswith("_")])
+
+
+def arrivals_with_source_columns(engine: DeltaEngine, table: str, pointers: pa.Table) -> pa.Table:
+    """``with_source_columns`` for a batch's slice on the driver, with the schema of the newest version it holds."""
+    versions = [version for version in pointers.column("_source_version").to_pylist() if version is not None] if "_source_version" in pointers.column_names else []
+    try:
+        frame = engine.spark.createDataFrame(pointers) if pointers.num_rows else engine.spark.createDataFrame([], from_arrow_schema(pointers.schema))
+        return with_source_columns(engine, table, frame, max(versions, default=None)).toArrow()
+    except (PySparkException, Py4JJavaError) as exc:
+        raise _read_failure(table)(exc) from exc
+
+
+def _schema_at(engine: DeltaEngine, table: str, version: int | None) -> StructType:
+    frame = engine.read(table, version)
+    if frame is None:
+        raise LakejoinError(f"source table {table} does not exist any more")
+    return frame.schema
+
+
+def _full_path(root: str, path: str) -> str:
+    """A data file named in the log (relative and percent-encoded, or an absolute URI) as Spark reads it."""
+    return path if "://" in path else f"{root.rstrip('/')}/{unquote(path)}"
+
+
+def _partition_columns(appended: list[Commit]) -> list[str]:
+    return sorted({name for commit in appended for add in commit.files for name in add.get("partitionValues") or {}})
+
+
+def _check_readable(table: str, actions: Actions, whole: bool) -> None:
+    """Refuse a table whose files lakejoin cannot read as they are: columns stored under other names (column
+    mapping), or rows deleted in place (deletion vectors) in a snapshot read whole."""
+    for action in actions:
+        mode = (action.get("metaData", {}).get("configuration") or {}).get(COLUMN_MAPPING, "none")
+        if mode != "none":
+            raise LakejoinError(f"source table {table} maps its column names ({COLUMN_MAPPING} = {mode}), which lakejoin cannot read yet: join a table without column mapping")
+        deleted = whole and ("deletionVectors" in (action.get("protocol", {}).get("readerFeatures") or []) and _unknown_deletions(actions))
+        if deleted or (whole and (action.get("add") or {}).get("deletionVector")):
+            raise LakejoinError(
+                f"source table {table} has rows deleted in place (deletion vectors), which lakejoin cannot read: "
+                f"run REORG TABLE {table} APPLY (PURGE), then run again"
+            )
+
+
+def _unknown_deletions(actions: Actions) -> bool:
+    """A snapshot whose adds do not say whether they carry deletion vectors (delta-rs does not list them)."""
+    return any("add" in action and "deletionVector" not in action["add"] for action in actions)
+
+
+def _read_failure(table: str):  # noqa: ANN202 - the ``refuse`` of ``land``
+    def failure(exc: BaseException) -> LakejoinError:
+        text = str(exc.java_exception.toString()) if isinstance(exc, Py4JJavaError) else str(exc)
+        if "FileNotFound" in text or "PATH_NOT_FOUND" in text or "FILE_NOT_EXIST" in text or "does not exist" in text:
+            return LakejoinError(
+                f"source table {table}: data files lakejoin has not joined yet were deleted (VACUUM): restore them, or join the "
+                "table's current snapshot in a new warehouse; keep VACUUM's retention above the time between runs"
+            )
+        return LakejoinError(f"cannot read source table {table}: {(text.strip().splitlines() or [type(exc).__name__])[0]}")
+
+    return failure
+
+
+def _last_ingested(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, table: str) -> int | None:
+    """The last version of ``table`` ingested for ``rel`` (None: never). A relation whose bronze points into
+    another table cannot be moved to this one: its rows are that table's."""
+    schema = engine.schema(warehouse.ingest_log)
+    if schema is None or "source_version" not in schema.fieldNames():
+        return None
+    log = engine.rows(warehouse.ingest_log, where=f"relation = '{rel.name}' AND source_version IS NOT NULL")
+    if log is None or log.num_rows == 0:
+        return None
+    tables = set(log.column("source_file").to_pylist())
+    if tables != {table}:
+        raise LakejoinError(
+            f"bronze/{rel.name} points into table {sorted(tables)[0]}, not {table}: a relation keeps its source; "
+            "join the new table in a new warehouse"
+        )
+    return max(log.column("source_version").to_pylist())
+
