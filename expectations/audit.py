@@ -19,6 +19,7 @@ from expectations.frames import with_pair_checks, with_state_checks
 from expectations.reconcile import Reconciliation, expected_gold, reconcile
 from expectations.runner import RuleResult, Validator
 from pipelines.config import Config, on_warehouse_axis
+from pipelines.sources import records
 from state.batch_log import BatchLog
 from state.bounds import probe_eviction
 from state.checks import require_warehouse
@@ -66,7 +67,7 @@ def audit(engine: DeltaEngine, warehouse: Warehouse, config: Config, docs_root: 
     context.build_data_docs()
     docs = _index_page(context)
     gold = engine.read(warehouse.gold)
-    check = None if gold is None else reconcile(expected_gold(engine, warehouse, config.join_condition, config.select), gold)
+    check = None if gold is None else reconcile(expected_gold(engine, warehouse, config.join_condition, config.select, config.relations), gold)
     return Audit(results, check, docs)
 
 
@@ -74,7 +75,7 @@ def _frames(engine: DeltaEngine, warehouse: Warehouse, config: Config) -> list[t
     """(table, rule target, rows with the derived columns, key columns, relation) for every table that exists."""
     spark = engine.spark
     frames = []
-    bronze = {rel: engine.read(warehouse.bronze(rel)) for rel in RELATIONS}
+    bronze = {rel: records(engine, warehouse, config.relations, rel) for rel in RELATIONS}
     frames += [(warehouse.bronze(rel), "bronze", rows, [ID], rel.name) for rel, rows in bronze.items() if rows is not None]
     late = engine.read(warehouse.late_arrivals)
     watermarks = BatchLog(engine, warehouse.batches, warehouse.app_id(config.pipeline, warehouse.batches)).tail().watermarks

@@ -12,11 +12,12 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from expectations.batch import row_key
+from pipelines.sources import records
 from state.engines import DeltaEngine
 from state.joiner import Projection, data_columns, identity_column, older
 from state.layout import Warehouse
 from state.names import column
-from state.relations import ID, RELATIONS, Relation
+from state.relations import ID, RELATIONS, Relation, RelationSpec
 
 BOOKKEEPING = ("batch_id", "produced_at")
 
@@ -46,13 +47,14 @@ class Reconciliation:
         return "\n".join(lines)
 
 
-def joinable(engine: DeltaEngine, warehouse: Warehouse) -> dict[Relation, DataFrame]:
+def joinable(engine: DeltaEngine, warehouse: Warehouse, specs: dict[str, RelationSpec] | None = None) -> dict[Relation, DataFrame]:
     """Each relation's bronze minus its late arrivals and the rows rules quarantined: what gold must be the
-    join of (docs/design.md section 4)."""
+    join of (docs/design.md section 4). ``specs`` names the relations read from source tables (their bronze points
+    at the rows)."""
     late = engine.read(warehouse.late_arrivals)
     relations = {}
     for rel in RELATIONS:
-        bronze = engine.read(warehouse.bronze(rel))
+        bronze = records(engine, warehouse, specs, rel)
         if late is not None:
             bronze = bronze.join(late.where(F.col("relation") == rel.name).select(ID), ID, "left_anti")
         taken = _quarantined_keys(engine, warehouse, warehouse.bronze(rel))
@@ -62,10 +64,12 @@ def joinable(engine: DeltaEngine, warehouse: Warehouse) -> dict[Relation, DataFr
     return relations
 
 
-def expected_gold(engine: DeltaEngine, warehouse: Warehouse, condition: str, select: list[str] | None = None) -> DataFrame:
+def expected_gold(
+    engine: DeltaEngine, warehouse: Warehouse, condition: str, select: list[str] | None = None, specs: dict[str, RelationSpec] | None = None
+) -> DataFrame:
     """What gold must hold: the batch join of what is joinable (in gold's columns: ``select``, else every
     column of each record), minus the pairs rules quarantined."""
-    relations = joinable(engine, warehouse)
+    relations = joinable(engine, warehouse, specs)
     projection = Projection({rel.name: data_columns(frame.columns) for rel, frame in relations.items()}, None if select is None else tuple(select))
     expected = batch_join(relations, condition, projection)
     taken = _quarantined_keys(engine, warehouse, warehouse.gold)

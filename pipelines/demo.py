@@ -150,7 +150,7 @@ def run_demo(options: DemoOptions, given: Config | None = None, engine_name: str
 
         arrivals = options.rows * len(RELATIONS)
         gold = engine.read(warehouse.gold)
-        check = reconcile(expected_gold(engine, warehouse, on_warehouse_axis(config, engine, warehouse)[0].join_condition, config.select), gold)
+        check = reconcile(expected_gold(engine, warehouse, on_warehouse_axis(config, engine, warehouse)[0].join_condition, config.select, config.relations), gold)
         print(f"arrivals: {arrivals}  batches: {batches}  results: {check.actual}  quarantined: {quarantined}  late: {late}")
         print(f"seconds: {seconds:.1f}  rows per second: {arrivals / seconds:,.0f}")
         broken = ", ".join(f"{rule}: {rows} rows" for rule, rows in sorted(failures.items())) or "every rule passed on every batch"

@@ -13,6 +13,7 @@ skipped and logged under ``skip_change_commits``.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
 from urllib.parse import unquote
 
@@ -285,3 +286,36 @@ def _last_ingested(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, tab
         )
     return max(log.column("source_version").to_pylist())
 
+
+
+def records(engine: DeltaEngine, warehouse: Warehouse, specs: dict[str, RelationSpec] | None, rel: Relation) -> DataFrame | None:
+    """Bronze's rows of ``rel`` with the record's columns: bronze itself for files; for a source table, its pointers
+    with the columns read from the table's data files (the whole-table audits: ``validate``)."""
+    bronze = engine.read(warehouse.bronze(rel))
+    table = None if specs is None else specs[rel.name].table
+    return bronze if bronze is None or table is None else with_source_columns(engine, table, bronze)
+
+
+def source_status(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, table: str) -> dict[str, object]:
+    """What ``lakejoin status`` shows of a source: the last version ingested, the table's latest, and what the next run
+    would ingest (versions, and rows where the log's file statistics count them)."""
+    try:
+        last = _last_ingested(engine, warehouse, rel, table)
+        if last is None:
+            snapshot = engine.source_snapshot(table)
+            latest = None if snapshot is None else snapshot[0]
+            return {"relation": rel.name, "table": table, "ingested_version": None, "latest_version": latest, "pending_versions": None, "pending_rows": None}
+        commits = [Commit.of(version, actions) for version, actions in engine.source_commits(table, last)]
+    except LakejoinError as exc:
+        return {"relation": rel.name, "table": table, "problem": str(exc)}
+    counts = [_rows_in(add) for commit in commits if commit.kind == APPEND for add in commit.files]
+    return {
+        "relation": rel.name, "table": table, "ingested_version": last, "latest_version": commits[-1].version if commits else last,
+        "pending_versions": len(commits), "pending_rows": None if None in counts else sum(counts),  # type: ignore[arg-type]
+    }
+
+
+def _rows_in(add: dict) -> int | None:
+    """The rows of a data file, from the statistics its add action carries (None when it has none)."""
+    stats = add.get("stats")
+    return json.loads(stats).get("numRecords") if stats else None

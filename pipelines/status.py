@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from pyspark.sql import functions as F
 
 from pipelines.config import Config
 from pipelines.definition import recorded
+from pipelines.sources import source_status
 from state.batch_log import BatchLog, LogTail
 from state.checks import check_consistency, require_warehouse
 from state.engines import DeltaEngine
@@ -41,6 +42,7 @@ class WarehouseStatus:
     running: str | None  # who holds the run lock, when a run is in progress
     problem: str | None  # why the next run would refuse the warehouse, if it would
     definition: dict | None = None  # the recorded definition in force: version, recorded_at, settings
+    sources: list[dict] = field(default_factory=list)  # per relation read from a table: versions ingested and pending
 
     def describe(self) -> str:
         width = max(len(table.name) for table in self.tables)
@@ -53,6 +55,7 @@ class WarehouseStatus:
         if self.unfinished_batch is not None:
             lines.append(f"unfinished batch: {self.unfinished_batch} (the next run resumes it with its plan)")
         lines.append("pending arrivals: " + ", ".join(f"{count:,} {name.upper()}" for name, count in self.pending.items()))
+        lines += [_describe_source(source) for source in self.sources]
         marks = ", ".join(f"{name.upper()} {render(mark, self.event_time)}" for name, mark in self.watermarks.items())
         lines.append(f"watermarks: {marks or 'none (no allowed_lateness set)'}")
         lines.append(f"late arrivals: {self.late:,}")
@@ -106,10 +109,21 @@ def warehouse_status(engine: DeltaEngine, warehouse: Warehouse, config: Config) 
         rules=_last_rule_results(engine, warehouse),
         running=holder(warehouse.root, JOIN),
         problem=problem,
+        sources=[source_status(engine, warehouse, rel, table) for rel in RELATIONS if (table := config.spec(rel.name).table) is not None],
         definition=None if definition is None else {
             "version": definition.version, "recorded_at": str(definition.recorded_at), "settings": definition.settings
         },
     )
+
+
+def _describe_source(source: dict) -> str:
+    head = f"source {source['relation'].upper()}: {source['table']}"
+    if "problem" in source:
+        return f"{head}: {source['problem']}"
+    if source["ingested_version"] is None:
+        return f"{head}: not read yet (the next run joins its snapshot at version {source['latest_version']})"
+    rows = "" if source["pending_rows"] is None else f", {source['pending_rows']:,} rows"
+    return f"{head}: read up to version {source['ingested_version']}, {source['pending_versions']} versions pending{rows}"
 
 
 def _flat(settings: dict, prefix: str = "") -> list[tuple[str, object]]:

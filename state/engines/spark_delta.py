@@ -138,8 +138,9 @@ class SparkDeltaEngine:
         snapshot = self._snapshot(table)
         if snapshot is None:
             return None
+        # A snapshot's files are what it holds, each to be read: the state marks them dataChange = false, so that is left out.
         files = DataFrame(snapshot.allFiles().toDF(), self.spark).select(
-            "path", "partitionValues", "dataChange", F.col("deletionVector").isNotNull().alias("deletionVector")
+            "path", "partitionValues", F.col("deletionVector").isNotNull().alias("deletionVector")
         )
         adds = [{"add": json.loads(add)} for add in files.toJSON().collect()]
         return int(snapshot.version()), [json.loads(snapshot.metadata().json()), json.loads(snapshot.protocol().json()), *adds]
