@@ -10,14 +10,13 @@ Spark engine's ratio to delta-rs's, and whether both produced the same gold. Nee
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 
 from benchmarks.report import write_json
-from benchmarks.stream import replay
+from benchmarks.stream import replay, small_stream_arguments
 from pipelines.config import Config
 from pipelines.demo import DemoOptions, generate_stream, write_chunks
 from pipelines.spark import DELTA_JARS, get_spark
@@ -50,14 +49,7 @@ def measure(spark, name: str, chunks: list[list[tuple[str, str]]], max_batch_row
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=3_000, help="records per relation (default 3000)")
-    parser.add_argument("--keys", type=int, default=500)
-    parser.add_argument("--chunk-rows", type=int, default=1_500)
-    parser.add_argument("--max-batch-rows", type=int, default=1_000)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--out", default="benchmarks/results/engines.json")
-    args = parser.parse_args()
+    args = small_stream_arguments(__doc__.splitlines()[0], "benchmarks/results/engines.json")
 
     spark = get_spark()
     if not session_has_delta(spark):

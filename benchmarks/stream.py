@@ -3,6 +3,7 @@ chunk as a scheduled job would."""
 
 from __future__ import annotations
 
+import argparse
 import time
 from collections.abc import Callable
 
@@ -33,3 +34,15 @@ def replay(
         reports += run(engine, warehouse, config)
         after_chunk(number, reports)
     return reports
+
+
+def small_stream_arguments(description: str, out: str) -> argparse.Namespace:
+    """The command line of the benchmarks that compare two ways on the demo's small stream, in rounds."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--rows", type=int, default=3_000, help="records per relation (default 3000)")
+    parser.add_argument("--keys", type=int, default=500)
+    parser.add_argument("--chunk-rows", type=int, default=1_500)
+    parser.add_argument("--max-batch-rows", type=int, default=1_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--out", default=out)
+    return parser.parse_args()

@@ -11,12 +11,15 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+import pytest
+
 from pipelines.config import Config
 from pipelines.spark import DELTA_JARS
 from pipelines.ingest import IngestResult, ingest_file
 from pipelines.silver import BatchReport, run
 from pipelines.sources import ingest_sources
 from state.engines import DeltaEngine
+from state.faults import CRASH_AT, InjectedCrash
 from state.layout import Warehouse
 from state.relations import relation
 from tests.reference import Pair, Record
@@ -137,3 +140,13 @@ class Pipeline:
 def _hashable(value: object) -> object:
     """Map columns arrive as dicts: as sorted item tuples they can be counted."""
     return tuple(sorted(value.items())) if isinstance(value, dict) else value
+
+
+def crash_at_each(pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch, points: list[str], max_batch_rows: int) -> None:
+    """Runs that each die at the next of ``points`` (each resuming what the last left unfinished), then a clean run."""
+    for point in points:
+        monkeypatch.setenv(CRASH_AT, point)
+        with pytest.raises(InjectedCrash):
+            pipeline.run(max_batch_rows=max_batch_rows)
+    monkeypatch.delenv(CRASH_AT)
+    pipeline.run(max_batch_rows=max_batch_rows)

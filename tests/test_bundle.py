@@ -68,7 +68,7 @@ def test_every_include_glob_matches_a_file(bundle):
 
 def test_every_job_validates_against_the_databricks_bundles_models(bundle):
     found = jobs(bundle)
-    assert set(found) == {"lakejoin_ingest", "lakejoin_join", "lakejoin_validate", "lakejoin_maintenance"}
+    assert set(found) == {"lakejoin_ingest", "lakejoin_join", "lakejoin_validate", "lakejoin_maintenance", "lakejoin_join_tables"}
     for key, (_, job) in found.items():
         Job.from_dict(resolved(job, defaults(bundle)))  # raises on an unknown field or a missing required one
 
@@ -91,7 +91,7 @@ def test_every_task_runs_a_real_lakejoin_command_from_the_wheel(bundle):
             assert wheel_task["entry_point"] in project["scripts"]
             arguments = _parser().parse_args(wheel_task["parameters"])  # exits (SystemExit) on a bad argument
             commands.add(arguments.command)
-            assert arguments.warehouse == "main.lakejoin"  # catalog.schema: a Unity Catalog warehouse
+            assert arguments.warehouse in ("main.lakejoin", "main.lakejoin_tables")  # catalog.schema: a Unity Catalog warehouse
             for library in task["libraries"]:
                 wheel = os.path.normpath(os.path.join(os.path.dirname(path), library["whl"]))
                 assert wheel == os.path.join(REPO, "dist", "*.whl")  # where the artifact's build puts it

@@ -9,7 +9,7 @@ import pytest
 from pipelines.config import Config
 from state.engines import make_engine
 from state.faults import CRASH_AT, InjectedCrash
-from tests.helpers import Pipeline
+from tests.helpers import Pipeline, crash_at_each
 from tests.reference import Pair, Record, batch_join
 
 STEPS = ["plan", "dq_quarantine", "dq_results", "gold", "late_arrivals", "r_store", "r_probes", "s_store", "s_probes", "commit"]
@@ -50,14 +50,8 @@ def uninterrupted(spark, tmp_path_factory) -> dict[str, Counter]:
 
 
 def crash_at_each_then_finish(pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch, points: list[str]) -> None:
-    """Runs that each die at the next of ``points`` (each resuming what the last left unfinished), then a clean run."""
     first_part_joined(pipeline)
-    for point in points:
-        monkeypatch.setenv(CRASH_AT, point)
-        with pytest.raises(InjectedCrash):
-            pipeline.run(max_batch_rows=3)
-    monkeypatch.delenv(CRASH_AT)
-    pipeline.run(max_batch_rows=3)
+    crash_at_each(pipeline, monkeypatch, points, max_batch_rows=3)
 
 
 @pytest.mark.parametrize("point", POINTS)

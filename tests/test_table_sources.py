@@ -15,9 +15,8 @@ from hypothesis import strategies as st
 
 from pipelines.config import Config
 from state.errors import LakejoinError
-from state.faults import CRASH_AT, InjectedCrash
 from state.relations import S
-from tests.helpers import Pipeline, lakejoin
+from tests.helpers import Pipeline, crash_at_each, lakejoin
 
 START = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
 PREDICATE = "r.customer = s.customer AND s.paid_at BETWEEN r.order_time - INTERVAL 30 MINUTES AND r.order_time + INTERVAL 1 HOUR"
@@ -57,6 +56,15 @@ def tables_pipeline(engine, root: str, orders: str | None = None, payments: str 
 
 def append(table: str, rows: list[dict]) -> None:
     write_deltalake(table, pa.Table.from_pylist(rows), mode="append")
+
+
+def joined_once(engine, root: str, orders: str, payments: str) -> Pipeline:
+    """A pipeline that has joined order o1 with payment p1, each its table's first version."""
+    append(orders, [order(1, 0, "ann")])
+    append(payments, [payment(1, 10, "ann")])
+    pipeline = tables_pipeline(engine, root, orders, payments)
+    pipeline.run()
+    return pipeline
 
 
 @pytest.fixture
@@ -171,10 +179,7 @@ def test_an_optimize_is_followed_without_joining_anything_twice(deltars, tmp_pat
 
 def test_files_vacuumed_before_they_were_joined_are_a_one_line_error(deltars, tmp_path, sources):
     orders, payments = sources
-    append(orders, [order(1, 0, "ann")])
-    append(payments, [payment(1, 10, "ann")])
-    pipeline = tables_pipeline(deltars, str(tmp_path), orders, payments)
-    pipeline.run()
+    pipeline = joined_once(deltars, str(tmp_path), orders, payments)
     append(payments, [payment(2, 20, "ann")])
     table = DeltaTable(payments)
     table.optimize.compact()
@@ -187,10 +192,7 @@ def test_files_vacuumed_before_they_were_joined_are_a_one_line_error(deltars, tm
 
 def test_bad_rows_of_a_table_are_quarantined_with_the_table_and_version_and_the_rest_joined(deltars, tmp_path, sources):
     orders, payments = sources
-    append(orders, [order(1, 0, "ann")])
-    append(payments, [payment(1, 10, "ann")])
-    pipeline = tables_pipeline(deltars, str(tmp_path), orders, payments)
-    pipeline.run()
+    pipeline = joined_once(deltars, str(tmp_path), orders, payments)
     conflicting = {**payment(1, 15, "ann")}  # p1 again, with another time
     missing_time = {**payment(2, 0, "ann"), "paid_at": None}
     append(payments, [conflicting, missing_time, payment(3, 20, "ann"), payment(3, 20, "ann")])
@@ -261,11 +263,6 @@ def test_runs_dying_while_ingesting_a_table_or_joining_it_resume_to_the_exact_go
     append(orders, placed[0][3:])
     append(payments, placed[1][3:5])
     append(payments, placed[1][5:])
-    for point in CRASHES:
-        monkeypatch.setenv(CRASH_AT, point)
-        with pytest.raises(InjectedCrash):
-            pipeline.run(max_batch_rows=2)
-    monkeypatch.delenv(CRASH_AT)
-    pipeline.run(max_batch_rows=2)
+    crash_at_each(pipeline, monkeypatch, CRASHES, max_batch_rows=2)
 
     assert gold(pipeline) == expected_gold(*placed)
