@@ -4,7 +4,7 @@ PYTHON ?= python3.11
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench-state bench-dq bench-peers bench-engines bench-memory bench-commit
+.PHONY: demo test bench-state bench-dq bench-peers bench-engines bench-memory bench-commit bench-sources
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is required: install it, or pass PYTHON=/path/to/python3.11"; exit 1; }
@@ -33,6 +33,9 @@ bench-peers: $(STAMP)
 
 bench-engines: $(STAMP)
 	$(VENV)/bin/python -m benchmarks.engines
+
+bench-sources: $(STAMP)
+	$(VENV)/bin/python -m benchmarks.table_sources
 
 bench-memory: $(STAMP)
 	$(VENV)/bin/python -m benchmarks.driver_memory --out benchmarks/results/driver_memory.json
