@@ -36,9 +36,12 @@ def replay(
     return reports
 
 
-def small_stream_arguments(description: str, out: str) -> argparse.Namespace:
-    """The command line of the benchmarks that compare two ways on the demo's small stream, in rounds."""
+def small_stream_arguments(description: str, out: str, wide: bool = False) -> argparse.Namespace:
+    """The command line of the benchmarks that compare two ways on the demo's small stream, in rounds; ``wide``
+    adds ``--extra-columns``, text columns added to every record."""
     parser = argparse.ArgumentParser(description=description)
+    if wide:
+        parser.add_argument("--extra-columns", type=int, default=0, help="text columns (24 characters) added to each record")
     parser.add_argument("--rows", type=int, default=3_000, help="records per relation (default 3000)")
     parser.add_argument("--keys", type=int, default=500)
     parser.add_argument("--chunk-rows", type=int, default=1_500)

@@ -7,6 +7,7 @@ as pointers). Reports the median seconds of lakejoin's ingest step per chunk and
 bytes each way's bronze holds (what a table source saves), and whether both produced the same gold.
 
     .venv/bin/python -m benchmarks.table_sources [--rows 3000] [--keys 500] [--chunk-rows 1500] [--max-batch-rows 1000]
+                                                 [--extra-columns 0]
 """
 
 from __future__ import annotations
@@ -43,6 +44,16 @@ class Measured:
     gold: Counter = field(default_factory=Counter)
 
 
+def widened(extra_columns: int):  # noqa: ANN201 - write_chunks' shape
+    """Records with ``extra_columns`` more text columns, as wider real records have (what pointers do not copy)."""
+
+    def shape(records: pd.DataFrame, relation: str) -> pd.DataFrame:
+        text = records["id"].astype(str).str.pad(24, fillchar="x")
+        return records.assign(**{f"attribute_{n}": text for n in range(extra_columns)})
+
+    return shape
+
+
 def folder_bytes(path: str) -> int:
     return sum(os.path.getsize(os.path.join(folder, name)) for folder, _, names in os.walk(path) for name in names)
 
@@ -73,11 +84,11 @@ def measure(spark, way: str, chunks: list[list[tuple[str, str]]], max_batch_rows
 
 
 def main() -> None:
-    args = small_stream_arguments(__doc__.splitlines()[0], "benchmarks/results/table_sources.json")
+    args = small_stream_arguments(__doc__.splitlines()[0], "benchmarks/results/table_sources.json", wide=True)
 
     spark = get_spark()
     options = DemoOptions(rows=args.rows, keys=args.keys, chunk_rows=args.chunk_rows, max_batch_rows=args.max_batch_rows)
-    chunks = write_chunks(generate_stream(options), tempfile.mkdtemp(prefix="lakejoin-sources-landing-"), args.chunk_rows)
+    chunks = write_chunks(generate_stream(options), tempfile.mkdtemp(prefix="lakejoin-sources-landing-"), args.chunk_rows, widened(args.extra_columns))
     for way in WAYS:  # warm-up: JIT, class loading, Python imports
         measure(spark, way, chunks[:1], args.max_batch_rows)
     rounds: dict[str, list[Measured]] = {way: [] for way in WAYS}

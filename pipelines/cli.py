@@ -138,7 +138,7 @@ def _on_warehouse(args: argparse.Namespace, given: Config | None) -> int:
         if creates:  # bronze's _id and _ts are derived under it: recorded before any row lands
             record(engine, warehouse, settled)
         code = commands[args.command](args, settled.config, engine, warehouse)
-        if args.command in RECORDING:  # a run stopped by a rule, or refused, leaves the warehouse as it was
+        if args.command in RECORDING and not creates:  # a run stopped by a rule, or refused, leaves the warehouse as it was
             record(engine, warehouse, settled)
         return code
     finally:

@@ -25,8 +25,11 @@ from state.relations import RELATIONS
 
 # Settings that do not change what gold holds; every other one does, including any added later.
 OPERATIONAL = frozenset({"max_batch_rows", "driver_rows", "engine", "expectations.engine"})
-# What bronze was ingested under: a change would give bronze's rows another meaning, which no reset undoes.
-INGESTED = ("id", "event_time")
+# Per relation: how a source table's next change commit is met (refused or skipped); what was joined stays.
+OPERATIONAL_PER_RELATION = frozenset({"skip_change_commits"})
+# What bronze was ingested under: a change would give bronze's rows another meaning, which no reset undoes
+# (a relation's source table: bronze points into it).
+INGESTED = ("id", "event_time", "table")
 
 SCHEMA = pa.schema(
     [
@@ -107,9 +110,9 @@ def differences(old: dict, new: dict, prefix: str = "") -> list[tuple[str, objec
 
 def _refuse_gold_changes(engine: DeltaEngine, warehouse: Warehouse, changes: list[tuple[str, object, object]]) -> None:
     for name, old, new in changes:
-        if name in OPERATIONAL:
-            continue
         parts = name.split(".")
+        if name in OPERATIONAL or (parts[0] == "relations" and len(parts) == 3 and parts[2] in OPERATIONAL_PER_RELATION):
+            continue
         if parts[0] == "relations" and len(parts) == 3 and parts[2] in INGESTED and engine.version(warehouse.bronze(_relation(parts[1]))) is not None:
             raise LakejoinError(
                 f"config changes {name} from {_show(old)} to {_show(new)}, but bronze/{parts[1]} was ingested with "

@@ -16,7 +16,7 @@ import hashlib
 import os
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -135,6 +135,7 @@ INGEST_LOG_SCHEMA = pa.schema(
         ("ingested_at", INGESTED_AT),
         ("refused", pa.string()),  # why a landing file was refused as a whole (or a source table's version skipped)
         ("source_version", pa.int64()),  # a source table's last version this ingest covers; null for a file
+        ("source_table_id", pa.string()),  # that table's identity (Delta metadata id); null for a file
     ]
 )
 
@@ -166,6 +167,7 @@ class Provenance:
     line: Column  # _source_line: the file's line, or the row's index in its data file
     version: Column  # the source table's version; null for a file
     version_logged: int | None = None  # the table version the ingest log records (the last this ingest covers)
+    table_id: str | None = None  # the source table's identity, which the ingest log records too
     kept: tuple[str, ...] | None = None  # the data columns bronze keeps (None: all; a table source: the event time)
 
     @classmethod
@@ -230,11 +232,18 @@ def ingest_file(
 
 
 def land(
-    engine: DeltaEngine, warehouse: Warehouse, classified: DataFrame, source: Provenance, digest: str | None, refuse: Callable[[BaseException], Exception]
+    engine: DeltaEngine,
+    warehouse: Warehouse,
+    classified: DataFrame,
+    source: Provenance,
+    digest: str | None,
+    refuse: Callable[[BaseException], Exception],
+    skipped: Sequence[tuple[int, str]] = (),
 ) -> tuple[int, int, int]:
     """Append ``classified``'s accepted rows to bronze and its quarantined ones to the quarantine, then log them:
     last, so until the log lands the joiner does not see these arrivals. Returns the rows landed, quarantined and
-    skipped as duplicates. ``refuse`` turns a failure before anything was written into the error to raise."""
+    skipped as duplicates. ``refuse`` turns a failure before anything was written into the error to raise;
+    ``skipped`` are a source table's change commits skipped, logged in the same commit."""
     try:
         tally = classified.groupBy("_outcome", _line_block().alias("_block")).agg(F.count(F.lit(1)).alias("rows")).collect()
     except _UNREADABLE as exc:
@@ -253,7 +262,7 @@ def land(
     if quarantined:
         engine.append(warehouse.quarantine, _quarantine_rows(classified, source))
     with step("ingest_log"):
-        log_ingest(engine, warehouse, source, digest, landed, quarantined, duplicates, first_seq)
+        log_ingest(engine, warehouse, source, digest, landed, quarantined, duplicates, first_seq, skipped=skipped)
     return landed, quarantined, duplicates
 
 
@@ -288,7 +297,9 @@ def log_ingest(
     duplicates: int,
     first_seq: int,
     refused: str | None = None,
+    skipped: Sequence[tuple[int, str]] = (),
 ) -> None:
+    """One ingest's row of the ingest log; and, in the same commit, a row per skipped source commit (version, why)."""
     row = dict(
         ingest_id=source.ingest_id,
         relation=source.relation.name,
@@ -302,8 +313,10 @@ def log_ingest(
         ingested_at=source.ingested_at,
         refused=refused,
         source_version=source.version_logged,
+        source_table_id=source.table_id,
     )
-    engine.append(warehouse.ingest_log, pa.Table.from_pylist([row], INGEST_LOG_SCHEMA))
+    skips = [{**row, "rows_landed": 0, "rows_quarantined": 0, "rows_duplicate": 0, "seq_to": first_seq - 1, "refused": why, "source_version": version} for version, why in skipped]
+    engine.append(warehouse.ingest_log, pa.Table.from_pylist([*skips, row], INGEST_LOG_SCHEMA))
 
 
 def _record_refusal(engine: DeltaEngine, warehouse: Warehouse, source: Provenance, digest: str, reason: str) -> None:

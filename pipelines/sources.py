@@ -14,8 +14,8 @@ skipped and logged under ``skip_change_commits``.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
-from urllib.parse import unquote
+from dataclasses import dataclass
+from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 from py4j.protocol import Py4JJavaError
@@ -96,6 +96,7 @@ def ingest_source(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, spec
     table = spec.table
     assert table is not None
     last = _last_ingested(engine, warehouse, rel, table)
+    identity = engine.table_id(table)
     if last is None:
         snapshot = engine.source_snapshot(table)
         if snapshot is None:
@@ -104,6 +105,13 @@ def ingest_source(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, spec
         _check_readable(table, actions, whole=True)
         commits = [Commit.of(version, actions, "snapshot")]
     else:
+        latest, known = engine.version(table), _known_identities(engine, warehouse, rel)
+        if latest is None or latest < last or (known and identity not in known):
+            raise LakejoinError(
+                f"source table {table} is not the table lakejoin has read up to version {last} (now at version {latest}"
+                f"{'' if not known or identity in known else ', another table id'}): it was dropped and created again; "
+                "join it in a new warehouse"
+            )
         commits = []
         for version, actions in engine.source_commits(table, last):
             _check_readable(table, actions, whole=False)
@@ -121,16 +129,15 @@ def ingest_source(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, spec
     newest = commits[-1].version
     source = Provenance.started(
         rel, table, F.col("_source_file"), F.col("_source_line").bitwiseAND((1 << ROW_BITS) - 1), F.col("_source_version"),
-        version_logged=newest, kept=(spec.event_time, *_partition_columns(appended)),
+        version_logged=newest, table_id=identity, kept=(spec.event_time, *_partition_columns(appended)),
     )
-    for change in changes:  # logged first: the log row that moves past them is the last write
-        skipped = f"skipped: version {change.version} is a {change.operation} (skip_change_commits)"
-        log_ingest(engine, warehouse, replace(source, version_logged=change.version), None, 0, 0, 0, last_arrival_seq(engine, warehouse) + 1, skipped)
+    # logged with the ingest's own row, after its pointers landed: a crash before that leaves the versions to read again
+    skipped = [(change.version, f"skipped: version {change.version} is a {change.operation} (skip_change_commits)") for change in changes]
     if appended:
-        landed, quarantined, duplicates = _ingest_appends(engine, warehouse, rel, specs, table, appended, source, newest)
+        landed, quarantined, duplicates = _ingest_appends(engine, warehouse, rel, specs, table, appended, source, newest, skipped)
     else:  # only rewrites (or skipped changes): the log moves past them
         landed = quarantined = duplicates = 0
-        log_ingest(engine, warehouse, source, None, 0, 0, 0, last_arrival_seq(engine, warehouse) + 1)
+        log_ingest(engine, warehouse, source, None, 0, 0, 0, last_arrival_seq(engine, warehouse) + 1, skipped=skipped)
     return SourceResult(
         rel.name, table, (commits[0].version, newest), landed, quarantined, duplicates,
         tuple(f"version {change.version} ({change.operation})" for change in changes),
@@ -138,11 +145,22 @@ def ingest_source(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, spec
 
 
 def _ingest_appends(
-    engine: DeltaEngine, warehouse: Warehouse, rel: Relation, specs: dict[str, RelationSpec], table: str, appended: list[Commit], source: Provenance, newest: int
+    engine: DeltaEngine,
+    warehouse: Warehouse,
+    rel: Relation,
+    specs: dict[str, RelationSpec],
+    table: str,
+    appended: list[Commit],
+    source: Provenance,
+    newest: int,
+    skipped: list[tuple[int, str]],
 ) -> tuple[int, int, int]:
-    """The appended rows classified as a file's would be (ids, event times, duplicates, conflicts), then landed."""
+    """The appended rows classified as a file's would be (ids, event times, duplicates, conflicts), then landed.
+    Files in the order they were written (a snapshot holds the table's whole history), then by path."""
     root = engine.source_root(table)
-    files = [(commit.version, add) for commit in appended for add in sorted(commit.files, key=lambda add: add["path"])]
+    written = lambda add: (add.get("modificationTime") or 0, add["path"])  # noqa: E731 - a sort key
+    files = [(commit.version, add) for commit in appended for add in sorted(commit.files, key=written)]
+    _require_distinct_names(table, [add["path"] for _, add in files])
     bronze = warehouse.bronze(rel)
     established = engine.read(bronze, engine.version(bronze))
     bronze_schema = StructType() if established is None else established.schema
@@ -151,7 +169,7 @@ def _ingest_appends(
         parsed = _in_bronze_spelling(rows, bronze_schema)
         layout = _layout(engine, warehouse, rel, specs, parsed, {f.name: f.dataType for f in bronze_schema.fields})
         classified = _classify(_normalize(parsed, layout), established)
-        return land(engine, warehouse, classified, source, None, _read_failure(table))
+        return land(engine, warehouse, classified, source, None, _read_failure(table), skipped)
     except (PySparkException, Py4JJavaError) as exc:
         raise _read_failure(table)(exc) from exc
 
@@ -213,23 +231,43 @@ def with_source_columns(engine: DeltaEngine, table: str, pointers: DataFrame, ve
 def arrivals_with_source_columns(engine: DeltaEngine, table: str, pointers: pa.Table) -> pa.Table:
     """``with_source_columns`` for a batch's slice on the driver, with the schema of the newest version it holds."""
     versions = [version for version in pointers.column("_source_version").to_pylist() if version is not None] if "_source_version" in pointers.column_names else []
+    _require_distinct_names(table, list(set(pointers.column("_source_file").to_pylist())) if pointers.num_rows else [])
     try:
         frame = engine.spark.createDataFrame(pointers) if pointers.num_rows else engine.spark.createDataFrame([], from_arrow_schema(pointers.schema))
-        return with_source_columns(engine, table, frame, max(versions, default=None)).toArrow()
+        rows = with_source_columns(engine, table, frame, max(versions, default=None)).toArrow()
     except (PySparkException, Py4JJavaError) as exc:
         raise _read_failure(table)(exc) from exc
+    if rows.num_rows != pointers.num_rows:  # every pointer names one row: anything else would join a row twice, or not at all
+        raise LakejoinError(
+            f"source table {table}: {pointers.num_rows} rows were ingested for this batch but {rows.num_rows} were found in "
+            "its data files, which must have been replaced: restore them, or join the table's current snapshot in a new warehouse"
+        )
+    return rows
 
 
 def _schema_at(engine: DeltaEngine, table: str, version: int | None) -> StructType:
-    frame = engine.read(table, version)
-    if frame is None:
+    """From the table's log: no data file is listed or opened."""
+    schema = engine.schema(table, version)
+    if schema is None:
         raise LakejoinError(f"source table {table} does not exist any more")
-    return frame.schema
+    return schema
 
 
 def _full_path(root: str, path: str) -> str:
-    """A data file named in the log (relative and percent-encoded, or an absolute URI) as Spark reads it."""
-    return path if "://" in path else f"{root.rstrip('/')}/{unquote(path)}"
+    """A data file named in the log (relative or an absolute URI, percent-encoded either way) as Spark reads it."""
+    return unquote(path) if urlparse(path).scheme else f"{root.rstrip('/')}/{unquote(path)}"
+
+
+def _require_distinct_names(table: str, paths: list[str]) -> None:
+    """Rows are found again by data file name and row index, so two files of one name (a table converted from
+    plain Parquet, whose partition folders repeat names) cannot be told apart: refused rather than mixed up."""
+    names = [path.rsplit("/", 1)[-1] for path in paths]
+    if len(set(names)) != len(names):
+        repeated = next(name for name in names if names.count(name) > 1)
+        raise LakejoinError(
+            f"source table {table} has several data files named {repeated} (in different folders), whose rows lakejoin "
+            "cannot tell apart: rewrite the table's files (e.g. REORG TABLE … APPLY (PURGE) or a copy), then join it"
+        )
 
 
 def _partition_columns(appended: list[Commit]) -> list[str]:
@@ -269,23 +307,33 @@ def _read_failure(table: str):  # noqa: ANN202 - the ``refuse`` of ``land``
     return failure
 
 
-def _last_ingested(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, table: str) -> int | None:
-    """The last version of ``table`` ingested for ``rel`` (None: never). A relation whose bronze points into
-    another table cannot be moved to this one: its rows are that table's."""
+def _known_identities(engine: DeltaEngine, warehouse: Warehouse, rel: Relation) -> set[str]:
+    """The table ids ``rel``'s ingests recorded (none before the first, or in a log older than the column)."""
     schema = engine.schema(warehouse.ingest_log)
-    if schema is None or "source_version" not in schema.fieldNames():
-        return None
-    log = engine.rows(warehouse.ingest_log, where=f"relation = '{rel.name}' AND source_version IS NOT NULL")
-    if log is None or log.num_rows == 0:
-        return None
-    tables = set(log.column("source_file").to_pylist())
-    if tables != {table}:
-        raise LakejoinError(
-            f"bronze/{rel.name} points into table {sorted(tables)[0]}, not {table}: a relation keeps its source; "
-            "join the new table in a new warehouse"
-        )
-    return max(log.column("source_version").to_pylist())
+    if schema is None or "source_table_id" not in schema.fieldNames():
+        return set()
+    log = engine.rows(warehouse.ingest_log, where=f"relation = '{rel.name}' AND source_table_id IS NOT NULL")
+    return set(log.column("source_table_id").to_pylist())
 
+
+def _last_ingested(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, table: str) -> int | None:
+    """The last version of ``table`` ingested for ``rel`` (None: never): the newest its ingest log rows cover, or its
+    pointers hold (a crash between an ingest's pointers and its log row leaves the pointers: their versions were read).
+    A relation whose bronze points into another table cannot be moved to this one: its rows are that table's."""
+    logged = None
+    schema = engine.schema(warehouse.ingest_log)
+    if schema is not None and "source_version" in schema.fieldNames():
+        log = engine.rows(warehouse.ingest_log, where=f"relation = '{rel.name}' AND source_version IS NOT NULL")
+        tables = set(log.column("source_file").to_pylist())
+        if tables - {table}:
+            raise LakejoinError(
+                f"bronze/{rel.name} points into table {sorted(tables - {table})[0]}, not {table}: a relation keeps its source; "
+                "join the new table in a new warehouse"
+            )
+        logged = max(log.column("source_version").to_pylist(), default=None)
+    bronze = engine.schema(warehouse.bronze(rel))
+    pointed = engine.max_value(warehouse.bronze(rel), "_source_version") if bronze is not None and "_source_version" in bronze.fieldNames() else None
+    return max((version for version in (logged, pointed) if version is not None), default=None)
 
 
 def records(engine: DeltaEngine, warehouse: Warehouse, specs: dict[str, RelationSpec] | None, rel: Relation) -> DataFrame | None:

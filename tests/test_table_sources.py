@@ -4,6 +4,7 @@ any commit pattern and batch split; change commits refused or skipped; OPTIMIZE 
 from __future__ import annotations
 
 import os
+import shutil
 from collections import Counter
 from datetime import datetime, timedelta, timezone
 
@@ -13,8 +14,13 @@ from deltalake import DeltaTable, write_deltalake
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipelines.config import Config
+from expectations.audit import audit
+from pipelines.config import Config, load_config
+from pipelines.definition import record, settle
 from state.errors import LakejoinError
+from state.faults import CRASH_AT, InjectedCrash
+from pipelines.status import warehouse_status
+from state.layout import Warehouse
 from state.relations import S
 from tests.helpers import Pipeline, crash_at_each, lakejoin
 
@@ -221,7 +227,7 @@ def test_a_mixed_warehouse_joins_files_with_a_table(deltars, tmp_path, sources):
     assert gold(pipeline) == expected_gold(*placed)
 
 
-def test_a_five_line_config_joins_two_tables_from_the_command_line_and_validates(tmp_path, sources):
+def test_a_five_line_config_joins_two_tables_from_the_command_line_then_status_and_validate_cover_them(deltars, tmp_path, sources):
     orders, payments = sources
     append(orders, [order(1, 0, "ann"), order(2, 5, "bob")])
     append(payments, [payment(1, 10, "ann")])
@@ -233,21 +239,23 @@ def test_a_five_line_config_joins_two_tables_from_the_command_line_and_validates
         f"  s: {{table: {payments}, id: payment_id, event_time: paid_at}}\n"
         f'predicate: "{PREDICATE}"\n'
     )
-    warehouse = str(tmp_path / "wh")
+    warehouse = Warehouse(str(tmp_path / "wh"))
 
-    first = lakejoin("run", "--warehouse", warehouse, "--config", str(config), cwd=str(tmp_path))
+    first = lakejoin("run", "--warehouse", warehouse.root, "--config", str(config), cwd=str(tmp_path))
     assert first.returncode == 0, first.stderr
     assert f"source {payments}: version 1: 2 rows to bronze/s (pointers)" in first.stdout
-    append(payments, [payment(3, 40, "ann")])
-    status = lakejoin("status", "--warehouse", warehouse, cwd=str(tmp_path))
-    assert f"source S: {payments}: read up to version 1, 1 versions pending, 1 rows" in status.stdout, status.stdout
-    validated = lakejoin("validate", "--warehouse", warehouse, cwd=str(tmp_path))
-    # gold is reconciled with the tables at the versions joined: p3, not read yet, is not expected
-    assert validated.returncode == 0 and "PASS: gold equals the batch SQL join" in validated.stdout, validated.stdout + validated.stderr
-
-    files = lakejoin("ingest", "--warehouse", warehouse, "--side", "s", str(config), cwd=str(tmp_path))
+    files = lakejoin("ingest", "--warehouse", warehouse.root, "--side", "s", str(config), cwd=str(tmp_path))
     assert files.returncode == 2
     assert files.stderr.strip().splitlines()[-1] == f"lakejoin: error: relation s reads table {payments} in place and takes no files: 'lakejoin run' joins what the table gains"
+
+    append(payments, [payment(3, 40, "ann")])
+    given = load_config(str(config))
+    status = warehouse_status(deltars, warehouse, given).describe()
+    assert f"source S: {payments}: read up to version 1, 1 versions pending, 1 rows" in status, status
+    # gold is reconciled with the tables at the versions joined: p3, not read yet, is not expected
+    audited = audit(deltars, warehouse, given, str(tmp_path / "docs"))
+    assert audited.reconciliation is not None and audited.reconciliation.passed and audited.passed, audited.describe()
+    assert audited.reconciliation.expected == 2
 
 
 CRASHES = ["before:ingest_log", "after:ingest_log", "after:gold", "before:commit"]
@@ -282,3 +290,60 @@ def test_a_partitioned_table_with_text_event_times_is_joined_with_its_partition_
 
     assert gold(pipeline) == expected_gold(*as_text)
     assert {row["r_customer"] for row in pipeline.gold_rows()} == {"ann b", "bob"}
+
+
+def test_appends_before_a_skipped_change_are_read_again_when_reading_them_failed(deltars, tmp_path, sources):
+    orders, payments = sources
+    pipeline = tables_pipeline(deltars, str(tmp_path), orders, payments, skip_change_commits=True)
+    append(orders, [order(1, 0, "ann")])
+    append(payments, [payment(1, 10, "ann")])
+    pipeline.run()
+    append(payments, [payment(2, 20, "ann")])  # version 1
+    DeltaTable(payments).delete("payment_id = 'p1'")  # version 2, skipped
+    files = [set(DeltaTable(payments, version=v).get_add_actions(flatten=True).column("path").to_pylist()) for v in (0, 1)]
+    added = os.path.join(payments, (files[1] - files[0]).pop())
+    os.rename(added, added + ".away")  # version 1's file cannot be read for a moment
+    with pytest.raises(LakejoinError):
+        pipeline.run()
+    os.rename(added + ".away", added)
+    pipeline.run()
+
+    assert gold(pipeline) == expected_gold([order(1, 0, "ann")], [payment(1, 10, "ann"), payment(2, 20, "ann")])
+
+
+def test_a_first_ingest_that_died_before_its_log_row_resumes_from_its_snapshot_and_still_refuses_a_delete(deltars, tmp_path, sources, monkeypatch):
+    _, payments = sources
+    append(payments, [payment(1, 10, "ann"), payment(2, 20, "ann")])
+    pipeline = tables_pipeline(deltars, str(tmp_path), None, payments)  # the table's ingest is the run's only one
+    monkeypatch.setenv(CRASH_AT, "before:ingest_log")
+    with pytest.raises(InjectedCrash):
+        pipeline.run()
+    monkeypatch.delenv(CRASH_AT)
+    DeltaTable(payments).delete("payment_id = 'p1'")
+
+    with pytest.raises(LakejoinError, match="payments version 1 is a DELETE"):
+        pipeline.run()
+
+
+def test_a_table_created_again_under_the_same_path_is_refused(deltars, tmp_path, sources):
+    orders, payments = sources
+    pipeline = joined_once(deltars, str(tmp_path), orders, payments)
+    append(orders, [order(2, 5, "ann")])
+    shutil.rmtree(payments)
+    append(payments, [payment(7, 10, "ann")])
+
+    with pytest.raises(LakejoinError, match=r"^source table .*payments is not the table lakejoin has read up to version 0 \(now at version 0, another table id\): it was dropped and created again"):
+        pipeline.run()
+
+
+def test_the_source_table_is_part_of_the_definition_and_skipping_changes_is_not(deltars, tmp_path, sources):
+    orders, payments = sources
+    given = tables_pipeline(deltars, str(tmp_path), orders, payments)
+    record(deltars, given.warehouse, settle(deltars, given.warehouse, given.config, "run"))  # as the first run does
+    pipeline = joined_once(deltars, str(tmp_path), orders, payments)
+
+    skipping = tables_pipeline(deltars, str(tmp_path), orders, payments, skip_change_commits=True)
+    assert settle(deltars, pipeline.warehouse, skipping.config, "run").config == skipping.config
+    moved = tables_pipeline(deltars, str(tmp_path), orders, str(tmp_path / "elsewhere"))
+    with pytest.raises(LakejoinError, match="config changes relations.s.table from .* but bronze/s was ingested with"):
+        settle(deltars, pipeline.warehouse, moved.config, "run")

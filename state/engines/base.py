@@ -71,8 +71,9 @@ class DeltaEngine(Protocol):
         """The table's latest version, or None when there is no Delta table at ``path``."""
         ...
 
-    def schema(self, path: str) -> StructType | None:
-        """The table's latest schema, from its log alone (no data file is opened); None when absent."""
+    def schema(self, path: str, version: int | None = None) -> StructType | None:
+        """The table's schema at ``version`` (latest when None), from its log alone (no data file is listed or
+        opened); None when absent."""
         ...
 
     def read(self, path: str, version: int | None = None, where: str | None = None) -> DataFrame | None:
@@ -118,6 +119,10 @@ class DeltaEngine(Protocol):
 
     def info(self, path: str, app_id: str) -> TableInfo | None:
         """``version``, ``schema`` and ``txn_version(app_id)`` together; None when there is no table."""
+        ...
+
+    def table_id(self, path: str) -> str | None:
+        """The table's identity (its metadata id): a table dropped and created again at one path has another."""
         ...
 
     def source_root(self, table: str) -> str:

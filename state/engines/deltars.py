@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from urllib.parse import unquote
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -46,8 +47,8 @@ class DeltaRsEngine:
         table = self._table(path)
         return None if table is None else table.version()
 
-    def schema(self, path: str) -> StructType | None:
-        table = self._table(path)
+    def schema(self, path: str, version: int | None = None) -> StructType | None:
+        table = self._table(path, version)
         return None if table is None else _spark_schema(table)
 
     def read(self, path: str, version: int | None = None, where: str | None = None) -> DataFrame | None:
@@ -88,8 +89,12 @@ class DeltaRsEngine:
         table = self._table(path)
         return None if table is None else TableInfo(table.version(), _spark_schema(table), table.transaction_version(app_id))
 
+    def table_id(self, path: str) -> str | None:
+        table = self._table(path)
+        return None if table is None else str(table.metadata().id)
+
     def source_root(self, table: str) -> str:
-        return _opened(self._table(table), table).table_uri.rstrip("/")
+        return unquote(_opened(self._table(table), table).table_uri.rstrip("/"))  # a URL: Spark takes the path as it is
 
     def source_snapshot(self, table: str) -> tuple[int, Actions] | None:
         opened = self._table(table)
@@ -99,8 +104,8 @@ class DeltaRsEngine:
         files = pa.table(opened.get_add_actions(flatten=False))
         partitions = files.column("partition").to_pylist() if "partition" in files.column_names else [{}] * files.num_rows
         adds = [
-            {"add": {"path": path, "partitionValues": {k: None if v is None else str(v) for k, v in (values or {}).items()}, "dataChange": True}}
-            for path, values in zip(files.column("path").to_pylist(), partitions)
+            {"add": {"path": path, "partitionValues": {k: None if v is None else str(v) for k, v in (values or {}).items()}, "modificationTime": written}}
+            for path, values, written in zip(files.column("path").to_pylist(), partitions, files.column("modification_time").to_pylist())
         ]
         return opened.version(), [
             {"metaData": {"partitionColumns": list(metadata.partition_columns), "configuration": dict(metadata.configuration)}},

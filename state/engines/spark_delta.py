@@ -92,7 +92,10 @@ class SparkDeltaEngine:
         snapshot = self._snapshot(path)
         return None if snapshot is None else int(snapshot.version())
 
-    def schema(self, path: str) -> StructType | None:
+    def schema(self, path: str, version: int | None = None) -> StructType | None:
+        if version is not None:  # a time-travel read plans from the log at that version; nothing runs
+            frame = self.read(path, version)
+            return None if frame is None else frame.schema
         snapshot = self._snapshot(path)
         return None if snapshot is None else _schema(snapshot)
 
@@ -131,6 +134,10 @@ class SparkDeltaEngine:
         snapshot = self._snapshot(path)
         return None if snapshot is None else _txn_version(snapshot, app_id)
 
+    def table_id(self, path: str) -> str | None:
+        snapshot = self._snapshot(path)
+        return None if snapshot is None else str(snapshot.metadata().id())
+
     def source_root(self, table: str) -> str:
         return str(self._log(table).dataPath().toString())
 
@@ -140,7 +147,7 @@ class SparkDeltaEngine:
             return None
         # A snapshot's files are what it holds, each to be read: the state marks them dataChange = false, so that is left out.
         files = DataFrame(snapshot.allFiles().toDF(), self.spark).select(
-            "path", "partitionValues", F.col("deletionVector").isNotNull().alias("deletionVector")
+            "path", "partitionValues", "modificationTime", F.col("deletionVector").isNotNull().alias("deletionVector")
         )
         adds = [{"add": json.loads(add)} for add in files.toJSON().collect()]
         return int(snapshot.version()), [json.loads(snapshot.metadata().json()), json.loads(snapshot.protocol().json()), *adds]
