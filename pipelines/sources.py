@@ -76,60 +76,84 @@ class Commit:
         or an ``add`` carrying a deletion vector) is a change; rows added alone are an append."""
         adds = [action["add"] for action in actions if "add" in action]
         removes = [action["remove"] for action in actions if "remove" in action]
-        named = operation or next((action["commitInfo"].get("operation", "?") for action in actions if "commitInfo" in action), "?")
+        info = next((action["commitInfo"] for action in actions if "commitInfo" in action), {})
+        mode = str((info.get("operationParameters") or {}).get("mode", "append")).lower()
+        named = operation or (info.get("operation", "?") + ("" if mode == "append" else f" ({mode})"))  # WRITE (overwrite)
         added = tuple(add for add in adds if add.get("dataChange", True))
         if any(remove.get("dataChange", True) for remove in removes) or any(add.get("deletionVector") for add in added):
             return cls(version, named, CHANGE, ())
         return cls(version, named, APPEND if added else REWRITE, added)
 
 
+@dataclass(frozen=True)
+class Pending:
+    """A source table's versions after the last ingested, listed and checked: what its next ingest covers."""
+
+    relation: Relation
+    table: str
+    identity: str | None  # the table's id, recorded with the ingest
+    commits: list[Commit]
+
+
 def ingest_sources(engine: DeltaEngine, warehouse: Warehouse, specs: dict[str, RelationSpec]) -> list[SourceResult]:
-    """Ingest what every source table gained since its last ingest (a run does this before planning batches)."""
-    return [ingest_source(engine, warehouse, rel, specs) for rel in RELATIONS if specs[rel.name].table is not None]
+    """Ingest what every source table gained since its last ingest (a run does this before planning batches). Every
+    table's versions are listed and checked before any is ingested, so a refused commit leaves all of them as they were."""
+    pending = [pending_versions(engine, warehouse, rel, specs[rel.name]) for rel in RELATIONS if specs[rel.name].table is not None]
+    return [_ingest(engine, warehouse, specs, versions) for versions in pending]
 
 
-def ingest_source(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, specs: dict[str, RelationSpec]) -> SourceResult:
-    """The versions of ``rel``'s table after the last one ingested: appends as pointers, rewrites followed, changes
-    refused (nothing written) or, under ``skip_change_commits``, skipped and logged. The first ingest takes the
-    table's latest snapshot as one version."""
-    spec = specs[rel.name]
+def pending_versions(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, spec: RelationSpec) -> Pending:
+    """The versions of ``rel``'s table after the last one ingested, classified; a change commit is refused here
+    unless ``skip_change_commits``."""
     table = spec.table
     assert table is not None
-    last = _last_ingested(engine, warehouse, rel, table)
-    identity = engine.table_id(table)
-    if last is None:
-        snapshot = engine.source_snapshot(table)
-        if snapshot is None:
-            raise LakejoinError(f"relation {rel.name} reads table {table}, which does not exist (or is not a Delta table): create it, or fix relations.{rel.name}.table")
-        version, actions = snapshot
+    _, identity, commits = _listed(engine, warehouse, rel, table)
+    change = next((commit for commit in commits if commit.kind == CHANGE), None)
+    if change is not None and not spec.skip_change_commits:
+        raise LakejoinError(
+            f"source table {table} version {change.version} is a {change.operation}, which removes or rewrites rows: lakejoin "
+            f"joins appends only and wrote nothing; set relations.{rel.name}.skip_change_commits: true to skip such commits"
+        )
+    return Pending(rel, table, identity, commits)
+
+
+def _listed(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, table: str) -> tuple[int | None, str | None, list[Commit]]:
+    """The last version of ``table`` logged as ingested, the table's id, and the versions after it, classified. Before
+    the first logged ingest, the first is the table's snapshot: its latest, or the one an ingest that died before its
+    log row had read (read again: its rows are found as duplicates, its quarantined rows recorded, nothing skipped)."""
+    logged, pointed = _last_ingested(engine, warehouse, rel, table)
+    identity, latest = engine.table_id(table), engine.version(table)
+    if latest is None:
+        raise LakejoinError(f"relation {rel.name} reads table {table}, which does not exist (or is not a Delta table): create it, or fix relations.{rel.name}.table")
+    known, last = _known_identities(engine, warehouse, rel), logged if logged is not None else pointed
+    if last is not None and (latest < last or (known and identity not in known)):
+        raise LakejoinError(
+            f"source table {table} is not the table lakejoin has read up to version {last} (now at version {latest}"
+            f"{'' if not known or identity in known else ', another table id'}): it was dropped and created again; "
+            "join it in a new warehouse"
+        )
+    commits, after = [], logged
+    if logged is None:
+        version, actions = engine.source_snapshot(table, pointed)  # type: ignore[misc] - the table exists
         _check_readable(table, actions, whole=True)
-        commits = [Commit.of(version, actions, "snapshot")]
-    else:
-        latest, known = engine.version(table), _known_identities(engine, warehouse, rel)
-        if latest is None or latest < last or (known and identity not in known):
-            raise LakejoinError(
-                f"source table {table} is not the table lakejoin has read up to version {last} (now at version {latest}"
-                f"{'' if not known or identity in known else ', another table id'}): it was dropped and created again; "
-                "join it in a new warehouse"
-            )
-        commits = []
-        for version, actions in engine.source_commits(table, last):
-            _check_readable(table, actions, whole=False)
-            commits.append(Commit.of(version, actions))
+        commits, after = [Commit.of(version, actions, "snapshot")], version
+    for version, actions in engine.source_commits(table, after):
+        _check_readable(table, actions, whole=False)
+        commits.append(Commit.of(version, actions))
+    return logged, identity, commits
+
+
+def _ingest(engine: DeltaEngine, warehouse: Warehouse, specs: dict[str, RelationSpec], pending: Pending) -> SourceResult:
+    """``pending``'s appends as pointers, its rewrites followed, its (skipped) change commits logged."""
+    rel, table, commits = pending.relation, pending.table, pending.commits
     if not commits:
         return SourceResult(rel.name, table)
     changes = [commit for commit in commits if commit.kind == CHANGE]
-    if changes and not spec.skip_change_commits:
-        first = changes[0]
-        raise LakejoinError(
-            f"source table {table} version {first.version} is a {first.operation}, which removes or rewrites rows: lakejoin "
-            f"joins appends only and wrote nothing; set relations.{rel.name}.skip_change_commits: true to skip such commits"
-        )
     appended = [commit for commit in commits if commit.kind == APPEND]
     newest = commits[-1].version
     source = Provenance.started(
         rel, table, F.col("_source_file"), F.col("_source_line").bitwiseAND((1 << ROW_BITS) - 1), F.col("_source_version"),
-        version_logged=newest, table_id=identity, kept=(spec.event_time, *_partition_columns(appended)),
+        version_logged=newest, table_id=pending.identity, kept=(specs[rel.name].event_time, *_partition_columns(appended)),
     )
     # logged with the ingest's own row, after its pointers landed: a crash before that leaves the versions to read again
     skipped = [(change.version, f"skipped: version {change.version} is a {change.operation} (skip_change_commits)") for change in changes]
@@ -316,10 +340,10 @@ def _known_identities(engine: DeltaEngine, warehouse: Warehouse, rel: Relation) 
     return set(log.column("source_table_id").to_pylist())
 
 
-def _last_ingested(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, table: str) -> int | None:
-    """The last version of ``table`` ingested for ``rel`` (None: never): the newest its ingest log rows cover, or its
-    pointers hold (a crash between an ingest's pointers and its log row leaves the pointers: their versions were read).
-    A relation whose bronze points into another table cannot be moved to this one: its rows are that table's."""
+def _last_ingested(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, table: str) -> tuple[int | None, int | None]:
+    """The last version of ``table`` that ``rel``'s ingest log records as ingested, and the newest its pointers in
+    bronze hold (beyond the log when an ingest died between its pointers and its log row). A relation whose bronze
+    points into another table cannot be moved to this one: its rows are that table's."""
     logged = None
     schema = engine.schema(warehouse.ingest_log)
     if schema is not None and "source_version" in schema.fieldNames():
@@ -333,7 +357,7 @@ def _last_ingested(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, tab
         logged = max(log.column("source_version").to_pylist(), default=None)
     bronze = engine.schema(warehouse.bronze(rel))
     pointed = engine.max_value(warehouse.bronze(rel), "_source_version") if bronze is not None and "_source_version" in bronze.fieldNames() else None
-    return max((version for version in (logged, pointed) if version is not None), default=None)
+    return logged, pointed
 
 
 def records(engine: DeltaEngine, warehouse: Warehouse, specs: dict[str, RelationSpec] | None, rel: Relation) -> DataFrame | None:
@@ -348,17 +372,12 @@ def source_status(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, tabl
     """What ``lakejoin status`` shows of a source: the last version ingested, the table's latest, and what the next run
     would ingest (versions, and rows where the log's file statistics count them)."""
     try:
-        last = _last_ingested(engine, warehouse, rel, table)
-        if last is None:
-            snapshot = engine.source_snapshot(table)
-            latest = None if snapshot is None else snapshot[0]
-            return {"relation": rel.name, "table": table, "ingested_version": None, "latest_version": latest, "pending_versions": None, "pending_rows": None}
-        commits = [Commit.of(version, actions) for version, actions in engine.source_commits(table, last)]
+        logged, _, commits = _listed(engine, warehouse, rel, table)
     except LakejoinError as exc:
         return {"relation": rel.name, "table": table, "problem": str(exc)}
     counts = [_rows_in(add) for commit in commits if commit.kind == APPEND for add in commit.files]
     return {
-        "relation": rel.name, "table": table, "ingested_version": last, "latest_version": commits[-1].version if commits else last,
+        "relation": rel.name, "table": table, "ingested_version": logged, "latest_version": commits[-1].version if commits else logged,
         "pending_versions": len(commits), "pending_rows": None if None in counts else sum(counts),  # type: ignore[arg-type]
     }
 

@@ -121,7 +121,7 @@ def _describe_source(source: dict) -> str:
     if "problem" in source:
         return f"{head}: {source['problem']}"
     if source["ingested_version"] is None:
-        return f"{head}: not read yet (the next run joins its snapshot at version {source['latest_version']})"
+        return f"{head}: not read yet (the next run joins its snapshot at version {source['latest_version']}, and {source['pending_versions'] - 1} versions after it)"
     rows = "" if source["pending_rows"] is None else f", {source['pending_rows']:,} rows"
     return f"{head}: read up to version {source['ingested_version']}, {source['pending_versions']} versions pending{rows}"
 

@@ -129,9 +129,10 @@ class DeltaEngine(Protocol):
         """The folder of a table's data files: what the paths in its log are relative to."""
         ...
 
-    def source_snapshot(self, table: str) -> tuple[int, Actions] | None:
-        """The table's latest version and the actions that rebuild it: its ``metaData``, its ``protocol`` and one
-        ``add`` per data file (``path`` and ``partitionValues`` as the log has them). None when there is no table."""
+    def source_snapshot(self, table: str, version: int | None = None) -> tuple[int, Actions] | None:
+        """The table at ``version`` (latest when None) and the actions that rebuild it: its ``metaData``, its
+        ``protocol`` and one ``add`` per data file (``path``, ``partitionValues`` and ``modificationTime`` as the log
+        has them). None when there is no table."""
         ...
 
     def source_commits(self, table: str, after: int) -> Iterator[tuple[int, Actions]]:

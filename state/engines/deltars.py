@@ -96,8 +96,8 @@ class DeltaRsEngine:
     def source_root(self, table: str) -> str:
         return unquote(_opened(self._table(table), table).table_uri.rstrip("/"))  # a URL: Spark takes the path as it is
 
-    def source_snapshot(self, table: str) -> tuple[int, Actions] | None:
-        opened = self._table(table)
+    def source_snapshot(self, table: str, version: int | None = None) -> tuple[int, Actions] | None:
+        opened = self._table(table, version)
         if opened is None:
             return None
         metadata, protocol = opened.metadata(), opened.protocol()

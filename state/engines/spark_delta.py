@@ -141,10 +141,13 @@ class SparkDeltaEngine:
     def source_root(self, table: str) -> str:
         return str(self._log(table).dataPath().toString())
 
-    def source_snapshot(self, table: str) -> tuple[int, Actions] | None:
+    def source_snapshot(self, table: str, version: int | None = None) -> tuple[int, Actions] | None:
         snapshot = self._snapshot(table)
         if snapshot is None:
             return None
+        if version is not None:
+            none = self._jvm.scala.Option.empty()
+            snapshot = self._log(table).getSnapshotAt(version, none, none, False)
         # A snapshot's files are what it holds, each to be read: the state marks them dataChange = false, so that is left out.
         files = DataFrame(snapshot.allFiles().toDF(), self.spark).select(
             "path", "partitionValues", "modificationTime", F.col("deletionVector").isNotNull().alias("deletionVector")
