@@ -206,20 +206,15 @@ def ingest_file(
     source = Provenance.of(rel, file)
     # The file stays in Spark (a file can outgrow the driver); only its counts come to the driver. Spark's cache
     # builds each partition in the heap, which a large file exhausts (see the README's benchmarks), so the count
-    # and each write classify it again, against the bronze version read here. An engine that writes from the
+    # and each write classify it again, against the bronze version ``classify`` read. An engine that writes from the
     # driver holds the file in memory anyway: there it is cached, and classified once.
     configured = _configured_types(rel, specs[rel.name])  # a config error stops the command: it is no file's fault
-    bronze, classified = warehouse.bronze(rel), None
+    classified = None
     try:
         try:
             fmt = _format_of(file)
             _check_format(path, fmt)
-            # bronze at one version: its schema types the file, its ids find conflicts, in the count and each write
-            established = engine.read(bronze, engine.version(bronze))
-            bronze_schema = StructType() if established is None else established.schema
-            parsed = _in_bronze_spelling(_parse(spark, path, fmt), bronze_schema)
-            layout = _layout(engine, warehouse, rel, specs, parsed, {**configured, **{f.name: f.dataType for f in bronze_schema.fields}})
-            classified = _classify(_normalize(parsed, layout), established)
+            classified = classify(engine, warehouse, rel, specs, _parse(spark, path, fmt), configured)
             if engine.driver_writes:
                 classified = classified.persist(StorageLevel.MEMORY_AND_DISK)
         except _UNREADABLE as exc:
@@ -229,6 +224,20 @@ def ingest_file(
         if classified is not None:
             classified.unpersist()
     return IngestResult(file, rel.name, landed, quarantined, duplicates)
+
+
+def classify(
+    engine: DeltaEngine, warehouse: Warehouse, rel: Relation, specs: dict[str, RelationSpec], parsed: Parsed, configured: dict[str, DataType]
+) -> DataFrame:
+    """``parsed``'s rows typed, with ``_id`` and ``_ts``, each with its ``_outcome`` (accepted, duplicate, quarantined)
+    and reason. Bronze is read at one version: its schema types the rows, its ids find conflicts, in the count and
+    each write that follow."""
+    bronze = warehouse.bronze(rel)
+    established = engine.read(bronze, engine.version(bronze))
+    bronze_schema = StructType() if established is None else established.schema
+    spelled = _in_bronze_spelling(parsed, bronze_schema)
+    layout = _layout(engine, warehouse, rel, specs, spelled, {**configured, **{f.name: f.dataType for f in bronze_schema.fields}})
+    return _classify(_normalize(spelled, layout), established)
 
 
 def land(
@@ -423,7 +432,7 @@ def last_arrival_seq(engine: DeltaEngine, warehouse: Warehouse) -> int:
 
 
 @dataclass(frozen=True)
-class _Parsed:
+class Parsed:
     frame: DataFrame  # _source_line, _raw, _unparsable, then the data columns
     types: dict[str, DataType]  # each data column's type as the file gives it (JSON: inferred; CSV: string)
     text: bool  # the data columns hold text, to be parsed into their types
@@ -472,7 +481,7 @@ def _check_format(path: str, fmt: str) -> None:
         raise FileRefused(f"it is {what}")
 
 
-def _parse(spark: SparkSession, path: str, fmt: str) -> _Parsed:
+def _parse(spark: SparkSession, path: str, fmt: str) -> Parsed:
     if fmt == "parquet":
         return _parse_parquet(spark, path)
     if fmt == "csv":
@@ -518,7 +527,7 @@ def _json_schema(spark: SparkSession, path: str) -> StructType:
         spark.conf.set(CASE_SENSITIVE, previous)
 
 
-def _parse_text(lines: DataFrame, fields: list[tuple[str, DataType]], parser) -> _Parsed:  # noqa: ANN001 - F.from_json or F.from_csv
+def _parse_text(lines: DataFrame, fields: list[tuple[str, DataType]], parser) -> Parsed:  # noqa: ANN001 - F.from_json or F.from_csv
     """Every field as its text (a nested JSON value as its JSON), so a value that fits no type can be named.
     ``fields`` are the file's own names (a JSON key, a CSV header) with the type the file suggests."""
     names = _stored([name for name, _ in fields])
@@ -529,10 +538,10 @@ def _parse_text(lines: DataFrame, fields: list[tuple[str, DataType]], parser) ->
     unparsable = F.col("_record").isNull() | F.col(f"_record.{CORRUPT}").isNotNull()
     data = [F.col(f"_record.{quoted(name)}").alias(names[name]) for name, _ in fields]
     types = {names[name]: given if nested_names_storable(given) else StringType() for name, given in fields}
-    return _Parsed(record.select("_source_line", "_raw", unparsable.alias("_unparsable"), *data), types, text=True)
+    return Parsed(record.select("_source_line", "_raw", unparsable.alias("_unparsable"), *data), types, text=True)
 
 
-def _parse_parquet(spark: SparkSession, path: str) -> _Parsed:
+def _parse_parquet(spark: SparkSession, path: str) -> Parsed:
     df = spark.read.parquet(path)
     names = _stored(df.columns)
 
@@ -546,7 +555,7 @@ def _parse_parquet(spark: SparkSession, path: str) -> _Parsed:
         *[kept(field).alias(names[field.name]) for field in df.schema.fields],
     )
     types = {names[f.name]: f.dataType if nested_names_storable(f.dataType) else StringType() for f in df.schema.fields}
-    return _Parsed(frame, types, text=False)
+    return Parsed(frame, types, text=False)
 
 
 def _stored(names: list[str]) -> dict[str, str]:
@@ -588,18 +597,18 @@ def _configured_types(rel: Relation, spec: RelationSpec) -> dict[str, DataType]:
         raise LakejoinError(f"config: relations.{rel.name}.columns has a type Spark does not know ({spec.columns}): {str(exc).splitlines()[0]}") from exc
 
 
-def _in_bronze_spelling(parsed: _Parsed, bronze_schema: StructType) -> _Parsed:
+def _in_bronze_spelling(parsed: Parsed, bronze_schema: StructType) -> Parsed:
     """The file's columns under bronze's spelling where they differ only in case: Delta holds one column per
     name whatever its case, so ``Amount`` lands in bronze's ``amount``."""
     spelling = {f.name.lower(): f.name for f in bronze_schema.fields}
     renames = {name: spelling[name.lower()] for name in parsed.types if spelling.get(name.lower(), name) != name}
     if not renames:
         return parsed
-    return _Parsed(parsed.frame.withColumnsRenamed(renames), {renames.get(n, n): t for n, t in parsed.types.items()}, parsed.text)
+    return Parsed(parsed.frame.withColumnsRenamed(renames), {renames.get(n, n): t for n, t in parsed.types.items()}, parsed.text)
 
 
 def _layout(
-    engine: DeltaEngine, warehouse: Warehouse, rel: Relation, specs: dict[str, RelationSpec], parsed: _Parsed, settled: dict[str, DataType]
+    engine: DeltaEngine, warehouse: Warehouse, rel: Relation, specs: dict[str, RelationSpec], parsed: Parsed, settled: dict[str, DataType]
 ) -> _Layout:
     """``settled``: the types the config and bronze give (bronze's win)."""
     spec = specs[rel.name]
@@ -616,7 +625,7 @@ def _layout(
     return _Layout(spec, kind, types)
 
 
-def _nested_that_fit(parsed: _Parsed, settled: dict[str, DataType]) -> dict[str, DataType]:
+def _nested_that_fit(parsed: Parsed, settled: dict[str, DataType]) -> dict[str, DataType]:
     """The file's own types, with a nested type JSON inferred kept only where every value parses into it, else
     the column kept as its JSON text. Spark infers an empty string as null, so ``["", []]`` is inferred as an
     array of arrays that its own ``""`` does not fit: no row is quarantined for what the file's inference got wrong."""
@@ -631,7 +640,7 @@ def _nested_that_fit(parsed: _Parsed, settled: dict[str, DataType]) -> dict[str,
 
 
 def _event_time_kind(
-    engine: DeltaEngine, warehouse: Warehouse, rel: Relation, specs: dict[str, RelationSpec], parsed: _Parsed, settled: dict[str, DataType]
+    engine: DeltaEngine, warehouse: Warehouse, rel: Relation, specs: dict[str, RelationSpec], parsed: Parsed, settled: dict[str, DataType]
 ) -> str:
     """The kind of ``rel``'s event time: as bronze or the config has it, else as the other relations' (all share one
     axis), else as the file gives it — text is timestamps when some value reads as one, else integers."""
@@ -660,7 +669,7 @@ def _event_time_kind(
     return TIMESTAMP if parsed.frame.where(looks_like_time).limit(1).count() else INTEGER
 
 
-def _typed(parsed: _Parsed, layout: _Layout) -> list[tuple[str, Column, Column | None]]:
+def _typed(parsed: Parsed, layout: _Layout) -> list[tuple[str, Column, Column | None]]:
     """Each data column as (name, typed value, the reason when its value fits no type)."""
     typed = []
     for name, declared in parsed.types.items():
@@ -685,7 +694,7 @@ def _typed(parsed: _Parsed, layout: _Layout) -> list[tuple[str, Column, Column |
 # Classification: every parsed row is accepted, a duplicate (skipped) or quarantined with a reason.
 
 
-def _normalize(parsed: _Parsed, layout: _Layout) -> DataFrame:
+def _normalize(parsed: Parsed, layout: _Layout) -> DataFrame:
     """Data columns typed, plus ``_id`` and ``_ts`` (state/relations.py), and the reason for what fails."""
     spec = layout.spec
     present = set(parsed.types)

@@ -25,14 +25,14 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from pipelines.ingest import Provenance, _classify, _in_bronze_spelling, _layout, _normalize, _Parsed, land, last_arrival_seq, log_ingest
+from pipelines.ingest import Parsed, Provenance, classify, land, last_arrival_seq, log_ingest
 from state.engines import Actions, DeltaEngine
 from state.errors import LakejoinError
 from state.layout import Warehouse
 from state.names import column
 from state.relations import RELATIONS, Relation, RelationSpec
 
-# A row's place within one ingest of a table: its data file's ordinal (files in version, then path order), then
+# A row's place within one ingest of a table: its data file's ordinal (by version, then write time and path), then
 # its index in the file (Parquet row index), so the arrival order within a version is the same on every read.
 ROW_BITS = 33
 APPEND, REWRITE, CHANGE = "append", "rewrite", "change"
@@ -185,20 +185,14 @@ def _ingest_appends(
     written = lambda add: (add.get("modificationTime") or 0, add["path"])  # noqa: E731 - a sort key
     files = [(commit.version, add) for commit in appended for add in sorted(commit.files, key=written)]
     _require_distinct_names(table, [add["path"] for _, add in files])
-    bronze = warehouse.bronze(rel)
-    established = engine.read(bronze, engine.version(bronze))
-    bronze_schema = StructType() if established is None else established.schema
     try:
-        rows = _file_rows(engine, root, _schema_at(engine, table, newest), files)
-        parsed = _in_bronze_spelling(rows, bronze_schema)
-        layout = _layout(engine, warehouse, rel, specs, parsed, {f.name: f.dataType for f in bronze_schema.fields})
-        classified = _classify(_normalize(parsed, layout), established)
+        classified = classify(engine, warehouse, rel, specs, _file_rows(engine, root, _schema_at(engine, table, newest), files), {})
         return land(engine, warehouse, classified, source, None, _read_failure(table), skipped)
     except (PySparkException, Py4JJavaError) as exc:
         raise _read_failure(table)(exc) from exc
 
 
-def _file_rows(engine: DeltaEngine, root: str, schema: StructType, files: list[tuple[int, dict]]) -> _Parsed:
+def _file_rows(engine: DeltaEngine, root: str, schema: StructType, files: list[tuple[int, dict]]) -> Parsed:
     """The rows of ``files`` (version, add action) in the shape ingest classifies: ``_source_line`` the row's place
     (file ordinal, row index), ``_raw`` its JSON for the quarantine, the data files' and partitions' columns typed
     as the table declares them. Columns starting with '_' (Auto Loader's ``_rescued_data``) are lakejoin's
@@ -228,17 +222,21 @@ def _file_rows(engine: DeltaEngine, root: str, schema: StructType, files: list[t
         F.lit(False).alias("_unparsable"),
         *values,
     )
-    return _Parsed(frame, {field.name: field.dataType for field in kept}, text=False)
+    return Parsed(frame, {field.name: field.dataType for field in kept}, text=False)
 
 
-def with_source_columns(engine: DeltaEngine, table: str, pointers: DataFrame, version: int | None = None) -> DataFrame:
+def with_source_columns(
+    engine: DeltaEngine, table: str, pointers: DataFrame, version: int | None = None, files: list[str] | None = None
+) -> DataFrame:
     """Thin bronze rows (``pointers``) with the columns of the source rows they point at, read from the data files
-    they name (one read of each file; the rows are matched by file and row index). ``version``: the table version
-    whose schema the rows get (None: the latest); a column the table gained later reads as null in older rows."""
+    they name (``files``, when already known; one read of each; the rows are matched by file and row index).
+    ``version``: the table version whose schema the rows get (None: the latest); a column the table gained later
+    reads as null in older rows."""
     schema = _schema_at(engine, table, version)
     kept = set(pointers.columns)
     stored = StructType([field for field in schema.fields if not field.name.startswith("_") and field.name not in kept])
-    files = [row[0] for row in pointers.select("_source_file").distinct().collect()]  # a batch's files, or a source's
+    if files is None:  # the files a whole bronze points into: few next to its rows
+        files = [row[0] for row in pointers.select("_source_file").distinct().collect()]
     located = pointers.withColumn("_file_name", F.substring_index("_source_file", "/", -1))
     if files:
         read = engine.spark.read.schema(stored).parquet(*files).select(
@@ -255,10 +253,11 @@ def with_source_columns(engine: DeltaEngine, table: str, pointers: DataFrame, ve
 def arrivals_with_source_columns(engine: DeltaEngine, table: str, pointers: pa.Table) -> pa.Table:
     """``with_source_columns`` for a batch's slice on the driver, with the schema of the newest version it holds."""
     versions = [version for version in pointers.column("_source_version").to_pylist() if version is not None] if "_source_version" in pointers.column_names else []
-    _require_distinct_names(table, list(set(pointers.column("_source_file").to_pylist())) if pointers.num_rows else [])
+    files = sorted(set(pointers.column("_source_file").to_pylist())) if pointers.num_rows else []
+    _require_distinct_names(table, files)
     try:
         frame = engine.spark.createDataFrame(pointers) if pointers.num_rows else engine.spark.createDataFrame([], from_arrow_schema(pointers.schema))
-        rows = with_source_columns(engine, table, frame, max(versions, default=None)).toArrow()
+        rows = with_source_columns(engine, table, frame, max(versions, default=None), files).toArrow()
     except (PySparkException, Py4JJavaError) as exc:
         raise _read_failure(table)(exc) from exc
     if rows.num_rows != pointers.num_rows:  # every pointer names one row: anything else would join a row twice, or not at all
