@@ -121,11 +121,11 @@ def _listed(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, table: str
     """The last version of ``table`` logged as ingested, the table's id, and the versions after it, classified. Before
     the first logged ingest, the first is the table's snapshot: its latest, or the one an ingest that died before its
     log row had read (read again: its rows are found as duplicates, its quarantined rows recorded, nothing skipped)."""
-    logged, pointed = _last_ingested(engine, warehouse, rel, table)
+    logged, pointed, known = _last_ingested(engine, warehouse, rel, table)
     identity, latest = engine.table_id(table), engine.version(table)
     if latest is None:
         raise LakejoinError(f"relation {rel.name} reads table {table}, which does not exist (or is not a Delta table): create it, or fix relations.{rel.name}.table")
-    known, last = _known_identities(engine, warehouse, rel), logged if logged is not None else pointed
+    last = logged if logged is not None else pointed
     if last is not None and (latest < last or (known and identity not in known)):
         raise LakejoinError(
             f"source table {table} is not the table lakejoin has read up to version {last} (now at version {latest}"
@@ -242,7 +242,8 @@ def with_source_columns(
         read = engine.spark.read.schema(stored).parquet(*files).select(
             "*", F.col("_metadata.file_name").alias("_file_name"), F.col("_metadata.row_index").alias("_row_index")
         )
-        joined = read.join(F.broadcast(located), (read["_file_name"] == located["_file_name"]) & (read["_row_index"] == located["_source_line"]))
+        # no broadcast hint: a batch's pointers are a local relation Spark broadcasts by size; a whole bronze (validate) is not
+        joined = read.join(located, (read["_file_name"] == located["_file_name"]) & (read["_row_index"] == located["_source_line"]))
         stored_values = {field.name: read[field.name] for field in stored.fields}
     else:
         joined, stored_values = located, {field.name: F.lit(None).cast(field.dataType).alias(field.name) for field in stored.fields}
@@ -330,20 +331,11 @@ def _read_failure(table: str):  # noqa: ANN202 - the ``refuse`` of ``land``
     return failure
 
 
-def _known_identities(engine: DeltaEngine, warehouse: Warehouse, rel: Relation) -> set[str]:
-    """The table ids ``rel``'s ingests recorded (none before the first, or in a log older than the column)."""
-    schema = engine.schema(warehouse.ingest_log)
-    if schema is None or "source_table_id" not in schema.fieldNames():
-        return set()
-    log = engine.rows(warehouse.ingest_log, where=f"relation = '{rel.name}' AND source_table_id IS NOT NULL")
-    return set(log.column("source_table_id").to_pylist())
-
-
-def _last_ingested(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, table: str) -> tuple[int | None, int | None]:
-    """The last version of ``table`` that ``rel``'s ingest log records as ingested, and the newest its pointers in
-    bronze hold (beyond the log when an ingest died between its pointers and its log row). A relation whose bronze
-    points into another table cannot be moved to this one: its rows are that table's."""
-    logged = None
+def _last_ingested(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, table: str) -> tuple[int | None, int | None, set[str]]:
+    """From one read of ``rel``'s ingest log rows: the last version of ``table`` logged as ingested, the newest its
+    pointers in bronze hold (beyond the log when an ingest died between its pointers and its log row), and the table
+    ids the ingests recorded. A relation whose bronze points into another table cannot be moved to this one."""
+    logged, known = None, set()
     schema = engine.schema(warehouse.ingest_log)
     if schema is not None and "source_version" in schema.fieldNames():
         log = engine.rows(warehouse.ingest_log, where=f"relation = '{rel.name}' AND source_version IS NOT NULL")
@@ -354,9 +346,11 @@ def _last_ingested(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, tab
                 "join the new table in a new warehouse"
             )
         logged = max(log.column("source_version").to_pylist(), default=None)
+        if "source_table_id" in log.column_names:
+            known = {identity for identity in log.column("source_table_id").to_pylist() if identity is not None}
     bronze = engine.schema(warehouse.bronze(rel))
     pointed = engine.max_value(warehouse.bronze(rel), "_source_version") if bronze is not None and "_source_version" in bronze.fieldNames() else None
-    return logged, pointed
+    return logged, pointed, known
 
 
 def records(engine: DeltaEngine, warehouse: Warehouse, specs: dict[str, RelationSpec] | None, rel: Relation) -> DataFrame | None:
