@@ -122,9 +122,10 @@ def _listed(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, table: str
     the first logged ingest, the first is the table's snapshot: its latest, or the one an ingest that died before its
     log row had read (read again: its rows are found as duplicates, its quarantined rows recorded, nothing skipped)."""
     logged, pointed, known = _last_ingested(engine, warehouse, rel, table)
-    identity, latest = engine.table_id(table), engine.version(table)
-    if latest is None:
+    found = engine.source_identity(table)
+    if found is None:
         raise LakejoinError(f"relation {rel.name} reads table {table}, which does not exist (or is not a Delta table): create it, or fix relations.{rel.name}.table")
+    identity, latest = found
     last = logged if logged is not None else pointed
     if last is not None and (latest < last or (known and identity not in known)):
         raise LakejoinError(

@@ -121,8 +121,9 @@ class DeltaEngine(Protocol):
         """``version``, ``schema`` and ``txn_version(app_id)`` together; None when there is no table."""
         ...
 
-    def table_id(self, path: str) -> str | None:
-        """The table's identity (its metadata id): a table dropped and created again at one path has another."""
+    def source_identity(self, table: str) -> tuple[str, int] | None:
+        """The table's identity (its metadata id: a table dropped and created again at one path has another) and its
+        latest version, read from its log now (the user may replace it at any time); None when there is no table."""
         ...
 
     def source_root(self, table: str) -> str:

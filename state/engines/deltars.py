@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from urllib.parse import unquote
 from collections.abc import Iterator
 
@@ -36,8 +37,31 @@ class DeltaRsEngine:
 
     def __init__(self, spark: SparkSession) -> None:
         self.spark = spark
+        self._latest: dict[str, DeltaTable] = {}
+        self._guard = threading.Lock()
 
     def _table(self, path: str, version: int | None = None) -> DeltaTable | None:
+        """A warehouse table, opened once per engine and then brought up to date by reading only the commits newer
+        than the ones it has (opening replays the whole log: ~20 ms at 60 versions, and a batch asks ~50 times).
+        Sound because nothing drops and creates again a warehouse table behind a run: ``reset``, the one command that
+        drops tables, does it through ``drop`` and excludes runs."""
+        with self._guard:
+            table = self._latest.get(path)
+        if table is None and version is not None:
+            return self._fresh(path, version)
+        if table is None:
+            table = self._fresh(path)
+            if table is None:
+                return None
+            with self._guard:
+                self._latest[path] = table
+        else:
+            table.update_incremental()
+        return table if version is None or version == table.version() else self._fresh(path, version)
+
+    @staticmethod
+    def _fresh(path: str, version: int | None = None) -> DeltaTable | None:
+        """The table read from its log now: for the user's source tables, which may be replaced at any time."""
         try:
             return DeltaTable(path, version=version)
         except TableNotFoundError:
@@ -89,15 +113,15 @@ class DeltaRsEngine:
         table = self._table(path)
         return None if table is None else TableInfo(table.version(), _spark_schema(table), table.transaction_version(app_id))
 
-    def table_id(self, path: str) -> str | None:
-        table = self._table(path)
-        return None if table is None else str(table.metadata().id)
+    def source_identity(self, table: str) -> tuple[str, int] | None:
+        opened = self._fresh(table)
+        return None if opened is None else (str(opened.metadata().id), opened.version())
 
     def source_root(self, table: str) -> str:
-        return unquote(_opened(self._table(table), table).table_uri.rstrip("/"))  # a URL: Spark takes the path as it is
+        return unquote(_opened(self._fresh(table), table).table_uri.rstrip("/"))  # a URL: Spark takes the path as it is
 
     def source_snapshot(self, table: str, version: int | None = None) -> tuple[int, Actions] | None:
-        opened = self._table(table, version)
+        opened = self._fresh(table, version)
         if opened is None:
             return None
         metadata, protocol = opened.metadata(), opened.protocol()
@@ -114,7 +138,7 @@ class DeltaRsEngine:
         ]
 
     def source_commits(self, table: str, after: int) -> Iterator[tuple[int, Actions]]:
-        opened = _opened(self._table(table), table)
+        opened = _opened(self._fresh(table), table)
         filesystem, root = fs.FileSystem.from_uri(opened.table_uri.rstrip("/"))
         for version in range(after + 1, opened.version() + 1):
             try:
@@ -125,6 +149,8 @@ class DeltaRsEngine:
             yield version, [json.loads(line) for line in text.splitlines() if line.strip()]
 
     def drop(self, path: str) -> None:
+        with self._guard:
+            self._latest.pop(path, None)
         filesystem, root = fs.FileSystem.from_uri(path if "://" in path else os.path.abspath(path))
         if filesystem.get_file_info(root).type != fs.FileType.NotFound:
             filesystem.delete_dir(root)

@@ -134,9 +134,9 @@ class SparkDeltaEngine:
         snapshot = self._snapshot(path)
         return None if snapshot is None else _txn_version(snapshot, app_id)
 
-    def table_id(self, path: str) -> str | None:
-        snapshot = self._snapshot(path)
-        return None if snapshot is None else str(snapshot.metadata().id())
+    def source_identity(self, table: str) -> tuple[str, int] | None:
+        snapshot = self._snapshot(table)
+        return None if snapshot is None else (str(snapshot.metadata().id()), int(snapshot.version()))
 
     def source_root(self, table: str) -> str:
         return str(self._log(table).dataPath().toString())
