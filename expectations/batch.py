@@ -24,6 +24,7 @@ from pipelines.config import Config
 from state.engines import Data
 from state.errors import LakejoinError
 from state.names import column
+from state.phases import timed
 
 RESULT_SCHEMA = pa.schema(
     [
@@ -74,6 +75,10 @@ class BatchChecks:
         Rows on the driver (Arrow) are checked there, on the configured engine; a DataFrame (a batch's pairs
         too many for the driver) is checked where it is, on Spark, kept in Spark's storage until ``release``
         so the rules and the write compute it once."""
+        with timed("rules"):
+            return self._screen(table, target, rows, keys, relation)
+
+    def _screen(self, table: str, target: str, rows: Data, keys: list[str], relation: str | None) -> Data:
         started = time.perf_counter()
         spread = isinstance(rows, DataFrame)
         if spread:

@@ -33,6 +33,7 @@ from state.engines import Data, DeltaEngine, Txn
 from state.errors import LakejoinError
 from state.event_time import render_span
 from state.faults import step
+from state.phases import take, timed
 from state.joiner import Projection, Side, batch_pairs, data_columns, identity_column
 from state.layout import Warehouse
 from state.relations import ID, RELATIONS, TS, Relation
@@ -51,6 +52,7 @@ class BatchReport:
     evicted: dict[str, int]
     rule_failures: dict[str, int] = field(default_factory=dict)  # rows failing each warn/quarantine rule
     check_seconds: float = 0.0  # of ``seconds``, spent evaluating data-quality rules
+    phases: dict[str, float] = field(default_factory=dict)  # seconds per phase (state/phases.py)
 
     def describe(self) -> str:
         arrived = ", ".join(f"{count} {name.upper()}" for name, count in self.arrivals.items())
@@ -83,9 +85,11 @@ def run(
     reports, kind = [], None
     while True:
         started = time.perf_counter()  # a batch's seconds include planning
-        if kind is None:  # known once bronze holds event times (an ingest may land the first during the run), then fixed
-            config, kind = on_warehouse_axis(given, engine, warehouse)
-        plan = tail.unfinished or _plan_next(engine, warehouse, config, tail)
+        take()  # and so do its phases
+        with timed("planning"):
+            if kind is None:  # known once bronze holds event times (an ingest may land the first during the run), then fixed
+                config, kind = on_warehouse_axis(given, engine, warehouse)
+            plan = tail.unfinished or _plan_next(engine, warehouse, config, tail)
         if plan is None:
             return reports
         checks = BatchChecks(validator, config, plan.batch_id)
@@ -149,7 +153,8 @@ def _execute(
     rule results, gold, late arrivals, state, and the commit row last. Returns what the batch did and the
     log's tail after it (this run holds the lock: nothing else appends to the log). ``config`` is on the
     event-time axis of ``kind``."""
-    arrived = {rel: _arrivals(engine, warehouse, rel, config.spec(rel.name).table, plan) for rel in RELATIONS}
+    with timed("arrivals"):
+        arrived = {rel: _arrivals(engine, warehouse, rel, config.spec(rel.name).table, plan) for rel in RELATIONS}
     screened = {
         rel: checks.screen(warehouse.name_of(warehouse.bronze(rel)), "bronze", rows, [ID], rel.name) for rel, rows in arrived.items()
     }
@@ -164,7 +169,9 @@ def _execute(
     )
     if all(rel.name in plan.bronze_versions for rel in RELATIONS):  # else no pairs yet
         gold = with_pair_checks(gold, config.join_condition, projection, lambda: _members(sides))
-    gold_rows = checks.screen(warehouse.name_of(warehouse.gold), "gold", _to_driver_if_small(engine, gold, config.driver_rows), PAIR_KEY)
+    with timed("join"):
+        pairs = _to_driver_if_small(engine, gold, config.driver_rows)
+    gold_rows = checks.screen(warehouse.name_of(warehouse.gold), "gold", pairs, PAIR_KEY)
     after = advance(plan.watermarks, on_time, config.allowed_lateness)
     updates = {
         name: replace(update, rows=checks.screen(warehouse.name_of(update.path), name.rsplit("_", 1)[1], _state_rows(update, late), [ID]))
@@ -200,7 +207,7 @@ def _execute(
     with step("commit"):
         log.record_commit(plan, outcome)
     report = BatchReport(
-        plan.batch_id, outcome.arrivals, written, outcome.seconds, resumed, outcome.late, outcome.evicted, checks.summary(), checks.seconds
+        plan.batch_id, outcome.arrivals, written, outcome.seconds, resumed, outcome.late, outcome.evicted, checks.summary(), checks.seconds, take()
     )
     return report, LogTail(plan.batch_id, plan.seq_to, None, plan, after)
 

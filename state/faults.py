@@ -10,6 +10,8 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from state.phases import timed
+
 CRASH_AT = "LAKEJOIN_CRASH_AT"
 
 
@@ -19,9 +21,11 @@ class InjectedCrash(BaseException):
 
 @contextmanager
 def step(name: str) -> Iterator[None]:
-    """Mark one write of a batch, so a test can crash the run right before or right after it."""
+    """Mark one write of a batch, so a test can crash the run right before or right after it; its seconds are the
+    phase ``name`` (state/phases.py)."""
     _crash_if(f"before:{name}")
-    yield
+    with timed(name):
+        yield
     _crash_if(f"after:{name}")
 
 

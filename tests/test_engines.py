@@ -40,6 +40,18 @@ def test_append_creates_then_adds_and_reads_back(engine, spark, tmp_path):
     assert engine.max_value(path, "ts") == 3
 
 
+def test_an_engine_sees_what_another_commits_and_a_table_it_drops_and_creates_again(engine, spark, tmp_path):
+    path = str(tmp_path / "t")
+    engine.append(path, frame(spark, [("a", 1)]))
+    assert engine.version(path) == 0
+    type(engine)(spark).append(path, frame(spark, [("b", 2)]))  # another process's engine
+    assert engine.version(path) == 1 and engine.max_value(path, "ts") == 2
+    engine.drop(path)
+    engine.append(path, frame(spark, [("c", 3)]))
+    assert engine.version(path) == 0
+    assert [row.id for row in engine.read(path).collect()] == ["c"]
+
+
 def test_append_adds_new_columns(engine, spark, tmp_path):
     path = str(tmp_path / "t")
     engine.append(path, frame(spark, [("a", 1)]))
