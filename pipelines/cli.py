@@ -6,7 +6,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from pipelines.config import Config, load_config
@@ -14,8 +14,12 @@ from state.errors import LakejoinError
 
 if TYPE_CHECKING:  # Spark loads only for the commands that need it, so --help and argument errors stay fast
     from pipelines.ingest import IngestResult
+    from pipelines.silver import BatchReport
     from state.engines import DeltaEngine
     from state.layout import Warehouse
+
+
+DEFAULT_TRIGGER = 10.0  # seconds between two looks for new arrivals of 'run --follow'
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -41,8 +45,15 @@ def _parser() -> argparse.ArgumentParser:
     ingest.add_argument("--landing", metavar="DIR", help="instead of FILEs: every new file under DIR (Auto Loader on Databricks)")
     ingest.add_argument("--checkpoint", metavar="DIR", help="Auto Loader's checkpoint (default DIR/_lakejoin_checkpoint/SIDE)")
 
-    run = command("run", "join every pending arrival in micro-batches, then exit")
+    run = command("run", "join every pending arrival in micro-batches, then exit (or, with --follow, keep joining)")
     run.add_argument("--max-batch-rows", type=_positive, metavar="N", help="arrivals per micro-batch (config: max_batch_rows)")
+    run.add_argument(
+        "--follow", action="store_true",
+        help="keep running: join new arrivals every --trigger seconds until SIGTERM or Ctrl-C, which let the batch under way commit, then exit 0",
+    )
+    run.add_argument(
+        "--trigger", type=_seconds, metavar="SECONDS", help=f"with --follow: seconds between looks for new arrivals (default {DEFAULT_TRIGGER:g})"
+    )
     run.add_argument(
         "--wait", type=float, default=0.0, metavar="SECONDS",
         help="when another run holds the warehouse, wait this long for it before giving up (default 0: exit 3 at once)",
@@ -82,6 +93,13 @@ def _positive(text: str) -> int:
     return value
 
 
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return value
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -111,6 +129,8 @@ def _on_warehouse(args: argparse.Namespace, given: Config | None) -> int:
     from state.layout import Warehouse
     from state.lock import is_local
 
+    if args.command == "run" and args.trigger is not None and not args.follow:
+        raise LakejoinError("--trigger sets how often 'run --follow' looks for new arrivals: add --follow, or drop --trigger")
     # ingest creates a warehouse; so does a run whose relations read source tables (it ingests their versions)
     creates = args.command == "ingest" or (args.command == "run" and (given or Config()).reads_tables)
     if not creates and is_local(args.warehouse) and not os.path.isdir(args.warehouse):
@@ -174,18 +194,39 @@ def _ingest(args: argparse.Namespace, config: Config, engine: DeltaEngine, wareh
 
 
 def _run(args: argparse.Namespace, config: Config, engine: DeltaEngine, warehouse: Warehouse) -> int:
-    from pipelines.silver import run, summarize
-    from pipelines.sources import ingest_sources
-    from state.lock import INGEST, JOIN, hold
+    from pipelines.follow import StopSignal
+    from pipelines.silver import summarize
+    from state.lock import JOIN, hold
 
+    config = config.with_overrides(max_batch_rows=args.max_batch_rows)
     with hold(warehouse.root, JOIN, args.wait):
-        if config.reads_tables:
-            with hold(warehouse.root, INGEST, wait_seconds=None):  # a source's rows take places in the arrival order
-                for result in ingest_sources(engine, warehouse, config.relations):
-                    print(result.describe(), flush=True)
-        reports = run(engine, warehouse, config.with_overrides(max_batch_rows=args.max_batch_rows), progress=print)
+        if not args.follow:
+            reports = _join_pending(engine, warehouse, config, lambda: False)
+        else:
+            reports = []
+            with StopSignal() as stop:
+                try:
+                    while True:
+                        reports += _join_pending(engine, warehouse, config, stop.asked)
+                        if stop.wait(args.trigger or DEFAULT_TRIGGER):
+                            break
+                except KeyboardInterrupt:  # a second signal: the batch under way is abandoned
+                    print("stopped during a batch: the next run resumes it", flush=True)
     print(summarize(reports) if reports else "nothing pending: every arrival is already joined")
     return 0
+
+
+def _join_pending(engine: DeltaEngine, warehouse: Warehouse, config: Config, stop: Callable[[], bool]) -> list[BatchReport]:
+    """Ingest the source tables' new versions, then join every pending arrival (unless ``stop`` says so)."""
+    from pipelines.silver import run
+    from pipelines.sources import ingest_sources
+    from state.lock import INGEST, hold
+
+    if config.reads_tables:
+        with hold(warehouse.root, INGEST, wait_seconds=None):  # a source's rows take places in the arrival order
+            for result in ingest_sources(engine, warehouse, config.relations):
+                print(result.describe(), flush=True)
+    return run(engine, warehouse, config, progress=lambda line: print(line, flush=True), stop=stop)
 
 
 def _status(args: argparse.Namespace, config: Config, engine: DeltaEngine, warehouse: Warehouse) -> int:

@@ -75,9 +75,14 @@ def summarize(reports: list[BatchReport]) -> str:
 
 
 def run(
-    engine: DeltaEngine, warehouse: Warehouse, config: Config, progress: Callable[[str], None] = lambda _: None
+    engine: DeltaEngine,
+    warehouse: Warehouse,
+    config: Config,
+    progress: Callable[[str], None] = lambda _: None,
+    stop: Callable[[], bool] = lambda: False,
 ) -> list[BatchReport]:
-    """Process every pending arrival, batch by batch, then return what each batch did."""
+    """Process every pending arrival, batch by batch (or until ``stop`` says so, between batches), then return
+    what each batch did."""
     tail = check_consistency(engine, warehouse, config.pipeline)
     given = config
     log = BatchLog(engine, warehouse.batches, warehouse.app_id(config.pipeline, warehouse.batches))
@@ -89,7 +94,7 @@ def run(
         with timed("planning"):
             if kind is None:  # known once bronze holds event times (an ingest may land the first during the run), then fixed
                 config, kind = on_warehouse_axis(given, engine, warehouse)
-            plan = tail.unfinished or _plan_next(engine, warehouse, config, tail)
+            plan = None if stop() else tail.unfinished or _plan_next(engine, warehouse, config, tail)
         if plan is None:
             return reports
         checks = BatchChecks(validator, config, plan.batch_id)

@@ -68,7 +68,7 @@ def test_every_include_glob_matches_a_file(bundle):
 
 def test_every_job_validates_against_the_databricks_bundles_models(bundle):
     found = jobs(bundle)
-    assert set(found) == {"lakejoin_ingest", "lakejoin_join", "lakejoin_validate", "lakejoin_maintenance", "lakejoin_join_tables"}
+    assert set(found) == {"lakejoin_ingest", "lakejoin_join", "lakejoin_validate", "lakejoin_maintenance", "lakejoin_join_tables", "lakejoin_join_follow"}
     for key, (_, job) in found.items():
         Job.from_dict(resolved(job, defaults(bundle)))  # raises on an unknown field or a missing required one
 
@@ -127,13 +127,22 @@ def test_the_cron_checker_rejects_bad_expressions():
 
 
 def test_every_schedule_is_a_valid_quartz_cron_and_paused_outside_prod(bundle):
-    for _, job in jobs(bundle).values():
-        schedule = resolved(job, defaults(bundle))["schedule"]
+    scheduled = {key for key, (_, job) in jobs(bundle).items() if "schedule" in job}
+    for key in scheduled:
+        schedule = resolved(jobs(bundle)[key][1], defaults(bundle))["schedule"]
         assert quartz_valid(schedule["quartz_cron_expression"]), schedule
         assert schedule["pause_status"] == "PAUSED"
     assert bundle["targets"]["dev"]["mode"] == "development"
     unpaused = bundle["targets"]["prod"]["resources"]["jobs"]
-    assert set(unpaused) == set(jobs(bundle)) and all(job["schedule"]["pause_status"] == "UNPAUSED" for job in unpaused.values())
+    assert set(unpaused) == scheduled and all(job["schedule"]["pause_status"] == "UNPAUSED" for job in unpaused.values())
+
+
+def test_the_following_join_is_a_paused_continuous_job_that_runs_on_the_scheduled_join_s_warehouse(bundle):
+    follow, scheduled = (resolved(jobs(bundle)[key][1], defaults(bundle)) for key in ("lakejoin_join_follow", "lakejoin_join"))
+    assert "schedule" not in follow and follow["continuous"] == {"pause_status": "PAUSED"}  # unpaused instead of lakejoin_join, by hand
+    arguments = _parser().parse_args(follow["tasks"][0]["python_wheel_task"]["parameters"])
+    assert arguments.follow and arguments.trigger == 30
+    assert arguments.warehouse == _parser().parse_args(scheduled["tasks"][0]["python_wheel_task"]["parameters"]).warehouse
 
 
 def test_the_runtime_matches_the_pinned_spark(bundle):

@@ -88,16 +88,23 @@ def test_two_runs_started_together_never_both_process_a_batch(landed):
     assert pipeline.gold_pairs() == Counter(batch_join(records))
 
 
-def test_arrivals_ingested_during_a_run_land_in_a_later_batch(landed):
+def test_a_following_run_joins_what_is_ingested_while_it_runs_and_ctrl_c_ends_it_cleanly(landed):
     pipeline, records = landed
     more = stream(10, seed=4, prefix="late-")
-    running = start_lakejoin(*run_args(pipeline), cwd=pipeline.root)
-    first_line = running.stdout.readline()  # the first batch is committed: the run is under way
-    assert first_line.startswith("batch 1"), running.stderr.read()[-2000:]
-    pipeline.land(more)
-    out, err = running.communicate(timeout=300)
-    assert running.returncode == 0, err[-2000:]
-    pipeline.run(max_batch_rows=4)
+    following = start_lakejoin(*run_args(pipeline, "--follow", "--trigger", "0.5"), cwd=pipeline.root)
+    first_line = following.stdout.readline()  # the first batch is committed: the run is under way
+    assert first_line.startswith("batch 1"), following.stderr.read()[-2000:]
+    pipeline.land(more)  # a later trigger finds these
+    arrivals = len(records) + len(more)
+    deadline = time.monotonic() + 120
+    while pipeline.engine.max_value(pipeline.warehouse.batches, "seq_to") != arrivals and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert following.poll() is None  # still following, with nothing pending
+    os.killpg(following.pid, signal.SIGINT)  # Ctrl-C in a terminal: the whole group, whose JVM ignores it (PySpark sees to that)
+    out, err = following.communicate(timeout=120)
+    assert following.returncode == 0, err[-2000:]
+    summary = out.strip().splitlines()[-1]
+    assert f"batches: {arrivals} arrivals" in summary, out[-2000:]
     assert pipeline.gold_pairs() == Counter(batch_join(records + more))
 
 

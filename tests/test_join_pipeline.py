@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 from pyspark.sql import DataFrame
 
 from pipelines.config import Config
+from pipelines.silver import run
+from state.engines.deltars import DeltaRsEngine
 from tests.helpers import Pipeline
 from tests.reference import Pair, Record, batch_join, join_in_arrival_order
 
@@ -103,6 +105,28 @@ def arrivals_in_random_batches_give_the_batch_join(engine, root: str, records: l
 @given(records=arrival_sequences, data=st.data())
 def test_any_arrival_order_and_batch_split_gives_the_batch_join(deltars, tmp_path_factory, records, data):
     arrivals_in_random_batches_give_the_batch_join(deltars, str(tmp_path_factory.mktemp("prop")), records, data)
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(records=arrival_sequences, data=st.data())
+def test_an_engine_keeping_its_tables_open_writes_what_a_fresh_engine_per_batch_writes(spark, tmp_path_factory, records, data):
+    """The delta-rs engine opens a table once and follows its new commits (a warm run, or ``run --follow``); a new
+    process opens everything again. Both give the same gold, state, rule tables and batch log."""
+    order = data.draw(st.permutations(records))
+    cuts = sorted(data.draw(st.sets(st.integers(1, len(order) - 1), max_size=2))) if len(order) > 1 else []
+    rows = data.draw(st.integers(1, 4))
+    warm = Pipeline(DeltaRsEngine(spark), str(tmp_path_factory.mktemp("warm")))
+    cold = Pipeline(DeltaRsEngine(spark), str(tmp_path_factory.mktemp("cold")))
+    for start, end in zip([0, *cuts], [*cuts, len(order)]):
+        for pipeline in (warm, cold):
+            pipeline.land(order[start:end])
+        warm.run(max_batch_rows=rows)
+        while True:  # one batch per fresh engine, as one process per batch would
+            cold.engine = DeltaRsEngine(spark)
+            taken = iter([False, True])
+            if not run(cold.engine, cold.warehouse, cold.config.with_overrides(max_batch_rows=rows), stop=lambda: next(taken)):
+                break
+    assert cold.snapshot() == warm.snapshot()
 
 
 @settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
