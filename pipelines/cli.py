@@ -199,34 +199,41 @@ def _run(args: argparse.Namespace, config: Config, engine: DeltaEngine, warehous
     from state.lock import JOIN, hold
 
     config = config.with_overrides(max_batch_rows=args.max_batch_rows)
+    committed: list[BatchReport] = []
     with hold(warehouse.root, JOIN, args.wait):
         if not args.follow:
-            reports = _join_pending(engine, warehouse, config, lambda: False)
+            _join_pending(engine, warehouse, config, committed.append, lambda: False)
         else:
-            reports = []
             with StopSignal() as stop:
                 try:
                     while True:
-                        reports += _join_pending(engine, warehouse, config, stop.asked)
+                        _join_pending(engine, warehouse, config, committed.append, stop.asked)
                         if stop.wait(args.trigger or DEFAULT_TRIGGER):
                             break
-                except KeyboardInterrupt:  # a second signal: the batch under way is abandoned
-                    print("stopped during a batch: the next run resumes it", flush=True)
-    print(summarize(reports) if reports else "nothing pending: every arrival is already joined")
+                except KeyboardInterrupt:  # a second signal: the work under way is abandoned
+                    print("stopped before the work under way finished: the next run resumes an unfinished batch", flush=True)
+    print(summarize(committed) if committed else "nothing pending: every arrival is already joined")
     return 0
 
 
-def _join_pending(engine: DeltaEngine, warehouse: Warehouse, config: Config, stop: Callable[[], bool]) -> list[BatchReport]:
-    """Ingest the source tables' new versions, then join every pending arrival (unless ``stop`` says so)."""
+def _join_pending(
+    engine: DeltaEngine, warehouse: Warehouse, config: Config, committed: Callable[[BatchReport], None], stop: Callable[[], bool]
+) -> None:
+    """Ingest the source tables' new versions, then join every pending arrival (unless ``stop`` says so), printing
+    each batch and handing it to ``committed`` as it commits."""
     from pipelines.silver import run
     from pipelines.sources import ingest_sources
     from state.lock import INGEST, hold
+
+    def report(batch: BatchReport) -> None:
+        print(batch.describe(), flush=True)
+        committed(batch)
 
     if config.reads_tables:
         with hold(warehouse.root, INGEST, wait_seconds=None):  # a source's rows take places in the arrival order
             for result in ingest_sources(engine, warehouse, config.relations):
                 print(result.describe(), flush=True)
-    return run(engine, warehouse, config, progress=lambda line: print(line, flush=True), stop=stop)
+    run(engine, warehouse, config, progress=report, stop=stop)
 
 
 def _status(args: argparse.Namespace, config: Config, engine: DeltaEngine, warehouse: Warehouse) -> int:

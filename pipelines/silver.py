@@ -78,11 +78,12 @@ def run(
     engine: DeltaEngine,
     warehouse: Warehouse,
     config: Config,
-    progress: Callable[[str], None] = lambda _: None,
+    progress: Callable[[BatchReport], None] = lambda _: None,
     stop: Callable[[], bool] = lambda: False,
 ) -> list[BatchReport]:
     """Process every pending arrival, batch by batch (or until ``stop`` says so, between batches), then return
-    what each batch did."""
+    what each batch did; ``progress`` hears of each batch as it commits."""
+    engine.refresh()
     tail = check_consistency(engine, warehouse, config.pipeline)
     given = config
     log = BatchLog(engine, warehouse.batches, warehouse.app_id(config.pipeline, warehouse.batches))
@@ -102,8 +103,8 @@ def run(
             report, tail = _execute(engine, warehouse, config, kind, log, plan, checks, started, resumed=tail.unfinished is not None)
         finally:
             checks.release()
-        progress(report.describe())
         reports.append(report)
+        progress(report)
 
 
 def _plan_next(engine: DeltaEngine, warehouse: Warehouse, config: Config, tail: LogTail) -> BatchPlan | None:

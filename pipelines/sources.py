@@ -272,7 +272,7 @@ def arrivals_with_source_columns(engine: DeltaEngine, table: str, pointers: pa.T
 
 def _schema_at(engine: DeltaEngine, table: str, version: int | None) -> StructType:
     """From the table's log: no data file is listed or opened."""
-    schema = engine.schema(table, version)
+    schema = engine.source_schema(table, version)
     if schema is None:
         raise LakejoinError(f"source table {table} does not exist any more")
     return schema

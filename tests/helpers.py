@@ -120,8 +120,8 @@ class Pipeline:
         gold = Counter(tuple(sorted((k, v) for k, v in row.items() if k != "produced_at")) for row in self.gold_rows())
         tables = {"gold": gold}
         for name, path in warehouse.buffers().items():
-            rows = engine.read(path).select("id", "ts", "key", "payload", "_arrival_seq").collect()
-            tables[name] = Counter(tuple(row) for row in rows)
+            rows = engine.read(path)  # None until the relation it holds has arrived
+            tables[name] = Counter() if rows is None else Counter(tuple(row) for row in rows.select("id", "ts", "key", "payload", "_arrival_seq").collect())
         late = engine.read(warehouse.late_arrivals)
         late_columns = ("relation", "id", "ts", "reason", "watermark", "batch_id")
         tables["late_arrivals"] = Counter() if late is None else Counter(tuple(row) for row in late.select(*late_columns).collect())

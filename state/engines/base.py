@@ -126,6 +126,10 @@ class DeltaEngine(Protocol):
         latest version, read from its log now (the user may replace it at any time); None when there is no table."""
         ...
 
+    def source_schema(self, table: str, version: int | None = None) -> StructType | None:
+        """``schema`` of the user's table, read from its log now (never from a table held open); None when absent."""
+        ...
+
     def source_root(self, table: str) -> str:
         """The folder of a table's data files: what the paths in its log are relative to."""
         ...
@@ -139,6 +143,11 @@ class DeltaEngine(Protocol):
     def source_commits(self, table: str, after: int) -> Iterator[tuple[int, Actions]]:
         """Each version of the table after ``after``, in order, with its actions. Raises ``LakejoinError`` when
         the log no longer holds one of them (cleaned up after its retention)."""
+        ...
+
+    def refresh(self) -> None:
+        """Forget every table held open, so the next use reads its log again: a run starts with it, since between
+        two runs another process may have dropped a table and created it again (``reset``)."""
         ...
 
     def drop(self, path: str) -> None:

@@ -41,10 +41,10 @@ class DeltaRsEngine:
         self._guard = threading.Lock()
 
     def _table(self, path: str, version: int | None = None) -> DeltaTable | None:
-        """A warehouse table, opened once per engine and then brought up to date by reading only the commits newer
-        than the ones it has (opening replays the whole log: ~20 ms at 60 versions, and a batch asks ~50 times).
-        Sound because nothing drops and creates again a warehouse table behind a run: ``reset``, the one command that
-        drops tables, does it through ``drop`` and excludes runs."""
+        """A warehouse table, opened once per run and then brought up to date by reading only the commits newer than
+        the ones it has (opening replays the whole log: ~20 ms at 60 versions, and a batch asks ~50 times). Sound
+        because nothing drops and creates again a warehouse table during a run (``reset``, the one command that drops
+        tables, excludes runs) and every run starts with ``refresh``."""
         with self._guard:
             table = self._latest.get(path)
         if table is None and version is not None:
@@ -117,6 +117,10 @@ class DeltaRsEngine:
         opened = self._fresh(table)
         return None if opened is None else (str(opened.metadata().id), opened.version())
 
+    def source_schema(self, table: str, version: int | None = None) -> StructType | None:
+        opened = self._fresh(table, version)
+        return None if opened is None else _spark_schema(opened)
+
     def source_root(self, table: str) -> str:
         return unquote(_opened(self._fresh(table), table).table_uri.rstrip("/"))  # a URL: Spark takes the path as it is
 
@@ -147,6 +151,10 @@ class DeltaRsEngine:
             except (FileNotFoundError, OSError) as exc:
                 raise LakejoinError(f"source table {table} no longer has version {version} in its log ({_first_line(exc)})") from exc
             yield version, [json.loads(line) for line in text.splitlines() if line.strip()]
+
+    def refresh(self) -> None:
+        with self._guard:
+            self._latest.clear()
 
     def drop(self, path: str) -> None:
         with self._guard:

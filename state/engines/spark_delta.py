@@ -166,6 +166,12 @@ class SparkDeltaEngine:
             reason = str(exc.java_exception.toString()).splitlines()[0]
             raise LakejoinError(f"source table {table} no longer has the versions after {after} in its log ({reason})") from exc
 
+    def source_schema(self, table: str, version: int | None = None) -> StructType | None:
+        return self.schema(table, version)  # every read asks Delta's log for its latest state
+
+    def refresh(self) -> None:
+        """This engine holds no table open: each call asks Delta's log for its latest state (``DeltaLog.update``)."""
+
     def drop(self, path: str) -> None:
         if is_table_name(path):
             self.spark.sql(f"DROP TABLE IF EXISTS {path}")
