@@ -7,7 +7,6 @@ name, in ``quarantine/expectations``; ``warn`` only counts. Counts per rule go t
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from functools import reduce
@@ -66,7 +65,6 @@ class BatchChecks:
     batch_id: int
     results: list[RuleResult] = field(default_factory=list)
     quarantined: list[DataFrame] = field(default_factory=list)
-    seconds: float = 0.0  # time spent evaluating rules and applying policies
     _persisted: list[DataFrame] = field(default_factory=list)
 
     def screen(self, table: str, target: str, rows: Data, keys: list[str], relation: str | None = None) -> Data:
@@ -75,29 +73,24 @@ class BatchChecks:
         Rows on the driver (Arrow) are checked there, on the configured engine; a DataFrame (a batch's pairs
         too many for the driver) is checked where it is, on Spark, kept in Spark's storage until ``release``
         so the rules and the write compute it once."""
-        with timed("rules"):
-            return self._screen(table, target, rows, keys, relation)
-
-    def _screen(self, table: str, target: str, rows: Data, keys: list[str], relation: str | None) -> Data:
-        started = time.perf_counter()
-        spread = isinstance(rows, DataFrame)
-        if spread:
-            rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
-            self._persisted.append(rows)
-        rules = bound_rules(self.config, target, relation)
-        results = []
-        if rules and (spread or rows.num_rows):
-            engine = "spark" if spread else self.config.quality.engine
-            complete = not spread or any(policy == "quarantine" for _, _, policy in rules)
-            results = self.validator.check(table, rows, keys, rules, engine, complete=complete)
-        self.results += results
-        kept = without_checks(rows) if spread else _without_derived(rows)
-        for result in results:
-            if result.policy == "quarantine" and result.failed:
-                kept, taken = self._set_aside(kept, keys, result)
-                self.quarantined.append(taken)
-        self.seconds += time.perf_counter() - started
-        return kept
+        with timed("rules"):  # the batch's time checking rules and applying their policies
+            spread = isinstance(rows, DataFrame)
+            if spread:
+                rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
+                self._persisted.append(rows)
+            rules = bound_rules(self.config, target, relation)
+            results = []
+            if rules and (spread or rows.num_rows):
+                engine = "spark" if spread else self.config.quality.engine
+                complete = not spread or any(policy == "quarantine" for _, _, policy in rules)
+                results = self.validator.check(table, rows, keys, rules, engine, complete=complete)
+            self.results += results
+            kept = without_checks(rows) if spread else _without_derived(rows)
+            for result in results:
+                if result.policy == "quarantine" and result.failed:
+                    kept, taken = self._set_aside(kept, keys, result)
+                    self.quarantined.append(taken)
+            return kept
 
     def _set_aside(self, rows: Data, keys: list[str], result: RuleResult) -> tuple[Data, DataFrame]:
         """``rows`` without those ``result`` names, and those rows as ``quarantine/expectations`` keeps them.

@@ -12,7 +12,7 @@ from state.engines import make_engine, session_has_delta
 
 SPARK_DELTA_SKIP = (
     f"Delta Lake's JVM jars are not on this Spark session's class path: set {DELTA_JARS} to a folder holding "
-    "delta-spark_2.13-4.4.x.jar and delta-storage-4.4.x.jar (.ci/run does when ../shared/delta-jars exists)"
+    "delta-spark_2.13-4.4.x.jar and delta-storage-4.4.x.jar (.ci/run does on a machine that has them)"
 )
 
 
