@@ -4,7 +4,7 @@ PYTHON ?= python3.11
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench-state bench-dq bench-peers bench-engines bench-memory bench-commit bench-sources
+.PHONY: demo test bench-state bench-dq bench-peers bench-engines bench-memory bench-commit bench-sources bench-floors
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is required: install it, or pass PYTHON=/path/to/python3.11"; exit 1; }
@@ -39,6 +39,9 @@ bench-sources: $(STAMP)
 
 bench-memory: $(STAMP)
 	$(VENV)/bin/python -m benchmarks.driver_memory --out benchmarks/results/driver_memory.json
+
+bench-floors: $(STAMP)
+	$(VENV)/bin/python -m benchmarks.floors
 
 bench-commit: $(STAMP)
 	$(VENV)/bin/python -m benchmarks.delta_commit
