@@ -1,16 +1,19 @@
-"""A pure-Python reference of the per-record store/probe protocol (docs/design.md section 2).
+"""A pure-Python reference of the store/probe protocol (docs/design.md sections 2 and 2.8), for N relations.
 
-One record at a time: ``store`` at its own relation's store (joins buffered probes that are newer),
-then ``probe`` at the other store (joins stored records that are older, then enters its probe buffer).
-The Spark pipeline must produce exactly what this produces, whatever the batch split.
+Per record: ``store`` at its own relation's store (joins buffered probes newer than it), then ``probe`` at every
+other store (joins the tuples that store owns and this record completes, then enters its probe buffer). Per
+batch: each store joins its buffers and the batch's arrivals at once, then evicts what no future arrival can
+use. The Spark pipeline must produce exactly what these produce, whatever the arrival order and batch split.
+Two relations ``r`` and ``s`` are the N = 2 case, seen as ``Pair``s.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import product
 
-RANK = {"r": 0, "s": 1}
+TWO = ("r", "s")
 
 
 @dataclass(frozen=True)
@@ -20,19 +23,189 @@ class Record:
     ts: int
     key: str | None
     payload: str | None = None
+    rank: int = -1  # the relation's place in the listed relations; r and s have theirs by default
+
+    def __post_init__(self) -> None:
+        if self.rank < 0 and self.relation in TWO:
+            object.__setattr__(self, "rank", TWO.index(self.relation))
 
     def order(self) -> tuple[int, int, str]:
-        return (self.ts, RANK[self.relation], self.id)
+        return (self.ts, self.rank, self.id)
 
     def older_than(self, other: Record) -> bool:
         return self.order() < other.order()
 
 
-Predicate = Callable[[Record, Record], bool]  # (r, s) -> match
+Members = dict[str, Record]  # relation -> the tuple's member of it
+TuplePredicate = Callable[[Members], bool]
+Predicate = Callable[[Record, Record], bool]  # (r, s) -> match, for two relations
 
 
-def equal_keys(r: Record, s: Record) -> bool:
-    return r.key is not None and s.key is not None and r.key == s.key
+@dataclass(frozen=True)
+class Match:
+    """One gold tuple: each relation's member id, and the relation of its oldest member (its owner)."""
+
+    ids: tuple[tuple[str, str], ...]  # (relation, id), in the relations' order
+    owner: str
+
+
+def match_of(members: Members, relations: Sequence[str]) -> Match:
+    oldest = min(members.values(), key=Record.order)
+    return Match(tuple((name, members[name].id) for name in relations), oldest.relation)
+
+
+def same_key(members: Members) -> bool:
+    keys = {record.key for record in members.values()}
+    return None not in keys and len(keys) == 1
+
+
+def banded(window: int | None, predicate: TuplePredicate = same_key) -> TuplePredicate:
+    """``predicate`` and, with a band window, every two members within ``window`` of each other."""
+    if window is None:
+        return predicate
+    return lambda members: predicate(members) and max(m.ts for m in members.values()) - min(m.ts for m in members.values()) <= window
+
+
+def combinations(choices: dict[str, list[Record]], relations: Sequence[str], predicate: TuplePredicate) -> list[Members]:
+    """Every tuple taking one record per relation from ``choices`` that satisfies ``predicate``."""
+    every = (dict(zip(relations, combination)) for combination in product(*(choices[name] for name in relations)))
+    return [members for members in every if predicate(members)]
+
+
+def tuples(choices: dict[str, list[Record]], relations: Sequence[str], predicate: TuplePredicate) -> list[Match]:
+    return [match_of(members, relations) for members in combinations(choices, relations, predicate)]
+
+
+@dataclass
+class Store:
+    """One relation's store: its own records, and a probe buffer per other relation (docs/design.md 2.8)."""
+
+    relation: str
+    relations: Sequence[str]
+    stored: list[Record] = field(default_factory=list)
+    probes: dict[str, list[Record]] = field(default_factory=dict)
+
+    def buffered(self, name: str) -> list[Record]:
+        return self.stored if name == self.relation else self.probes.setdefault(name, [])
+
+    def store(self, record: Record, predicate: TuplePredicate) -> list[Match]:
+        """A record of this relation arrives: the tuples it is the oldest member of, from probes newer than it
+        (a delayed store)."""
+        self.stored.append(record)
+        newer = {name: [p for p in self.buffered(name) if record.older_than(p)] for name in self.relations if name != self.relation}
+        return tuples({**newer, self.relation: [record]}, self.relations, predicate)
+
+    def probe(self, record: Record, predicate: TuplePredicate) -> list[Match]:
+        """A record of another relation arrives: the tuples this store owns that it completes (a stored record
+        older than it, the other members from the probe buffer, all newer than the stored one)."""
+        found = []
+        for oldest in (s for s in self.stored if s.older_than(record)):
+            rest = {
+                name: [p for p in self.buffered(name) if oldest.older_than(p)]
+                for name in self.relations
+                if name not in (self.relation, record.relation)
+            }
+            found += tuples({**rest, self.relation: [oldest], record.relation: [record]}, self.relations, predicate)
+        self.buffered(record.relation).append(record)
+        return found
+
+
+def stores_of(relations: Sequence[str]) -> dict[str, Store]:
+    return {name: Store(name, relations) for name in relations}
+
+
+def produced_per_arrival(arrivals: Iterable[Record], relations: Sequence[str], predicate: TuplePredicate = same_key) -> list[tuple[Record, list[Match]]]:
+    """Each arrival, and the tuples the stores produce as it comes in (its store, then its probe of every other)."""
+    stores = stores_of(relations)
+    produced = []
+    for record in arrivals:
+        found = stores[record.relation].store(record, predicate)
+        for name, store in stores.items():
+            if name != record.relation:
+                found += store.probe(record, predicate)
+        produced.append((record, found))
+    return produced
+
+
+def join_each_record(arrivals: Iterable[Record], relations: Sequence[str], predicate: TuplePredicate = same_key) -> list[Match]:
+    """Every tuple the stores produce as ``arrivals`` come in one by one."""
+    return [match for _, found in produced_per_arrival(arrivals, relations, predicate) for match in found]
+
+
+def join_all(records: Iterable[Record], relations: Sequence[str], predicate: TuplePredicate = same_key) -> list[Match]:
+    """The one-shot N-way join, each tuple owned by its oldest member's relation: what any arrival order must give."""
+    records = list(records)
+    return tuples({name: [rec for rec in records if rec.relation == name] for name in relations}, relations, predicate)
+
+
+def join_in_batches(
+    batches: Iterable[list[Record]],
+    relations: Sequence[str],
+    predicate: TuplePredicate = same_key,
+    lateness: int | None = None,
+    window: int | None = None,
+) -> tuple[list[Match], list[int]]:
+    """The batch form (docs/design.md 2.8): per batch, each store joins its buffers and the batch's arrivals at
+    once, keeping the tuples it owns that have a new member; late arrivals are left out; then every buffer evicts
+    below its cutoff. Returns the tuples and the rows all buffers hold after each batch."""
+    stores = stores_of(relations)
+    marks: dict[str, int] = {}
+    found: list[Match] = []
+    held: list[int] = []
+    for batch in batches:
+        arrived = batch if lateness is None else on_time(batch, marks)
+        fresh = {id(rec) for rec in arrived}
+        new = {name: [rec for rec in arrived if rec.relation == name] for name in relations}
+        for owner, store in stores.items():
+            choices = {name: store.buffered(name) + new[name] for name in relations}
+            owned = (
+                members
+                for members in combinations(choices, relations, predicate)
+                if min(members.values(), key=Record.order).relation == owner and any(id(m) in fresh for m in members.values())
+            )
+            found += [match_of(members, relations) for members in owned]
+        for store in stores.values():
+            for name in relations:
+                store.buffered(name).extend(new[name])
+        if lateness is not None:
+            advance(marks, arrived, lateness)
+            for store in stores.values():
+                for name in relations:
+                    cutoff = eviction_cutoff(store.relation, name, relations, marks, window)
+                    if cutoff is not None:
+                        store.buffered(name)[:] = [rec for rec in store.buffered(name) if rec.ts >= cutoff]
+        held.append(sum(len(store.buffered(name)) for store in stores.values() for name in relations))
+    return found, held
+
+
+def on_time(batch: list[Record], marks: dict[str, int]) -> list[Record]:
+    """The batch's records not below their relation's watermark before it (docs/design.md section 4)."""
+    return [rec for rec in batch if rec.ts >= marks.get(rec.relation, rec.ts)]
+
+
+def advance(marks: dict[str, int], arrived: Iterable[Record], lateness: int) -> None:
+    """Each relation's watermark after a batch: its newest on-time ts minus ``lateness``, never moving back."""
+    for rec in arrived:
+        marks[rec.relation] = max(marks.get(rec.relation, rec.ts - lateness), rec.ts - lateness)
+
+
+def eviction_cutoff(store: str, holds: str, relations: Sequence[str], marks: dict[str, int], window: int | None) -> int | None:
+    """The ``ts`` below which ``store``'s buffer of ``holds`` records can go (docs/design.md 2.8), given the
+    watermarks after a batch; None when nothing can. Its own records: once every other relation's watermark is
+    past ``ts + window``. A probe: once ``store``'s watermark is past it (no future record of ``store`` is older)
+    and every third relation's watermark past ``ts + window`` (no future member completes a stored record's tuple)."""
+    if store == holds:
+        needed = [name for name in relations if name != store]
+        if window is None or any(name not in marks for name in needed):
+            return None
+        return min(marks[name] for name in needed) - window
+    thirds = [name for name in relations if name not in (store, holds)]
+    if store not in marks or (thirds and (window is None or any(name not in marks for name in thirds))):
+        return None
+    return min([marks[store], *(marks[name] - window for name in thirds)])
+
+
+# Two relations, r and s: the N = 2 case as pairs.
 
 
 @dataclass(frozen=True)
@@ -42,57 +215,26 @@ class Pair:
     owner: str
 
 
-@dataclass
-class StoreBuffer:
-    records: list[Record] = field(default_factory=list)
+def equal_keys(r: Record, s: Record) -> bool:
+    return same_key({"r": r, "s": s})
 
 
-@dataclass
-class ProbeBuffer:
-    records: list[Record] = field(default_factory=list)
+def _as_tuple_predicate(predicate: Predicate) -> TuplePredicate:
+    return lambda members: predicate(members["r"], members["s"])
 
 
-@dataclass
-class Joiner:
-    """One relation's store: its StoreBuffer of own records and the ProbeBuffer of the other's probes."""
-
-    relation: str
-    store_buffer: StoreBuffer = field(default_factory=StoreBuffer)
-    probe_buffer: ProbeBuffer = field(default_factory=ProbeBuffer)
-
-    def store(self, record: Record, predicate: Predicate) -> list[Pair]:
-        """A record of this relation arrives: it joins every buffered probe newer than it (delayed store)."""
-        self.store_buffer.records.append(record)
-        return [self._pair(record, probe, predicate) for probe in self.probe_buffer.records if record.older_than(probe)]
-
-    def probe(self, record: Record, predicate: Predicate) -> list[Pair]:
-        """A record of the other relation arrives: it joins every stored record older than it."""
-        self.probe_buffer.records.append(record)
-        return [self._pair(stored, record, predicate) for stored in self.store_buffer.records if stored.older_than(record)]
-
-    def _pair(self, own: Record, other: Record, predicate: Predicate) -> Pair | None:
-        r, s = (own, other) if own.relation == "r" else (other, own)
-        return Pair(r.id, s.id, self.relation.upper()) if predicate(r, s) else None
+def _pairs(matches: Iterable[Match]) -> list[Pair]:
+    return [Pair(dict(match.ids)["r"], dict(match.ids)["s"], match.owner.upper()) for match in matches]
 
 
 def join_in_arrival_order(arrivals: Iterable[Record], predicate: Predicate = equal_keys) -> list[Pair]:
     """Every pair the two stores produce as ``arrivals`` come in one by one."""
-    joiners = {name: Joiner(name) for name in RANK}
-    pairs: list[Pair | None] = []
-    for record in arrivals:
-        pairs += joiners[record.relation].store(record, predicate)
-        for name, joiner in joiners.items():
-            if name != record.relation:
-                pairs += joiner.probe(record, predicate)
-    return [pair for pair in pairs if pair is not None]
+    return _pairs(join_each_record(arrivals, TWO, _as_tuple_predicate(predicate)))
 
 
 def batch_join(records: Iterable[Record], predicate: Predicate = equal_keys) -> list[Pair]:
     """The one-shot join, each pair owned by its older member's relation: what any arrival order must give."""
-    records = list(records)
-    rs = [rec for rec in records if rec.relation == "r"]
-    ss = [rec for rec in records if rec.relation == "s"]
-    return [Pair(r.id, s.id, "R" if r.older_than(s) else "S") for r in rs for s in ss if predicate(r, s)]
+    return _pairs(join_all(records, TWO, _as_tuple_predicate(predicate)))
 
 
 def within(window: int | None, predicate: Predicate = equal_keys) -> Predicate:
@@ -118,8 +260,7 @@ def late_in_batches(batches: Iterable[list[Record]], lateness: int) -> list[Reco
     marks: dict[str, int] = {}
     late: list[Record] = []
     for batch in batches:
-        on_time = [rec for rec in batch if rec.ts >= marks.get(rec.relation, rec.ts)]
-        late += [rec for rec in batch if rec not in on_time]
-        for rec in on_time:
-            marks[rec.relation] = max(marks.get(rec.relation, rec.ts - lateness), rec.ts - lateness)
+        arrived = on_time(batch, marks)
+        late += [rec for rec in batch if rec not in arrived]
+        advance(marks, arrived, lateness)
     return late
