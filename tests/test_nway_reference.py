@@ -88,6 +88,28 @@ def test_with_three_relations_a_probe_stays_without_a_window():
     assert eviction_cutoff("trades", "quotes", THREE, {"trades": 10, "quotes": 10, "news": 12}, 5) == 7
 
 
+def abcd(spec: str) -> list[Record]:
+    """Records written ``a0 b1 c9``: relation letter, then ts; all share a key."""
+    return [Record(word[0], word, int(word[1:]), "k", rank="abcd".index(word[0])) for word in spec.split()]
+
+
+def test_a_stored_record_waits_for_the_slowest_other_relation():
+    # After the first batch b is far ahead of a0's window but c is not: c2 still completes (a0, b1, c2).
+    first, second = abcd("a0 b1 c0 b8"), abcd("c2")
+    found, _ = join_in_batches([first, second], "abc", banded(2), lateness=0, window=2)
+    assert Counter(found) == Counter(join_all(first + second, "abc", banded(2)))
+    assert Match((("a", "a0"), ("b", "b1"), ("c", "c2")), "a") in found
+
+
+def test_a_probe_waits_for_the_slowest_third_relation():
+    # a's watermark is past b1 (no future a is older than it) and c is far ahead, but d is not: d2 completes
+    # (a0, b1, c2, d2) at a's store, from b1 and c2 in its probe buffers.
+    first, second = abcd("a0 b1 c2 c9 d0 a5"), abcd("d2")
+    found, _ = join_in_batches([first, second], "abcd", banded(2), lateness=0, window=2)
+    assert Counter(found) == Counter(join_all(first + second, "abcd", banded(2)))
+    assert Match((("a", "a0"), ("b", "b1"), ("c", "c2"), ("d", "d2")), "a") in found
+
+
 def relations_of(n: int) -> tuple[str, ...]:
     return tuple("abcd"[:n])
 
