@@ -138,6 +138,52 @@ def join_all(records: Iterable[Record], relations: Sequence[str], predicate: Tup
     return tuples({name: [rec for rec in records if rec.relation == name] for name in relations}, relations, predicate)
 
 
+@dataclass
+class BatchJoiner:
+    """The batch form (docs/design.md 2.8), one batch at a time: each store joins its buffers and the batch's
+    arrivals at once, keeping the tuples it owns that have a new member; late arrivals are left out (with a
+    lateness); then every buffer evicts below its cutoff, from the watermarks after the batch."""
+
+    relations: Sequence[str]
+    predicate: TuplePredicate = same_key
+    lateness: int | None = None
+    window: int | None = None
+    marks: dict[str, int] = field(default_factory=dict)  # each relation's watermark after the batches so far
+    stores: dict[str, Store] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.stores = stores_of(self.relations)
+
+    def step(self, batch: list[Record]) -> tuple[list[Record], list[Match]]:
+        """The batch's on-time records, and the tuples it produces."""
+        arrived = batch if self.lateness is None else on_time(batch, self.marks)
+        fresh = {id(rec) for rec in arrived}
+        new = {name: [rec for rec in arrived if rec.relation == name] for name in self.relations}
+        found = []
+        for owner, store in self.stores.items():
+            choices = {name: store.buffered(name) + new[name] for name in self.relations}
+            owned = (
+                members
+                for members in combinations(choices, self.relations, self.predicate)
+                if min(members.values(), key=Record.order).relation == owner and any(id(m) in fresh for m in members.values())
+            )
+            found += [match_of(members, self.relations) for members in owned]
+        for store in self.stores.values():
+            for name in self.relations:
+                store.buffered(name).extend(new[name])
+        if self.lateness is not None:
+            advance(self.marks, arrived, self.lateness)
+            for store in self.stores.values():
+                for name in self.relations:
+                    cutoff = eviction_cutoff(store.relation, name, self.relations, self.marks, self.window)
+                    if cutoff is not None:
+                        store.buffered(name)[:] = [rec for rec in store.buffered(name) if rec.ts >= cutoff]
+        return arrived, found
+
+    def held(self) -> int:
+        return sum(len(store.buffered(name)) for store in self.stores.values() for name in self.relations)
+
+
 def join_in_batches(
     batches: Iterable[list[Record]],
     relations: Sequence[str],
@@ -145,36 +191,13 @@ def join_in_batches(
     lateness: int | None = None,
     window: int | None = None,
 ) -> tuple[list[Match], list[int]]:
-    """The batch form (docs/design.md 2.8): per batch, each store joins its buffers and the batch's arrivals at
-    once, keeping the tuples it owns that have a new member; late arrivals are left out; then every buffer evicts
-    below its cutoff. Returns the tuples and the rows all buffers hold after each batch."""
-    stores = stores_of(relations)
-    marks: dict[str, int] = {}
+    """Every tuple the batch form produces over ``batches``, and the rows all buffers hold after each batch."""
+    joiner = BatchJoiner(relations, predicate, lateness, window)
     found: list[Match] = []
     held: list[int] = []
     for batch in batches:
-        arrived = batch if lateness is None else on_time(batch, marks)
-        fresh = {id(rec) for rec in arrived}
-        new = {name: [rec for rec in arrived if rec.relation == name] for name in relations}
-        for owner, store in stores.items():
-            choices = {name: store.buffered(name) + new[name] for name in relations}
-            owned = (
-                members
-                for members in combinations(choices, relations, predicate)
-                if min(members.values(), key=Record.order).relation == owner and any(id(m) in fresh for m in members.values())
-            )
-            found += [match_of(members, relations) for members in owned]
-        for store in stores.values():
-            for name in relations:
-                store.buffered(name).extend(new[name])
-        if lateness is not None:
-            advance(marks, arrived, lateness)
-            for store in stores.values():
-                for name in relations:
-                    cutoff = eviction_cutoff(store.relation, name, relations, marks, window)
-                    if cutoff is not None:
-                        store.buffered(name)[:] = [rec for rec in store.buffered(name) if rec.ts >= cutoff]
-        held.append(sum(len(store.buffered(name)) for store in stores.values() for name in relations))
+        found += joiner.step(batch)[1]
+        held.append(joiner.held())
     return found, held
 
 
