@@ -151,9 +151,24 @@ def test_several_right_updates_in_one_batch_and_an_equal_time_take_the_latest():
     assert real(rows) == Counter([Pair("r4", "s3", "R")])  # ts 4 equals r4's; of s2 and s3 the total order takes s3
 
 
+def test_a_left_record_at_the_right_watermark_waits_for_an_equal_time_right_record():
+    # S's watermark is 5 (lateness 0): an s at ts 5 may still come, and the later one wins the tie by id.
+    r5, s1, s2 = Record("r", "r5", 5, "k"), Record("s", "s1", 5, "k"), Record("s", "s2", 5, "k")
+    rows, held = asof_in_batches([[s1], [r5], [s2]], lateness=0)
+    assert rows == [] and held[-1] == 3
+    assert real(asof_in_batches(flushed([[s1], [r5], [s2]]), lateness=0)[0]) == Counter([Pair("r5", "s2", "R")])
+
+
 def test_tolerance_and_the_left_variant_keep_a_row_without_a_match():
     rows, _ = asof_in_batches(flushed([[Record("s", "s1", 1, "k"), R4]]), lateness=0, tolerance=2, keep_unmatched=True)
     assert real(rows) == Counter([Pair("r4", None, "R")])
+
+
+def test_a_right_record_stays_while_a_left_record_within_tolerance_may_still_come():
+    # After the first batch the left watermark is 4: a left at ts 4 may still come, and s2 is within 2 of it.
+    first = [Record("r", "r4a", 4, "z"), Record("s", "s2", 2, "k")]
+    rows, _ = asof_in_batches(flushed([first, [Record("r", "r4b", 4, "k")]]), lateness=0, tolerance=2)
+    assert real(rows) == Counter([Pair("r4b", "s2", "R")])
 
 
 @settings(max_examples=400, deadline=None)
