@@ -34,7 +34,7 @@ from state.errors import LakejoinError
 from state.event_time import render_span
 from state.faults import step
 from state.phases import take, timed
-from state.joiner import Projection, Side, batch_pairs, data_columns, identity_column
+from state.joiner import Projection, Side, batch_tuples, data_columns, identity_column
 from state.layout import Warehouse
 from state.relations import ID, RELATIONS, TS, Relation
 
@@ -282,9 +282,9 @@ def _pairs(sides: list[Side], predicate: str, projection: Projection, plan: Batc
     Spark analyses the join as it is built, so a predicate or a ``select`` that does not resolve fails here,
     before any write."""
     if not all(side.relation.name in plan.bronze_versions for side in sides):
-        return batch_pairs([_empty(side) for side in sides], "true", Projection({}))
+        return batch_tuples([_empty(side) for side in sides], "true", Projection({}))
     try:
-        pairs = batch_pairs(sides, predicate, projection)
+        pairs = batch_tuples(sides, predicate, projection)
     except AnalysisException as exc:
         columns = "; ".join(f"{side.relation.name}: {', '.join(data_columns(side.arrivals.columns))}" for side in sides)
         reason = str(exc).strip().splitlines()[0]
@@ -305,10 +305,10 @@ def _members(sides: list[Side]) -> dict[Relation, DataFrame]:
     other relations' probe buffers, at the plan's versions (not all of bronze: the batch's cost stays its own)."""
     members = {}
     for side in sides:
-        frames = [side.arrivals, side.store, *(other.probes for other in sides if other is not side)]
+        frames = [side.arrivals, side.store, *(other.probes[side.relation] for other in sides if other is not side)]
         members[side.relation] = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames).dropDuplicates([ID])
     return members
 
 
 def _empty(side: Side) -> Side:
-    return Side(side.relation, side.arrivals.limit(0), side.store.limit(0), side.probes.limit(0))
+    return Side(side.relation, side.arrivals.limit(0), side.store.limit(0), {rel: probes.limit(0) for rel, probes in side.probes.items()})

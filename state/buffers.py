@@ -56,7 +56,7 @@ def read_sides(
             relation=rel,
             arrivals=arrivals[rel],
             store=at_plan(f"{rel.name}_store", warehouse.store(rel), arrivals[rel]),
-            probes=at_plan(f"{rel.name}_probes", warehouse.probes(rel), arrivals[partner(rel)]),
+            probes={partner(rel): at_plan(f"{rel.name}_probes", warehouse.probes(rel), arrivals[partner(rel)])},
         )
         for rel in RELATIONS
     ]

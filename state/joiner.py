@@ -1,20 +1,24 @@
-"""The store/probe join in batch form (docs/design.md section 2), as pure DataFrame functions.
+"""The store/probe join in batch form (docs/design.md sections 2.3 and 2.8), as pure DataFrame functions.
 
-For a micro-batch with new arrivals ΔX and state read at the batch's snapshot, the store of X owns
-the pairs whose older member is in X:
+For a micro-batch with new arrivals ΔX of every relation and state read at the batch's snapshot, the store of X
+owns the tuples whose oldest member is in X: those taken from X_store ∪ ΔX and, for every other relation Y, from
+X's probe buffer of Y ∪ ΔY, that have a new member. One term per relation k, X's own last: k's arrivals
+(broadcast), the relations before k from X's buffers only, those after k from buffers and arrivals. With two
+relations these are
 
     ΔY ⋈ (X_store ∪ ΔX)   where x older than y   -- probes of the newer member
     ΔX ⋈ X_probes          where x older than y   -- delayed stores of the older member
 
-so each pair is produced once, by the store of its older member, whatever the arrival order or the
-batch split. Columns are aliased by relation name, so the predicate reads ``r.key = s.key``; the order
-and matching use only what lakejoin derives for every record (``_ts``, ``_id``), so any columns can be joined.
+so each tuple is produced once, by the store of its oldest member, whatever the arrival order or the batch
+split. Columns are aliased by relation name, so the predicate reads ``r.key = s.key``; the order and matching
+use only what lakejoin derives for every record (``_ts``, ``_id``), so any columns can be joined.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import reduce
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -32,7 +36,11 @@ class Side:
     relation: Relation
     arrivals: DataFrame  # ΔX
     store: DataFrame  # X's own records
-    probes: DataFrame  # records of the other relation that probed X's store
+    probes: dict[Relation, DataFrame]  # per other relation, its records that probed X's store
+
+    def buffered(self, rel: Relation) -> DataFrame:
+        """X's buffer of ``rel``'s records: its store for X itself, else a probe buffer."""
+        return self.store if rel == self.relation else self.probes[rel]
 
 
 def older(a: Relation, b: Relation) -> Column:
@@ -63,30 +71,39 @@ class Projection:
     columns: dict[str, tuple[str, ...]]  # relation name -> the record columns gold carries (default projection)
     select: tuple[str, ...] | None = None  # Spark SQL expressions over r.* and s.*, with aliases
 
-    def of(self, owner: Column) -> list[Column]:
-        identity = [F.col(f"{rel.name}.{derived}").alias(identity_column(rel, derived)) for rel in RELATIONS for derived in (ID, TS)]
+    def of(self, owner: Column, relations: Sequence[Relation] = RELATIONS) -> list[Column]:
+        identity = [F.col(f"{rel.name}.{derived}").alias(identity_column(rel, derived)) for rel in relations for derived in (ID, TS)]
         if self.select is not None:
             body = [F.expr(expression) for expression in self.select]
         else:
-            body = [F.col(f"{rel.name}.{quoted(name)}").alias(f"{rel.name}_{name}") for rel in RELATIONS for name in self.columns.get(rel.name, ())]
+            body = [F.col(f"{rel.name}.{quoted(name)}").alias(f"{rel.name}_{name}") for rel in relations for name in self.columns.get(rel.name, ())]
         return [*identity, *body, owner.alias("owner")]
 
 
-def owned_pairs(owner: Side, other: Side, predicate: str, projection: Projection) -> DataFrame:
-    """The pairs the store of ``owner`` produces in this batch (its older member is in ``owner``)."""
-    x, y = owner.relation, other.relation
-    condition = F.expr(predicate) & older(x, y)
-    stored = owner.store.unionByName(owner.arrivals, allowMissingColumns=True)
-    probed = F.broadcast(other.arrivals).alias(y.name).join(stored.alias(x.name), condition)
-    delayed_stores = F.broadcast(owner.arrivals).alias(x.name).join(owner.probes.alias(y.name), condition)
-    columns = projection.of(F.lit(x.label))
-    return probed.select(columns).unionByName(delayed_stores.select(columns))
+def oldest(owner: Relation, members: Iterable[Relation]) -> Column:
+    """Record ``owner.*`` is older than every other member's."""
+    return reduce(Column.__and__, [older(owner, other) for other in members if other != owner])
 
 
-def batch_pairs(sides: list[Side], predicate: str, projection: Projection) -> DataFrame:
-    """Every pair one micro-batch produces, each with its owner."""
-    parts = [owned_pairs(owner, other, predicate, projection) for owner in sides for other in sides if other is not owner]
-    result = parts[0]
-    for part in parts[1:]:
-        result = result.unionByName(part)
-    return result
+def owned_tuples(owner: Side, sides: Sequence[Side], predicate: str, projection: Projection) -> DataFrame:
+    """The tuples the store of ``owner`` produces in this batch (their oldest member is in ``owner``)."""
+    relations = [side.relation for side in sides]
+    condition = F.expr(predicate) & oldest(owner.relation, relations)
+    order = [*(side for side in sides if side is not owner), owner]
+    columns = projection.of(F.lit(owner.relation.label), relations)
+    terms = []
+    for k, new in enumerate(order):
+        inputs = [F.broadcast(new.arrivals).alias(new.relation.name)]
+        inputs += [owner.buffered(side.relation).alias(side.relation.name) for side in order[:k]]
+        inputs += [
+            owner.buffered(side.relation).unionByName(side.arrivals, allowMissingColumns=True).alias(side.relation.name) for side in order[k + 1 :]
+        ]
+        # The condition on the last join; Spark moves each conjunct to the join of the relations it reads.
+        joined = reduce(DataFrame.join, inputs[:-1]).join(inputs[-1], condition)
+        terms.append(joined.select(columns))
+    return reduce(DataFrame.unionByName, terms)
+
+
+def batch_tuples(sides: Sequence[Side], predicate: str, projection: Projection) -> DataFrame:
+    """Every tuple one micro-batch produces, each with its owner."""
+    return reduce(DataFrame.unionByName, [owned_tuples(owner, sides, predicate, projection) for owner in sides])

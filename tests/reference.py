@@ -26,7 +26,9 @@ class Record:
     rank: int = -1  # the relation's place in the listed relations; r and s have theirs by default
 
     def __post_init__(self) -> None:
-        if self.rank < 0 and self.relation in TWO:
+        if self.rank < 0:
+            if self.relation not in TWO:
+                raise ValueError(f"record of relation {self.relation!r} needs its rank")
             object.__setattr__(self, "rank", TWO.index(self.relation))
 
     def order(self) -> tuple[int, int, str]:
@@ -233,8 +235,8 @@ def eviction_cutoff(store: str, holds: str, relations: Sequence[str], marks: dic
 
 @dataclass(frozen=True)
 class Pair:
-    r_id: str
-    s_id: str
+    r_id: str | None  # None: an outer row of an s record (reference_final.py)
+    s_id: str | None  # None: an outer, semi or anti row of an r record
     owner: str
 
 
@@ -242,29 +244,28 @@ def equal_keys(r: Record, s: Record) -> bool:
     return same_key({"r": r, "s": s})
 
 
-def _as_tuple_predicate(predicate: Predicate) -> TuplePredicate:
+def as_tuple_predicate(predicate: Predicate) -> TuplePredicate:
     return lambda members: predicate(members["r"], members["s"])
 
 
-def _pairs(matches: Iterable[Match]) -> list[Pair]:
+def pairs_of(matches: Iterable[Match]) -> list[Pair]:
     return [Pair(dict(match.ids)["r"], dict(match.ids)["s"], match.owner.upper()) for match in matches]
 
 
 def join_in_arrival_order(arrivals: Iterable[Record], predicate: Predicate = equal_keys) -> list[Pair]:
     """Every pair the two stores produce as ``arrivals`` come in one by one."""
-    return _pairs(join_each_record(arrivals, TWO, _as_tuple_predicate(predicate)))
+    return pairs_of(join_each_record(arrivals, TWO, as_tuple_predicate(predicate)))
 
 
 def batch_join(records: Iterable[Record], predicate: Predicate = equal_keys) -> list[Pair]:
     """The one-shot join, each pair owned by its older member's relation: what any arrival order must give."""
-    return _pairs(join_all(records, TWO, _as_tuple_predicate(predicate)))
+    return pairs_of(join_all(records, TWO, as_tuple_predicate(predicate)))
 
 
 def within(window: int | None, predicate: Predicate = equal_keys) -> Predicate:
-    """``predicate`` and, with a band window, ``|r.ts - s.ts| <= window``."""
-    if window is None:
-        return predicate
-    return lambda r, s: predicate(r, s) and abs(r.ts - s.ts) <= window
+    """``predicate`` and, with a band window, ``|r.ts - s.ts| <= window`` (``banded`` for two)."""
+    banded_pair = banded(window, as_tuple_predicate(predicate))
+    return lambda r, s: banded_pair({"r": r, "s": s})
 
 
 def respects_lateness(arrivals: Iterable[Record], lateness: int) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from tests.reference import TWO, BatchJoiner, Pair, Predicate, Record, advance, equal_keys, eviction_cutoff, on_time
+from tests.reference import TWO, BatchJoiner, Pair, Predicate, Record, advance, as_tuple_predicate, equal_keys, eviction_cutoff, on_time, pairs_of
 
 KINDS = ("inner", "left", "right", "full", "semi", "anti")
 PRESERVED = {"inner": (), "left": ("r",), "right": ("s",), "full": ("r", "s"), "semi": (), "anti": ("r",)}
@@ -19,7 +19,7 @@ PRESERVED = {"inner": (), "left": ("r",), "right": ("s",), "full": ("r", "s"), "
 
 def unmatched_row(record: Record) -> Pair:
     """An outer or anti row: the record's side, nulls for the other, owned by the record's relation."""
-    return Pair(record.id, None, "R") if record.relation == "r" else Pair(None, record.id, "S")  # type: ignore[arg-type]
+    return Pair(record.id, None, "R") if record.relation == "r" else Pair(None, record.id, "S")
 
 
 @dataclass
@@ -36,8 +36,10 @@ class Finality:
     def take_final(self, relation: str, marks: dict[str, int]) -> list[Record]:
         """The waiting records of ``relation`` now below their store's cutoff: they leave the wait, once."""
         cutoff = eviction_cutoff(relation, relation, TWO, marks, self.horizon)
-        final = [rec for rec in self.waiting[relation] if cutoff is not None and rec.ts < cutoff]
-        self.waiting[relation] = [rec for rec in self.waiting[relation] if not (cutoff is not None and rec.ts < cutoff)]
+        if cutoff is None:
+            return []
+        final = [rec for rec in self.waiting[relation] if rec.ts < cutoff]
+        self.waiting[relation] = [rec for rec in self.waiting[relation] if rec.ts >= cutoff]
         return final
 
 
@@ -45,20 +47,21 @@ def join_kind_in_batches(
     batches: Iterable[list[Record]], kind: str, predicate: Predicate = equal_keys, lateness: int | None = None, window: int | None = None
 ) -> tuple[list[Pair], Finality]:
     """Gold rows of a ``kind`` join over ``batches``: the inner pairs as they come (not for semi and anti); a semi
-    row at its left record's first match; an outer or anti row when its record is final and never matched.
+    row at its left record's first match (it never waits); an outer or anti row when its record is final and
+    never matched.
     Returns the rows and what still waits."""
-    joiner = BatchJoiner(TWO, lambda members: predicate(members["r"], members["s"]), lateness, window)
+    joiner = BatchJoiner(TWO, as_tuple_predicate(predicate), lateness, window)
     finality = Finality(window)
     matched: set[tuple[str, str]] = set()
     rows: list[Pair] = []
     for batch in batches:
         arrived, found = joiner.step(batch)
-        pairs = [Pair(dict(match.ids)["r"], dict(match.ids)["s"], match.owner.upper()) for match in found]
+        pairs = pairs_of(found)
         if kind in ("inner", "left", "right", "full"):
             rows += pairs
         if kind == "semi":
             first = {pair.r_id for pair in pairs if ("r", pair.r_id) not in matched}
-            rows += [Pair(r_id, None, "R") for r_id in sorted(first)]  # type: ignore[arg-type]
+            rows += [Pair(r_id, None, "R") for r_id in sorted(first)]
         matched |= {("r", pair.r_id) for pair in pairs} | {("s", pair.s_id) for pair in pairs}
         finality.add(rec for rec in arrived if rec.relation in PRESERVED[kind])
         for relation in PRESERVED[kind]:
@@ -95,7 +98,7 @@ def asof_in_batches(
         for left in finality.take_final("r", marks):
             right = best_match(left, rights, tolerance)
             if right is not None or keep_unmatched:
-                rows.append(Pair(left.id, None if right is None else right.id, "R"))  # type: ignore[arg-type]
+                rows.append(Pair(left.id, None if right is None else right.id, "R"))
         rights = kept_rights(rights, finality.waiting["r"], marks, tolerance)
         held.append(len(rights) + len(finality.waiting["r"]))
     return rows, held

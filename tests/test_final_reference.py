@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from tests.reference import Pair, Record, late_in_batches, within
 from tests.reference_final import KINDS, asof_in_batches, join_kind_in_batches
+from tests.strategies import split
 
 FAR = 10**6  # a time every watermark passes once records this late in time arrive: everything before is final
 
@@ -82,6 +83,13 @@ def test_a_record_is_not_final_while_the_other_watermark_is_within_the_window():
     assert rows == [] and finality.waiting["r"] == [R4]
 
 
+def test_a_record_exactly_at_its_cutoff_still_waits():
+    # S's watermark is 6 after the first batch, so r4 (window 2) could still meet an s at ts 6: it is not final yet.
+    first = [Record("r", "r4", 4, "k"), Record("s", "s6a", 6, "z")]
+    rows, _ = join_kind_in_batches([first, [Record("s", "s6b", 6, "k")]], "left", within(2), lateness=0, window=2)
+    assert rows == [Pair("r4", "s6b", "R")]
+
+
 def test_a_semi_row_comes_at_the_first_match_only():
     rows, _ = join_kind_in_batches([[R4], [Record("s", "s3", 3, "k")], [Record("s", "s5", 5, "k")]], "semi", within(2), lateness=5, window=2)
     assert rows == [Pair("r4", None, "R")]
@@ -91,12 +99,6 @@ records = st.lists(
     st.builds(Record, relation=st.sampled_from(["r", "s"]), id=st.just(""), ts=st.integers(0, 9), key=st.one_of(st.none(), st.sampled_from(["a", "b"]))),
     max_size=12,
 ).map(lambda recs: [Record(rec.relation, f"{rec.relation}{i}", rec.ts, rec.key) for i, rec in enumerate(recs)])
-
-
-def split(data: st.DataObject, order: list[Record]) -> list[list[Record]]:
-    cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(order) - 1)), max_size=4)))
-    bounds = [0, *cuts, len(order)]
-    return [order[a:b] for a, b in zip(bounds, bounds[1:]) if a < b]
 
 
 @settings(max_examples=400, deadline=None)
