@@ -65,11 +65,11 @@ def data_columns(columns: Iterable[str]) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class Projection:
-    """Gold's columns for a pair: each member's id and event time as lakejoin derives them, then every column of
+    """Gold's columns for a tuple: each member's id and event time as lakejoin derives them, then every column of
     each record prefixed by its relation (``r_amount``) or, when configured, the ``select`` expressions; the owner last."""
 
     columns: dict[str, tuple[str, ...]]  # relation name -> the record columns gold carries (default projection)
-    select: tuple[str, ...] | None = None  # Spark SQL expressions over r.* and s.*, with aliases
+    select: tuple[str, ...] | None = None  # Spark SQL expressions over the relations' aliases (r.*, s.*), with aliases
 
     def of(self, owner: Column, relations: Sequence[Relation] = RELATIONS) -> list[Column]:
         identity = [F.col(f"{rel.name}.{derived}").alias(identity_column(rel, derived)) for rel in relations for derived in (ID, TS)]
@@ -98,7 +98,10 @@ def owned_tuples(owner: Side, sides: Sequence[Side], predicate: str, projection:
         inputs += [
             owner.buffered(side.relation).unionByName(side.arrivals, allowMissingColumns=True).alias(side.relation.name) for side in order[k + 1 :]
         ]
-        # The condition on the last join; Spark moves each conjunct to the join of the relations it reads.
+        # The condition on the last join. With two relations that is the only join. With more, Spark moves a
+        # conjunct down only to a join that already holds every relation it reads, and the broadcast hint keeps it
+        # from reordering the chain: a term whose next relation links to the ones before only through the owner
+        # (last) is a nested-loop join, and the joins after the first are not broadcast (docs/design.md 2.8).
         joined = reduce(DataFrame.join, inputs[:-1]).join(inputs[-1], condition)
         terms.append(joined.select(columns))
     return reduce(DataFrame.unionByName, terms)
