@@ -108,7 +108,7 @@ def largest_state(pipeline: Pipeline, records: list[Record], chunk: int) -> dict
 @pytest.mark.parametrize("window", [10, None])
 def test_state_stays_bounded_with_a_window_and_grows_without_one(deltars, tmp_path, window):
     lateness, disorder, chunk = 20, 20, 400  # chunk: 200 arrivals per relation, about 200 ts units
-    records = steady_stream(2_000, disorder, seed=1)  # 10 chunks: the bound holds after the first
+    records = steady_stream(1_200, disorder, seed=1)  # 6 chunks: the bound holds after the first
     pipeline = Pipeline(deltars, str(tmp_path), Config(allowed_lateness=lateness, window=window))
     largest = largest_state(pipeline, records, chunk)
     assert pipeline.late_ids() == set()
@@ -117,7 +117,7 @@ def test_state_stays_bounded_with_a_window_and_grows_without_one(deltars, tmp_pa
     probe_bound = lateness + disorder + chunk // 2
     assert largest["r_probes"] <= probe_bound and largest["s_probes"] <= probe_bound
     if window is None:
-        assert largest["r_store"] == largest["s_store"] == 2_000  # full history
+        assert largest["r_store"] == largest["s_store"] == 1_200  # full history
     else:
         store_bound = lateness + window + disorder + chunk // 2
         assert largest["r_store"] <= store_bound and largest["s_store"] <= store_bound
