@@ -164,12 +164,8 @@ class BatchJoiner:
         found = []
         for owner, store in self.stores.items():
             choices = {name: store.buffered(name) + new[name] for name in self.relations}
-            owned = (
-                members
-                for members in combinations(choices, self.relations, self.predicate)
-                if min(members.values(), key=Record.order).relation == owner and any(id(m) in fresh for m in members.values())
-            )
-            found += [match_of(members, self.relations) for members in owned]
+            with_new = (members for members in combinations(choices, self.relations, self.predicate) if any(id(m) in fresh for m in members.values()))
+            found += [match for match in (match_of(members, self.relations) for members in with_new) if match.owner == owner]
         for store in self.stores.values():
             for name in self.relations:
                 store.buffered(name).extend(new[name])

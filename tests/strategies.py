@@ -1,14 +1,15 @@
-"""Hypothesis helpers the reference tests share."""
+"""Hypothesis helpers the tests share."""
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from hypothesis import strategies as st
 
-from tests.reference import Record
+T = TypeVar("T")
 
 
-def split(data: st.DataObject, order: list[Record], most: int = 4) -> list[list[Record]]:
-    """``order`` cut into consecutive non-empty batches at up to ``most`` drawn places."""
-    cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(order) - 1)), max_size=most)))
-    bounds = [0, *cuts, len(order)]
-    return [order[a:b] for a, b in zip(bounds, bounds[1:]) if a < b]
+def split(data: st.DataObject, order: list[T], most: int = 4) -> list[list[T]]:
+    """``order`` cut into consecutive batches at up to ``most`` drawn places (one batch when it is that short)."""
+    cuts = sorted(data.draw(st.sets(st.integers(1, len(order) - 1), max_size=most))) if len(order) > 1 else []
+    return [order[start:end] for start, end in zip([0, *cuts], [*cuts, len(order)])]

@@ -14,6 +14,7 @@ from pipelines.silver import summarize
 from pipelines.status import warehouse_status
 from tests.helpers import Pipeline
 from tests.reference import Record, batch_join, late_in_batches, respects_lateness, within
+from tests.strategies import split
 
 PROPERTY = settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
@@ -28,9 +29,8 @@ def delayed_streams(draw: st.DrawFn, max_delay: int) -> list[Record]:
 
 def land_and_run(pipeline: Pipeline, order: list[Record], data: st.DataObject) -> None:
     """Random ingest splits, a run after each, random batch sizes."""
-    cuts = sorted(data.draw(st.sets(st.integers(1, len(order) - 1), max_size=3))) if len(order) > 1 else []
-    for start, end in zip([0, *cuts], [*cuts, len(order)]):
-        pipeline.land(order[start:end])
+    for batch in split(data, order, most=3):
+        pipeline.land(batch)
         pipeline.run(max_batch_rows=data.draw(st.integers(1, 5)))
 
 

@@ -14,6 +14,7 @@ from pipelines.silver import run
 from state.engines.deltars import DeltaRsEngine
 from tests.helpers import Pipeline
 from tests.reference import Pair, Record, batch_join, join_in_arrival_order
+from tests.strategies import split
 
 R2, R4, R8 = (Record("r", f"r{ts}", ts, "k", f"payload r{ts}") for ts in (2, 4, 8))
 S1, S7 = (Record("s", f"s{ts}", ts, "k", f"payload s{ts}") for ts in (1, 7))
@@ -93,10 +94,10 @@ arrival_sequences = st.lists(
 def arrivals_in_random_batches_give_the_batch_join(engine, root: str, records: list[Record], data: st.DataObject) -> None:
     """Random relations, arrival permutations and micro-batch splits: gold is the batch join, each pair once."""
     order = data.draw(st.permutations(records))
-    cuts = sorted(data.draw(st.sets(st.integers(1, len(order) - 1), max_size=3))) if len(order) > 1 else []
+    batches = split(data, order, most=3)
     pipeline = Pipeline(engine, root)
-    for start, end in zip([0, *cuts], [*cuts, len(order)]):
-        pipeline.land(order[start:end])
+    for batch in batches:
+        pipeline.land(batch)
         pipeline.run(max_batch_rows=data.draw(st.integers(1, 6)))
     assert pipeline.gold_pairs() == Counter(batch_join(records))
 
@@ -113,13 +114,13 @@ def test_an_engine_keeping_its_tables_open_writes_what_a_fresh_engine_per_batch_
     """The delta-rs engine opens a table once and follows its new commits (a warm run, or ``run --follow``); a new
     process opens everything again. Both give the same gold, state, rule tables and batch log."""
     order = data.draw(st.permutations(records))
-    cuts = sorted(data.draw(st.sets(st.integers(1, len(order) - 1), max_size=2))) if len(order) > 1 else []
+    batches = split(data, order, most=2)
     rows = data.draw(st.integers(2, 4))
     warm = Pipeline(DeltaRsEngine(spark), str(tmp_path_factory.mktemp("warm")))
     cold = Pipeline(DeltaRsEngine(spark), str(tmp_path_factory.mktemp("cold")))
-    for start, end in zip([0, *cuts], [*cuts, len(order)]):
+    for batch in batches:
         for pipeline in (warm, cold):
-            pipeline.land(order[start:end])
+            pipeline.land(batch)
         warm.run(max_batch_rows=rows)
         while True:  # one batch per fresh engine, as one process per batch would
             cold.engine = DeltaRsEngine(spark)

@@ -18,6 +18,7 @@ from pipelines.config import Config
 from state.errors import LakejoinError
 from state.relations import R, S
 from tests.helpers import Pipeline
+from tests.strategies import split
 
 START = datetime(2026, 1, 1, 10, 0, tzinfo=timezone.utc)
 RELATIONS = {"r": {"id": "order_id", "event_time": "order_time"}, "s": {"id": "payment_id", "event_time": "paid_at"}}
@@ -89,10 +90,9 @@ def test_orders_and_payments_in_any_format_order_and_split_give_the_batch_join(d
     arrivals = data.draw(st.permutations([("r", row) for row in orders] + [("s", row) for row in payments]))
     config = Config(relations=TYPED_CSV, predicate=PREDICATES[kind])
     pipeline = Pipeline(deltars, str(tmp_path_factory.mktemp("orders")), config)
-    cuts = sorted(data.draw(st.sets(st.integers(1, len(arrivals) - 1), max_size=2)))
-    for start, end in zip([0, *cuts], [*cuts, len(arrivals)]):
+    for batch in split(data, arrivals, most=2):
         for side in ("r", "s"):
-            chunk = [row for rel, row in arrivals[start:end] if rel == side]
+            chunk = [row for rel, row in batch if rel == side]
             if chunk:
                 pipeline.ingest(side, write(pipeline, chunk, data.draw(st.sampled_from(["jsonl", "csv", "parquet"])), kind))
         pipeline.run(max_batch_rows=data.draw(st.integers(1, 5)))
