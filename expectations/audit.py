@@ -21,12 +21,12 @@ from expectations.runner import RuleResult, Validator
 from pipelines.config import Config, on_warehouse_axis
 from pipelines.sources import records
 from state.batch_log import BatchLog
-from state.bounds import probe_eviction
+from state.buffers import buffer_eviction
 from state.checks import require_warehouse
 from state.engines import DeltaEngine
 from state.joiner import Projection, data_columns, identity_column
 from state.layout import Warehouse
-from state.relations import ID, RELATIONS, Relation
+from state.relations import ID, Relation
 
 
 @dataclass(frozen=True)
@@ -75,25 +75,27 @@ def _frames(engine: DeltaEngine, warehouse: Warehouse, config: Config) -> list[t
     """(table, rule target, rows with the derived columns, key columns, relation) for every table that exists."""
     spark = engine.spark
     frames = []
-    bronze = {rel: records(engine, warehouse, config.relations, rel) for rel in RELATIONS}
+    bronze = {rel: records(engine, warehouse, config.relations, rel) for rel in warehouse.relations}
     frames += [(warehouse.bronze(rel), "bronze", rows, [ID], rel.name) for rel, rows in bronze.items() if rows is not None]
     late = engine.read(warehouse.late_arrivals)
     watermarks = BatchLog(engine, warehouse.batches, warehouse.app_id(config.pipeline, warehouse.batches)).tail().watermarks
-    for rel in RELATIONS:
-        store, probes = engine.read(warehouse.store(rel)), engine.read(warehouse.probes(rel))
-        late_ids = spark.createDataFrame([], f"{ID} string") if late is None else late.where(F.col("relation") == rel.name)
-        if store is not None:
-            frames.append((warehouse.store(rel), "store", with_state_checks(store, late_ids, None), [ID], rel.name))
-        if probes is not None:
-            eviction = probe_eviction(rel, watermarks)
+    no_late = spark.createDataFrame([], f"{ID} string")
+    for table in warehouse.buffer_tables():
+        rows = engine.read(table.path)
+        if rows is None:
+            continue
+        if table.kind == "store":  # a stored record is never late; a probe is below its cutoff only until evicted
+            late_ids = no_late if late is None else late.where(F.col("relation") == table.store.name)
+            frames.append((table.path, "store", with_state_checks(rows, late_ids, None), [ID], table.store.name))
+        else:
+            eviction = buffer_eviction(table, warehouse.relations, watermarks, config.window)
             cutoff = None if eviction is None else eviction.below
-            no_late = spark.createDataFrame([], f"{ID} string")
-            frames.append((warehouse.probes(rel), "probes", with_state_checks(probes, no_late, cutoff), [ID], rel.name))
+            frames.append((table.path, "probes", with_state_checks(rows, no_late, cutoff), [ID], table.store.name))
     gold = engine.read(warehouse.gold)
     if gold is not None and all(rows is not None for rows in bronze.values()):
         projection = Projection({rel.name: _carried(gold, rel, rows) for rel, rows in bronze.items()}, None if config.select is None else tuple(config.select))
-        checked = with_pair_checks(gold, config.join_condition, projection, lambda: bronze)
-        frames.append((warehouse.gold, "gold", checked, [identity_column(rel, ID) for rel in RELATIONS], None))
+        checked = with_pair_checks(gold, config.join_condition, projection, warehouse.relations, lambda: bronze)
+        frames.append((warehouse.gold, "gold", checked, [identity_column(rel, ID) for rel in warehouse.relations], None))
     return frames
 
 

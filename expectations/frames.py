@@ -6,7 +6,7 @@ records rebuilt from gold; with a configured ``select`` it is evaluated on the p
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -14,37 +14,37 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from state.joiner import Projection, identity_column, older
+from state.joiner import Projection, identity_column, owner_label
 from state.names import column
-from state.relations import ID, RELATIONS, TS, Relation
+from state.relations import ID, TS, Relation
 
 DERIVED_PREFIX = "_dq_"
 
 
 def with_pair_checks(
-    gold: DataFrame, condition: str, projection: Projection, records: Callable[[], dict[Relation, DataFrame]]
+    gold: DataFrame, condition: str, projection: Projection, relations: Sequence[Relation], records: Callable[[], dict[Relation, DataFrame]]
 ) -> DataFrame:
-    """Gold rows with ``_dq_predicate`` (the join condition holds), ``_dq_owner`` (label of the older
-    member) and ``_dq_gap`` (the members' distance in event time). ``records`` (bronze) are read only when
-    gold does not carry what the condition needs."""
-    a, b = RELATIONS
+    """Gold rows with ``_dq_predicate`` (the join condition holds), ``_dq_owner`` (label of the oldest
+    member) and ``_dq_gap`` (the greatest distance in event time between two members). ``records`` (bronze) are
+    read only when gold does not carry what the condition needs."""
 
     def member(rel: Relation) -> list:
         derived = [F.col(identity_column(rel, derived)).alias(derived) for derived in (ID, TS)]
         carried = [] if projection.select is not None else [column(f"{rel.name}_{name}").alias(name) for name in projection.columns.get(rel.name, ())]
         return [*derived, *carried]
 
-    paired = gold.withColumns({rel.name: F.struct(*member(rel)) for rel in RELATIONS})
+    paired = gold.withColumns({rel.name: F.struct(*member(rel)) for rel in relations})
     if projection.select is not None or not _resolves(paired, condition):  # with a select, gold has no records
         paired, members = gold, records()
-        for rel in RELATIONS:
+        for rel in relations:
             bronze = members[rel].select(F.col(ID).alias(f"_dq_{rel.name}_id"), F.struct("*").alias(rel.name))
             paired = paired.join(bronze, paired[identity_column(rel, ID)] == bronze[f"_dq_{rel.name}_id"], "left")
+    stamps = [F.col(identity_column(rel, TS)) for rel in relations]
     checked = paired.withColumns(
         {
             "_dq_predicate": F.coalesce(F.expr(condition), F.lit(False)),
-            "_dq_owner": F.when(older(a, b), F.lit(a.label)).otherwise(F.lit(b.label)),
-            "_dq_gap": F.abs(F.col(identity_column(a, TS)) - F.col(identity_column(b, TS))),
+            "_dq_owner": owner_label(relations),
+            "_dq_gap": F.greatest(*stamps) - F.least(*stamps),
         }
     )
     return checked.select(*[column(name) for name in gold.columns], "_dq_predicate", "_dq_owner", "_dq_gap")

@@ -14,10 +14,10 @@ from pyspark.sql import functions as F
 from expectations.batch import row_key
 from pipelines.sources import records
 from state.engines import DeltaEngine
-from state.joiner import Projection, data_columns, identity_column, older
+from state.joiner import Projection, data_columns, identity_column, joined, owner_label
 from state.layout import Warehouse
 from state.names import column
-from state.relations import ID, RELATIONS, Relation, RelationSpec
+from state.relations import ID, Relation, RelationSpec
 
 BOOKKEEPING = ("batch_id", "produced_at")
 
@@ -53,7 +53,7 @@ def joinable(engine: DeltaEngine, warehouse: Warehouse, specs: dict[str, Relatio
     at the rows)."""
     late = engine.read(warehouse.late_arrivals)
     relations = {}
-    for rel in RELATIONS:
+    for rel in warehouse.relations:
         bronze = records(engine, warehouse, specs, rel)
         if late is not None:
             bronze = bronze.join(late.where(F.col("relation") == rel.name).select(ID), ID, "left_anti")
@@ -75,7 +75,7 @@ def expected_gold(
     taken = _quarantined_keys(engine, warehouse, warehouse.gold)
     if taken is None:
         return expected
-    return expected.join(taken, row_key([identity_column(rel, ID) for rel in RELATIONS]) == taken["row_key"], "left_anti")
+    return expected.join(taken, row_key([identity_column(rel, ID) for rel in warehouse.relations]) == taken["row_key"], "left_anti")
 
 
 def _quarantined_keys(engine: DeltaEngine, warehouse: Warehouse, path: str) -> DataFrame | None:
@@ -86,10 +86,8 @@ def _quarantined_keys(engine: DeltaEngine, warehouse: Warehouse, path: str) -> D
 
 
 def batch_join(relations: dict[Relation, DataFrame], predicate: str, projection: Projection) -> DataFrame:
-    """The one-shot join of every relation's full contents, in gold's columns, each pair with its owner."""
-    a, b = RELATIONS
-    joined = relations[a].alias(a.name).join(relations[b].alias(b.name), F.expr(predicate))
-    return joined.select(projection.of(F.when(older(a, b), F.lit(a.label)).otherwise(F.lit(b.label))))
+    """The one-shot join of every relation's full contents, in gold's columns, each tuple with its owner."""
+    return joined(relations, predicate).select(projection.of(owner_label(list(relations)), list(relations)))
 
 
 def reconcile(expected: DataFrame, gold: DataFrame) -> Reconciliation:

@@ -7,6 +7,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from pipelines.config import Config, load_config
@@ -39,11 +40,13 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--verbose", action="store_true", help="show Spark's start-up lines and PySpark's error log")
         return sub
 
-    ingest = command("ingest", "append raw arrivals (.jsonl, .csv, .parquet) to bronze/r or bronze/s")
-    ingest.add_argument("--side", required=True, choices=["r", "s"], help="the relation the files belong to")
+    ingest = command("ingest", "append raw arrivals (.jsonl, .csv, .parquet) to a relation's bronze table (bronze/NAME)")
+    which = ingest.add_mutually_exclusive_group(required=True)
+    which.add_argument("--relation", metavar="NAME", help="the relation the files belong to, as the config names it")
+    which.add_argument("--side", choices=["r", "s"], help="the same, for a join of r and s (the default relations)")
     ingest.add_argument("files", nargs="*", metavar="FILE", help="ingested in this order, line by line")
     ingest.add_argument("--landing", metavar="DIR", help="instead of FILEs: every new file under DIR (Auto Loader on Databricks)")
-    ingest.add_argument("--checkpoint", metavar="DIR", help="Auto Loader's checkpoint (default DIR/_lakejoin_checkpoint/SIDE)")
+    ingest.add_argument("--checkpoint", metavar="DIR", help="Auto Loader's checkpoint (default DIR/_lakejoin_checkpoint/NAME)")
 
     run = command("run", "join every pending arrival in micro-batches, then exit (or, with --follow, keep joining)")
     run.add_argument("--max-batch-rows", type=_positive, metavar="N", help="arrivals per micro-batch (config: max_batch_rows)")
@@ -82,6 +85,10 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--chunk-rows", type=_positive, default=4_000, metavar="C", help="arrivals per ingested chunk (default 4000)")
     demo.add_argument("--max-batch-rows", type=_positive, default=2_000, metavar="N", help="arrivals per micro-batch (default 2000)")
     demo.add_argument("--seed", type=int, default=7, help="random seed (default 7)")
+    demo.add_argument(
+        "--relations", type=int, choices=[2, 3, 4], default=2,
+        help="2: orders and payments (default); 3 or 4: trades, quotes, news (and fills) on one symbol within an hour",
+    )
     demo.add_argument("--engine", metavar="NAME", help="the Delta engine: auto, delta-rs or spark (config: engine; default auto)")
     return parser
 
@@ -107,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "demo":
             from pipelines.demo import DemoOptions, run_demo
 
-            options = DemoOptions(args.rows, args.keys, args.skew, args.disorder, args.chunk_rows, args.max_batch_rows, args.seed)
+            options = DemoOptions(args.rows, args.keys, args.skew, args.disorder, args.chunk_rows, args.max_batch_rows, args.seed, args.relations)
             return 0 if run_demo(options, given, args.engine, args.warehouse, verbose=args.verbose) else 1
         return _on_warehouse(args, given)
     except LakejoinError as exc:
@@ -122,12 +129,13 @@ RECORDING = ("run", "maintain")
 
 def _on_warehouse(args: argparse.Namespace, given: Config | None) -> int:
     """Commands on one warehouse: cheap argument checks first, then Spark, the definition, then the command."""
-    from pipelines.definition import Settled, record, settle
+    from pipelines.definition import Settled, in_force, record, recorded, settle
     from pipelines.spark import get_spark
     from state.checks import check_ingest_target, require_engine_for, require_warehouse
     from state.engines import make_engine
     from state.layout import Warehouse
     from state.lock import is_local
+    from state.relations import relation
 
     if args.command == "run" and args.trigger is not None and not args.follow:
         raise LakejoinError("--trigger sets how often 'run --follow' looks for new arrivals: add --follow, or drop --trigger")
@@ -145,16 +153,24 @@ def _on_warehouse(args: argparse.Namespace, given: Config | None) -> int:
     spark = get_spark(verbose=args.verbose)
     try:
         commands = {"ingest": _ingest, "run": _run, "status": _status, "validate": _validate, "maintain": _maintain, "reset": _reset}
-        warehouse, engine = Warehouse(args.warehouse), make_engine(spark, (given or Config()).engine)
+        warehouse, engine = Warehouse(args.warehouse, (given or Config()).joined), make_engine(spark, (given or Config()).engine)
         require_engine_for(warehouse, engine)
         if creates:  # before the definition is recorded: a warehouse is created in an empty folder only
             check_ingest_target(engine, warehouse)
         else:
             require_warehouse(engine, warehouse)
-        settled = Settled(given or Config()) if args.command == "reset" else settle(engine, warehouse, given, args.command)
+        if args.command == "reset":  # drops the tables of the definition in force; a given config takes over after
+            current = in_force(recorded(engine, warehouse))
+            settled = Settled(given or current)
+            warehouse = replace(warehouse, relations=current.joined)
+        else:
+            settled = settle(engine, warehouse, given, args.command)
+            warehouse = replace(warehouse, relations=settled.config.joined)
         if settled.config.engine not in ("auto", engine.name):
             engine = make_engine(spark, settled.config.engine)
             require_engine_for(warehouse, engine)
+        if args.command == "ingest":  # an unknown relation is refused before anything is recorded
+            relation(args.relation or args.side, warehouse.relations)
         if creates:  # bronze's _id and _ts are derived under it: recorded before any row lands
             record(engine, warehouse, settled)
         code = commands[args.command](args, settled.config, engine, warehouse)
@@ -171,9 +187,10 @@ def _ingest(args: argparse.Namespace, config: Config, engine: DeltaEngine, wareh
     from state.lock import INGEST, hold
     from state.relations import relation
 
-    table = config.spec(relation(args.side).name).table
+    rel = relation(args.relation or args.side, warehouse.relations)
+    table = config.spec(rel.name).table
     if table is not None:
-        raise LakejoinError(f"relation {args.side} reads table {table} in place and takes no files: 'lakejoin run' joins what the table gains")
+        raise LakejoinError(f"relation {rel.name} reads table {table} in place and takes no files: 'lakejoin run' joins what the table gains")
     refused: list[IngestResult] = []
 
     def show(result: IngestResult) -> None:
@@ -186,9 +203,9 @@ def _ingest(args: argparse.Namespace, config: Config, engine: DeltaEngine, wareh
 
     with hold(warehouse.root, INGEST, wait_seconds=None):  # ingests queue: each is short
         if args.landing:
-            ingest_landing(engine, warehouse, relation(args.side), args.landing, args.checkpoint, show, config.relations)
+            ingest_landing(engine, warehouse, rel, args.landing, args.checkpoint, show, config.relations)
         else:
-            for result in ingest_files(engine.spark, engine, warehouse, relation(args.side), args.files, config.relations):
+            for result in ingest_files(engine.spark, engine, warehouse, rel, args.files, config.relations):
                 show(result)
     return 2 if refused else 0
 

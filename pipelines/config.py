@@ -12,20 +12,25 @@ from expectations.rules import RULES, Rule, check_policy
 from state.engines import ENGINE_NAMES, DeltaEngine
 from state.errors import LakejoinError
 from state.event_time import describe_span, duration, span_on_axis, warehouse_kind
-from state.joiner import DEFAULT_PREDICATE
+from state.joiner import identity_column
 from state.layout import Warehouse
-from state.relations import RELATIONS, RelationSpec, default_specs
+from state.relations import ID, RELATIONS, Relation, RelationSpec, default_specs, relations_named
 
 Span = int | timedelta  # an integer (integer event time) or a duration (timestamps, dates)
 
 
 @dataclass(frozen=True)
 class Config:
-    # Per relation: which columns are its records' id and event time (README "Config"); unset: id, ts (and key).
+    # The relations joined, in rank order, each with the columns that are its records' id and event time (README
+    # "Config"); unset: r and s, with id, ts (and key). A mapping naming only r and/or s keeps the other's defaults.
     relations: dict[str, RelationSpec] | None = None
-    predicate: str = DEFAULT_PREDICATE  # Spark SQL boolean expression over r.* and s.*
+    # Spark SQL boolean expression over the relations' aliases (r.*, s.*); unset: equal ``key`` along the relations
+    # (for a synchronized join: none, every relation's record at one time)
+    predicate: str | None = None
+    # inner: tuples satisfying the predicate (and window); synchronized: RtBot's Join, tuples of equal event time
+    join: str = "inner"
     select: list[str] | None = None  # gold's columns as Spark SQL expressions over r.* and s.*; unset: all, prefixed
-    max_batch_rows: int = 10_000  # arrivals (both relations together) per micro-batch
+    max_batch_rows: int = 10_000  # arrivals (every relation together) per micro-batch
     # A batch's pairs up to this many are checked and written from the driver, the fastest way for small
     # batches; more stay in Spark, checked there and written where they are (Delta on Spark; delta-rs writes
     # from the driver whatever the size).
@@ -34,25 +39,42 @@ class Config:
     pipeline: str = "lakejoin"  # names the Delta application transactions of this pipeline's writes
     # Per relation: how far below the newest event time seen a record may still arrive (docs/design.md section 4),
     # an integer for integer event time, a duration ("10 minutes") for timestamps and dates. One value applies to
-    # both relations; None keeps no watermark (nothing is late).
+    # every relation; None keeps no watermark (nothing is late).
     allowed_lateness: Span | str | dict[str, Span | str] | None = None
-    window: Span | str | None = None  # band W: pairs also need |r - s| <= W in event time; stores evict what it leaves behind
+    # band W: every two members of a tuple within W in event time (|r - s| <= W); stores evict what it leaves behind
+    window: Span | str | None = None
     expectations: Expectations | dict | None = None  # data-quality settings (README "Data quality")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "relations", _relations(self.relations))
+        names = list(self.relations)  # type: ignore[arg-type] - normalised just above
+        if self.join not in JOINS:
+            raise LakejoinError(f"config: 'join' must be one of {', '.join(JOINS)}, got {self.join!r}")
+        if self.predicate is None:
+            default = "true" if self.join == "synchronized" else " AND ".join(f"{a}.key = {b}.key" for a, b in zip(names, names[1:]))
+            object.__setattr__(self, "predicate", default)
         object.__setattr__(self, "select", _select(self.select))
-        object.__setattr__(self, "allowed_lateness", _lateness(self.allowed_lateness))
+        object.__setattr__(self, "allowed_lateness", _lateness(self.allowed_lateness, names))
         object.__setattr__(self, "window", None if self.window is None else duration(self.window, "window"))
+        if self.join == "synchronized":  # every member at one event time: the band window 0; in-order streams by default
+            if self.window:
+                raise LakejoinError(f"config: a synchronized join joins records of equal event time and takes no 'window' (got {_span_text(self.window)}): remove it")  # type: ignore[arg-type]
+            object.__setattr__(self, "window", 0)
+            object.__setattr__(self, "allowed_lateness", self.allowed_lateness or dict.fromkeys(names, 0))
         object.__setattr__(self, "expectations", _expectations(self.expectations))
         if not isinstance(self.predicate, str) or not self.predicate.strip():
-            raise LakejoinError("config: 'predicate' must be a non-empty Spark SQL expression over r.* and s.*")
+            raise LakejoinError(f"config: 'predicate' must be a non-empty Spark SQL expression over {', '.join(f'{name}.*' for name in names)}")
         if not isinstance(self.max_batch_rows, int) or self.max_batch_rows < 1:
             raise LakejoinError(f"config: 'max_batch_rows' must be a positive integer, got {self.max_batch_rows!r}")
         if not _non_negative(self.driver_rows):
             raise LakejoinError(f"config: 'driver_rows' must be a non-negative integer, got {self.driver_rows!r}")
         if self.engine not in ENGINE_NAMES:
             raise LakejoinError(f"config: 'engine' must be one of {', '.join(ENGINE_NAMES)}, got {self.engine!r}")
+
+    @property
+    def joined(self) -> tuple[Relation, ...]:
+        """The relations the join takes, ranked in the order the config lists them."""
+        return relations_named(list(self.relations))  # type: ignore[arg-type] - normalised in __post_init__
 
     def lateness(self, rel: str) -> Span | None:
         """The allowed lateness of relation ``rel``, or None when it has no watermark."""
@@ -72,9 +94,11 @@ class Config:
         return self.expectations  # type: ignore[return-value] - normalised in __post_init__
 
     def rule_parameters(self, rel: str | None = None) -> dict[str, object]:
-        """What ``${name}`` stands for in the suites (``record_columns``: those of relation ``rel``)."""
+        """What ``${name}`` stands for in the suites (``record_columns``: those of relation ``rel``; ``members``: gold's
+        member id columns)."""
         record = None if rel is None else self.spec(rel).record_columns
-        return {"ts_min": self.quality.ts_min, "ts_max": self.quality.ts_max, "window": self.window, "record_columns": record}
+        members = [identity_column(rel, ID) for rel in self.joined]
+        return {"ts_min": self.quality.ts_min, "ts_max": self.quality.ts_max, "window": self.window, "record_columns": record, "members": members}
 
     def on_axis(self, kind: str | None) -> Config:
         """This config with ``allowed_lateness`` and ``window`` as numbers on the event-time axis of ``kind``
@@ -87,10 +111,14 @@ class Config:
 
     @property
     def join_condition(self) -> str:
-        """The predicate, with the band window when one is set (on the event-time axis: ``on_axis`` first)."""
+        """The predicate, with the band window on every two relations when one is set (on the event-time axis:
+        ``on_axis`` first)."""
         if self.window is None:
             return self.predicate
-        return f"({self.predicate}) AND abs(r._ts - s._ts) <= {self.window}"
+        names = list(self.relations)  # type: ignore[arg-type] - normalised
+        band = "{a}._ts = {b}._ts" if self.window == 0 else f"abs({{a}}._ts - {{b}}._ts) <= {self.window}"  # equal: a hash join
+        bands = [band.format(a=a, b=b) for i, a in enumerate(names) for b in names[i + 1 :]]
+        return " AND ".join([f"({self.predicate})", *bands])
 
     def settings(self) -> dict[str, object]:
         """Every setting as the YAML would give it (durations as text), for the warehouse's definition."""
@@ -121,6 +149,7 @@ class Expectations:
 
 
 EXPECTATION_ENGINES = ("pandas", "spark")
+JOINS = ("inner", "synchronized")
 
 
 def _expectations(value: object) -> Expectations:
@@ -157,26 +186,29 @@ def _span_text(span: Span) -> int | str:
     return span if isinstance(span, int) else describe_span(span)
 
 
-def _lateness(value: object) -> dict[str, Span]:
+def _lateness(value: object, names: list[str]) -> dict[str, Span]:
     """``allowed_lateness`` as relation name -> span: one value for all, a mapping per relation, or none."""
-    names = [rel.name for rel in RELATIONS]
     if value is None:
         return {}
     if isinstance(value, dict):
         if not set(value) <= set(names):
-            raise LakejoinError(f"config: 'allowed_lateness' maps relations {' and '.join(names)}, got {sorted(value)!r}")
+            raise LakejoinError(f"config: 'allowed_lateness' maps relations {', '.join(names)}, got {sorted(value)!r}")
         return {rel: duration(span, f"allowed_lateness.{rel}") for rel, span in value.items()}
     return dict.fromkeys(names, duration(value, "allowed_lateness"))
 
 
 def _relations(value: object) -> dict[str, RelationSpec]:
-    """Every relation's columns: as configured, or the default mapping (``id``, ``ts``, and ``key`` required)."""
-    names = [rel.name for rel in RELATIONS]
+    """The relations in rank order, each with its columns: as configured (a relation given no settings has the
+    default mapping: ``id``, ``ts``, and ``key`` required), or r and s."""
     if value is None:
         value = {}
-    if not isinstance(value, dict) or not set(value) <= set(names):
-        raise LakejoinError(f"config: 'relations' maps {' and '.join(names)} to their columns, got {value!r}")
-    return {**default_specs(), **{name: RelationSpec.parse(name, spec) for name, spec in value.items()}}
+    if not isinstance(value, dict) or not all(isinstance(name, str) for name in value):
+        raise LakejoinError(f"config: 'relations' maps each relation's name to its columns (e.g. trades: {{id: trade_id, event_time: t}}), got {value!r}")
+    given = {name: RelationSpec.default() if spec is None else RelationSpec.parse(name, spec) for name, spec in value.items()}
+    two_way = {rel.name for rel in RELATIONS}
+    specs = {**default_specs(), **given} if set(given) <= two_way else given
+    relations_named(list(specs))
+    return specs
 
 
 def _select(value: object) -> list[str] | None:
@@ -189,7 +221,7 @@ def _select(value: object) -> list[str] | None:
 
 def on_warehouse_axis(config: Config, engine: DeltaEngine, warehouse: Warehouse) -> tuple[Config, str | None]:
     """``config`` on the event-time axis of what the warehouse's bronze holds, and that kind (None before any ingest)."""
-    kind = warehouse_kind(engine, warehouse, {rel.name: config.spec(rel.name).event_time for rel in RELATIONS})
+    kind = warehouse_kind(engine, warehouse, {rel.name: config.spec(rel.name).event_time for rel in config.joined})
     return config.on_axis(kind), kind
 
 

@@ -21,7 +21,7 @@ from pipelines.config import Config
 from state.engines import DeltaEngine
 from state.errors import LakejoinError
 from state.layout import Warehouse
-from state.relations import RELATIONS
+from state.relations import RELATIONS, Relation
 
 # Settings that do not change what gold holds; every other one does, including any added later.
 OPERATIONAL = frozenset({"max_batch_rows", "driver_rows", "engine", "expectations.engine"})
@@ -58,6 +58,11 @@ def recorded(engine: DeltaEngine, warehouse: Warehouse) -> Recorded | None:
     return Recorded(newest["version"], json.loads(newest["definition"]), newest["recorded_at"])
 
 
+def in_force(current: Recorded | None) -> Config:
+    """The config a recorded definition says, or the defaults before any."""
+    return Config() if current is None else Config(**current.settings)  # type: ignore[arg-type]
+
+
 @dataclass(frozen=True)
 class Settled:
     """The config a command works with, and the definition version to record once the command has succeeded."""
@@ -71,17 +76,22 @@ def settle(engine: DeltaEngine, warehouse: Warehouse, given: Config | None, comm
     command writes anything), else the recorded one, else the defaults."""
     current = recorded(engine, warehouse)
     if given is None:
-        return Settled(Config() if current is None else Config(**current.settings))  # type: ignore[arg-type]
+        return Settled(in_force(current))
     settings = given.settings()
     # A warehouse that has data but no recorded definition was built under the defaults.
-    baseline = current.settings if current is not None else (_plain(Config().settings()) if _has_data(engine, warehouse) else None)
+    # A setting added to lakejoin after a definition was recorded reads as its default there.
+    defaults = _plain(Config().settings())
+    baseline = {**defaults, **current.settings} if current is not None else (defaults if _has_data(engine, warehouse) else None)
     changes = [] if baseline is None else differences(baseline, _plain(settings))
+    order = (list(baseline.get("relations", {})), list(settings["relations"])) if baseline is not None else None  # type: ignore[arg-type]
+    if order is not None and sorted(order[0]) == sorted(order[1]) and order[0] != order[1]:  # the ranks change
+        changes.append(("relations (order)", order[0], order[1]))
     _refuse_gold_changes(engine, warehouse, changes)
     if current is not None and not changes:
         return Settled(given)
     row = {
         "version": 0 if current is None else current.version + 1,
-        "definition": json.dumps(settings, sort_keys=True),
+        "definition": json.dumps(settings),  # in the config's order: the relations' order is their rank
         "changed": "\n".join(f"{name}: {_show(old)} -> {_show(new)}" for name, old, new in changes),
         "command": command,
         "recorded_at": datetime.now(timezone.utc),
@@ -126,8 +136,9 @@ def _refuse_gold_changes(engine: DeltaEngine, warehouse: Warehouse, changes: lis
             )
 
 
-def _relation(name: str):  # noqa: ANN202 - a Relation
-    return next(rel for rel in RELATIONS if rel.name == name)
+def _relation(name: str) -> Relation:
+    """The relation called ``name``, for its bronze table's path (which depends on the name alone)."""
+    return Relation(name, 0)
 
 
 def _has_batches(engine: DeltaEngine, warehouse: Warehouse) -> bool:

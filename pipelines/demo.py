@@ -1,5 +1,5 @@
-"""The main job: an out-of-order stream of orders and payments ingested in chunks interleaved with silver
-runs, then checked.
+"""The main job: an out-of-order stream of orders and payments (or, with ``--relations 3`` or 4, of trades,
+quotes, news and fills) ingested in chunks interleaved with silver runs, then checked.
 
 This is what a scheduled deployment does — land files, run the joiner, repeat — compressed into one
 process, followed by the check every user should be able to run: gold equals the batch SQL join.
@@ -11,6 +11,7 @@ import os
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,15 +27,35 @@ from pipelines.spark import get_spark
 from state.engines import make_engine
 from state.layout import Warehouse
 from state.names import column
-from state.relations import RELATIONS
 
 # The demo's pipeline: orders (R) and the payments (S) a customer makes within the hour after an order.
 DEMO_SETTINGS: dict[str, object] = {
     "relations": {"r": {"id": "order_id", "event_time": "order_time"}, "s": {"id": "payment_id", "event_time": "paid_at"}},
     "predicate": "r.customer = s.customer AND s.paid_at BETWEEN r.order_time AND r.order_time + INTERVAL 1 HOUR",
 }
+# With three or four relations: market events on one symbol within an hour of each other.
+MARKET = {  # relation -> its id column, and a value column of its own with a base value
+    "trades": ("trade_id", "price", 100.0),
+    "quotes": ("quote_id", "bid", 99.5),
+    "news": ("news_id", "sentiment", 0.0),
+    "fills": ("fill_id", "quantity", 10.0),
+}
+
+
+def market_settings(relations: int) -> dict[str, object]:
+    """The N-way demo's pipeline: every member on one symbol, every two within an hour."""
+    names = list(MARKET)[:relations]
+    return {
+        "relations": {name: {"id": MARKET[name][0], "event_time": "t"} for name in names},
+        "predicate": " AND ".join(f"{a}.symbol = {b}.symbol" for a, b in zip(names, names[1:])),
+        "window": "1 hour",
+        "allowed_lateness": "1 hour",
+    }
+
+
 DEMO_START = pd.Timestamp("2026-01-01T00:00:00Z")  # ts 0 of the generated stream; one ts unit is one second
-SHOWN = ("r_order_id", "r_customer", "r_order_time", "r_amount", "s_payment_id", "s_paid_at", "s_amount", "s_method")
+SHOWN = ("r_order_id", "r_customer", "r_order_time", "r_amount", "s_payment_id", "s_paid_at", "s_amount", "s_method",
+         "trades_trade_id", "trades_symbol", "trades_t", "quotes_quote_id", "quotes_t", "news_news_id", "news_t")
 
 
 @dataclass(frozen=True)
@@ -46,19 +67,20 @@ class DemoOptions:
     chunk_rows: int = 4_000  # arrivals per landed chunk
     max_batch_rows: int = 2_000
     seed: int = 7
+    relations: int = 2  # 2: orders and payments; 3 or 4: the market relations
 
 
-def generate_stream(options: DemoOptions) -> pd.DataFrame:
-    """Both relations' records in arrival order: ``relation, id, ts, key, payload``.
+def generate_stream(options: DemoOptions, relations: Sequence[str] = ("r", "s")) -> pd.DataFrame:
+    """Every relation's records in arrival order: ``relation, id, ts, key, payload``.
 
-    Event times are shared by the two relations two at a time (so cross-relation ties occur), keys
-    follow a Zipf law, and each record arrives up to ``disorder`` ts units after its event time.
+    Event times are shared by the relations N at a time (so cross-relation ties occur), keys follow a Zipf
+    law, and each record arrives up to ``disorder`` ts units after its event time.
     """
     rng = np.random.default_rng(options.seed)
-    total = options.rows * len(RELATIONS)
-    names = np.repeat([rel.name for rel in RELATIONS], options.rows)
+    total = options.rows * len(relations)
+    names = np.repeat(list(relations), options.rows)
     rng.shuffle(names)
-    ts = np.arange(total) // len(RELATIONS)
+    ts = np.arange(total) // len(relations)
     popularity = 1.0 / np.arange(1, options.keys + 1) ** options.skew
     keys = rng.choice(options.keys, size=total, p=popularity / popularity.sum())
     arrival = ts + rng.integers(0, options.disorder + 1, size=total)
@@ -79,7 +101,7 @@ def generate_stream(options: DemoOptions) -> pd.DataFrame:
 def orders_and_payments(records: pd.DataFrame, relation: str) -> pd.DataFrame:
     """A relation's records of the generated stream as orders (r) or payments (s): typed columns, an ISO-8601
     event time ``ts`` seconds after ``DEMO_START``, the key as the customer (``k7`` becomes ``c7``)."""
-    number = records["id"].str[1:].astype(int)
+    number = _number(records)
     when = (DEMO_START + pd.to_timedelta(records["ts"], unit="s")).dt.strftime("%Y-%m-%dT%H:%M:%SZ")
     amount = ((number * 7919) % 20_000 + 100) / 100
     customer = "c" + records["key"].str[1:]
@@ -90,20 +112,36 @@ def orders_and_payments(records: pd.DataFrame, relation: str) -> pd.DataFrame:
                          "amount": amount, "method": np.array(["card", "transfer"])[number % 2]})
 
 
+def market_events(records: pd.DataFrame, relation: str) -> pd.DataFrame:
+    """A relation's records as market events: ``<name>_id``, the key as the ``symbol``, an ISO-8601 event time
+    ``t`` and one value column of its own (``price``, ``bid``, …)."""
+    number = _number(records)
+    id_column, value, base = MARKET[relation]
+    return pd.DataFrame({id_column: relation[0] + "-" + number.astype(str), "symbol": "SYM" + records["key"].str[1:],
+                         "t": (DEMO_START + pd.to_timedelta(records["ts"], unit="s")).dt.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                         value: base + (number % 100) / 10})
+
+
+def _number(records: pd.DataFrame) -> pd.Series:
+    """The generated record's number (its id is the relation's name followed by it)."""
+    return records["id"].str.extract(r"(\d+)$")[0].astype(int)
+
+
 def write_chunks(stream: pd.DataFrame, folder: str, chunk_rows: int, shape=None) -> list[list[tuple[str, str]]]:  # noqa: ANN001
     """JSON Lines files, one per relation per chunk of consecutive arrivals: ``[[(relation, path), ...], ...]``.
     ``shape(records, relation)`` turns a relation's records into the rows written (as generated when None)."""
+    relations = sorted(stream["relation"].unique())
     chunks = []
     for number, start in enumerate(range(0, len(stream), chunk_rows)):
         chunk = stream.iloc[start : start + chunk_rows]
         files = []
-        for rel in RELATIONS:
-            part = chunk[chunk["relation"] == rel.name].drop(columns="relation")
-            part = part if shape is None else shape(part, rel.name)
+        for name in relations:
+            part = chunk[chunk["relation"] == name].drop(columns="relation")
+            part = part if shape is None else shape(part, name)
             if len(part):
-                path = os.path.join(folder, f"chunk-{number:05d}-{rel.name}.jsonl")
+                path = os.path.join(folder, f"chunk-{number:05d}-{name}.jsonl")
                 part.to_json(path, orient="records", lines=True)
-                files.append((rel.name, path))
+                files.append((name, path))
         chunks.append(files)
     return chunks
 
@@ -111,15 +149,21 @@ def write_chunks(stream: pd.DataFrame, folder: str, chunk_rows: int, shape=None)
 def run_demo(options: DemoOptions, given: Config | None = None, engine_name: str | None = None, warehouse_root: str | None = None,
              verbose: bool = False) -> bool:
     """Run the demo job, print its summary, a few gold rows and the gold check; True when gold passes. ``given``
-    replaces the demo's own config (it must map the demo's columns: ``DEMO_SETTINGS``)."""
-    config = (given or Config(**DEMO_SETTINGS)).with_overrides(engine=engine_name)  # type: ignore[arg-type]
+    replaces the demo's own config (it must map the demo's columns: ``DEMO_SETTINGS``, or ``market_settings``)."""
+    two_way = options.relations == 2
+    own = DEMO_SETTINGS if two_way else market_settings(options.relations)
+    config = (given or Config(**own)).with_overrides(engine=engine_name)  # type: ignore[arg-type]
     workdir = tempfile.mkdtemp(prefix="lakejoin-demo-")
-    warehouse = Warehouse(warehouse_root or os.path.join(workdir, "warehouse"))
-    print(f"lakejoin demo: {options.rows} orders and {options.rows} payments, {options.keys} customers (skew {options.skew}), "
+    warehouse = Warehouse(warehouse_root or os.path.join(workdir, "warehouse"), config.joined)
+    names = [rel.name for rel in config.joined]
+    what = f"{options.rows} orders and {options.rows} payments, {options.keys} customers" if two_way else (
+        f"{options.rows} records each of {', '.join(names)}, {options.keys} symbols")
+    print(f"lakejoin demo: {what} (skew {options.skew}), "
           f"up to {options.disorder} s late, chunks of {options.chunk_rows}, batches of at most {options.max_batch_rows}")
     print(f"warehouse: {warehouse.root}")
-    print(f"predicate: {config.predicate}")
-    chunks = write_chunks(generate_stream(options), workdir, options.chunk_rows, orders_and_payments)
+    print(f"predicate: {config.predicate}" + ("" if config.window is None else f", window {config.settings()['window']}"))
+    stream = generate_stream(options, names)
+    chunks = write_chunks(stream, workdir, options.chunk_rows, orders_and_payments if two_way else market_events)
 
     spark = get_spark(verbose=verbose)
     try:
@@ -131,7 +175,7 @@ def run_demo(options: DemoOptions, given: Config | None = None, engine_name: str
         batches = quarantined = late = 0
         batch_seconds = check_seconds = 0.0
         failures: Counter[str] = Counter()
-        by_name = {rel.name: rel for rel in RELATIONS}
+        by_name = {rel.name: rel for rel in warehouse.relations}
         for number, files in enumerate(chunks, start=1):
             landed = 0
             for name, path in files:
@@ -148,7 +192,7 @@ def run_demo(options: DemoOptions, given: Config | None = None, engine_name: str
                   f"({time.perf_counter() - started:.1f} s)", flush=True)
         seconds = time.perf_counter() - started
 
-        arrivals = options.rows * len(RELATIONS)
+        arrivals = options.rows * len(names)
         gold = engine.read(warehouse.gold)
         check = reconcile(expected_gold(engine, warehouse, on_warehouse_axis(config, engine, warehouse)[0].join_condition, config.select, config.relations), gold)
         print(f"arrivals: {arrivals}  batches: {batches}  results: {check.actual}  quarantined: {quarantined}  late: {late}")

@@ -51,7 +51,7 @@ from state.event_time import INTEGER, INTEGER_TEXT, STORED_TYPE, TIMESTAMP, as_e
 from state.faults import step
 from state.layout import Warehouse
 from state.names import column, nested_names_storable, quoted, stored_names
-from state.relations import ID, RELATIONS, TS, Relation, RelationSpec, default_specs, others
+from state.relations import ID, TS, Relation, RelationSpec, default_specs, others
 
 FORMATS = {".jsonl": "json", ".ndjson": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 CORRUPT = "_corrupt_record"
@@ -423,7 +423,7 @@ def _logged(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, digest: st
 
 def last_arrival_seq(engine: DeltaEngine, warehouse: Warehouse) -> int:
     """The last place taken in the global arrival order, across every relation (0 when none)."""
-    maxima = [engine.max_value(warehouse.bronze(rel), "_arrival_seq") for rel in RELATIONS]
+    maxima = [engine.max_value(warehouse.bronze(rel), "_arrival_seq") for rel in warehouse.relations]
     return max((value for value in maxima if value is not None), default=0)
 
 
@@ -648,7 +648,7 @@ def _event_time_kind(
     ours = kind_of(settled[event_time]) if event_time in settled else None
     if event_time in settled and ours is None:
         raise LakejoinError(f"event time {event_time} of {rel.name} is {settled[event_time].simpleString()}: use a timestamp, a date or an integer column")
-    for other in others(rel):
+    for other in others(rel, warehouse.relations):
         schema, theirs_column = engine.schema(warehouse.bronze(other)), specs[other.name].event_time
         theirs = kind_of(schema[theirs_column].dataType) if schema is not None and theirs_column in schema.fieldNames() else None
         if ours is not None and theirs is not None and ours != theirs:

@@ -10,7 +10,6 @@ from __future__ import annotations
 from state.engines import DeltaEngine
 from state.errors import LakejoinError
 from state.layout import Warehouse
-from state.relations import RELATIONS
 
 SAFE_RETENTION_HOURS = 168
 
@@ -22,7 +21,7 @@ def maintain(engine: DeltaEngine, warehouse: Warehouse, retention_hours: int = S
             f"a VACUUM retention of {retention_hours} hours could delete files a resumed batch or a time-travel "
             f"read still needs: use at least {SAFE_RETENTION_HOURS}"
         )
-    bronze = {warehouse.bronze(rel) for rel in RELATIONS}
+    bronze = {warehouse.bronze(rel) for rel in warehouse.relations}
     maintained = []
     for table in warehouse.tables():
         if engine.version(table) is None:

@@ -36,9 +36,7 @@ from state.faults import step
 from state.phases import take, timed
 from state.joiner import Projection, Side, batch_tuples, data_columns, identity_column
 from state.layout import Warehouse
-from state.relations import ID, RELATIONS, TS, Relation
-
-PAIR_KEY = [identity_column(rel, ID) for rel in RELATIONS]  # a gold row's key: its members' ids
+from state.relations import ID, TS, Relation
 
 
 @dataclass(frozen=True)
@@ -120,7 +118,7 @@ def _plan_next(engine: DeltaEngine, warehouse: Warehouse, config: Config, tail: 
     """
     pending_to = engine.max_value(warehouse.ingest_log, "seq_to") or 0
     bronze_versions = {
-        rel.name: version for rel in RELATIONS if (version := engine.version(warehouse.bronze(rel))) is not None
+        rel.name: version for rel in warehouse.relations if (version := engine.version(warehouse.bronze(rel))) is not None
     }
     if pending_to <= tail.last_seq:
         return None
@@ -163,28 +161,29 @@ def _execute(
     rule results, gold, late arrivals, state, and the commit row last. Returns what the batch did and the
     log's tail after it (this run holds the lock: nothing else appends to the log). ``config`` is on the
     event-time axis of ``kind``."""
+    relations = warehouse.relations
     with timed("arrivals"):
-        arrived = {rel: _arrivals(engine, warehouse, rel, config.spec(rel.name).table, plan) for rel in RELATIONS}
+        arrived = {rel: _arrivals(engine, warehouse, rel, config.spec(rel.name).table, plan) for rel in relations}
     screened = {
         rel: checks.screen(warehouse.name_of(warehouse.bronze(rel)), "bronze", rows, [ID], rel.name) for rel, rows in arrived.items()
     }
-    split = {rel: split_late(screened[rel], plan.watermarks.get(rel.name)) for rel in RELATIONS}
+    split = {rel: split_late(screened[rel], plan.watermarks.get(rel.name)) for rel in relations}
     on_time = {rel: parts[0] for rel, parts in split.items()}
     late = {rel: parts[1] for rel, parts in split.items()}
     # Local relations: Spark knows their size and broadcasts them into the joins.
     sides = read_sides(engine, warehouse, plan, {rel: engine.spark.createDataFrame(t) for rel, t in on_time.items()})
-    projection = Projection({rel.name: data_columns(arrived[rel].column_names) for rel in RELATIONS}, config.select)
+    projection = Projection({rel.name: data_columns(arrived[rel].column_names) for rel in relations}, config.select)
     gold = _pairs(sides, config.join_condition, projection, plan).withColumns(
         {"batch_id": F.lit(plan.batch_id), "produced_at": F.lit(datetime.now(timezone.utc))}
     )
-    if all(rel.name in plan.bronze_versions for rel in RELATIONS):  # else no pairs yet
-        gold = with_pair_checks(gold, config.join_condition, projection, lambda: _members(sides))
+    if all(rel.name in plan.bronze_versions for rel in relations):  # else no pairs yet
+        gold = with_pair_checks(gold, config.join_condition, projection, relations, lambda: _members(sides))
     with timed("join"):
         pairs = _to_driver_if_small(engine, gold, config.driver_rows)
-    gold_rows = checks.screen(warehouse.name_of(warehouse.gold), "gold", pairs, PAIR_KEY)
+    gold_rows = checks.screen(warehouse.name_of(warehouse.gold), "gold", pairs, [identity_column(rel, ID) for rel in relations])
     after = advance(plan.watermarks, on_time, config.allowed_lateness)
     updates = {
-        name: replace(update, rows=checks.screen(warehouse.name_of(update.path), name.rsplit("_", 1)[1], _state_rows(update, late), [ID]))
+        name: replace(update, rows=checks.screen(warehouse.name_of(update.table.path), update.table.kind, _state_rows(update, late), [ID]))
         for name, update in buffer_updates(warehouse, plan, on_time, (plan.watermarks, after), config.window).items()
     }
     checks.raise_if_failed()
@@ -207,7 +206,7 @@ def _execute(
         late_recorded.result()
         written = gold_written.result()
     outcome = BatchOutcome(
-        arrivals={rel.name: arrived[rel].num_rows for rel in RELATIONS},
+        arrivals={rel.name: arrived[rel].num_rows for rel in relations},
         pairs=written,
         seconds=time.perf_counter() - started,
         late={rel.name: table.num_rows for rel, table in late.items()},
@@ -244,7 +243,7 @@ def _to_driver_if_small(engine: DeltaEngine, pairs: DataFrame, limit: int) -> Da
 def _state_rows(update: BufferUpdate, late: dict[Relation, pa.Table]) -> pa.Table:
     """The rows a state table gains, with the columns its rules check (expectations/frames.py)."""
     watermark = update.eviction.below if update.eviction is not None else None
-    return with_state_checks_local(update.rows, late[update.holds], watermark)
+    return with_state_checks_local(update.rows, late[update.table.holds], watermark)
 
 
 def _record_checks(engine: DeltaEngine, warehouse: Warehouse, checks: BatchChecks, txn: Callable[[str], Txn]) -> None:
@@ -290,7 +289,7 @@ def _pairs(sides: list[Side], predicate: str, projection: Projection, plan: Batc
         reason = str(exc).strip().splitlines()[0]
         what = f"join predicate {predicate!r}" if projection.select is None else f"join predicate {predicate!r} or select {list(projection.select)}"
         raise LakejoinError(f"{what} does not resolve ({reason}); columns are {columns}") from exc
-    named = pairs.columns[len(RELATIONS) * 2 : -1]  # the projection's own columns, between the identity and the owner
+    named = pairs.columns[len(sides) * 2 : -1]  # the projection's own columns, between the identity and the owner
     clashes = sorted(name for name in named if name.startswith("_") or name in (*GOLD_BOOKKEEPING, "owner"))
     if clashes:
         raise LakejoinError(

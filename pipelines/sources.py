@@ -30,7 +30,7 @@ from state.engines import Actions, DeltaEngine
 from state.errors import LakejoinError
 from state.layout import Warehouse
 from state.names import column
-from state.relations import RELATIONS, Relation, RelationSpec
+from state.relations import Relation, RelationSpec
 
 # A row's place within one ingest of a table: its data file's ordinal (by version, then write time and path), then
 # its index in the file (Parquet row index), so the arrival order within a version is the same on every read.
@@ -98,7 +98,7 @@ class Pending:
 def ingest_sources(engine: DeltaEngine, warehouse: Warehouse, specs: dict[str, RelationSpec]) -> list[SourceResult]:
     """Ingest what every source table gained since its last ingest (a run does this before planning batches). Every
     table's versions are listed and checked before any is ingested, so a refused commit leaves all of them as they were."""
-    pending = [pending_versions(engine, warehouse, rel, specs[rel.name]) for rel in RELATIONS if specs[rel.name].table is not None]
+    pending = [pending_versions(engine, warehouse, rel, specs[rel.name]) for rel in warehouse.relations if specs[rel.name].table is not None]
     return [_ingest(engine, warehouse, specs, versions) for versions in pending]
 
 

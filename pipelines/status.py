@@ -16,7 +16,6 @@ from state.errors import LakejoinError
 from state.event_time import render, warehouse_kind
 from state.layout import Warehouse
 from state.lock import JOIN, holder
-from state.relations import RELATIONS
 
 
 @dataclass(frozen=True)
@@ -89,7 +88,7 @@ def warehouse_status(engine: DeltaEngine, warehouse: Warehouse, config: Config) 
         problem = str(exc)
         tail = _tail_anyway(engine, warehouse, pipeline)
     pending = {}
-    for rel in RELATIONS:
+    for rel in warehouse.relations:
         bronze = engine.read(warehouse.bronze(rel), where=f"_arrival_seq > {tail.last_seq}")
         pending[rel.name] = 0 if bronze is None else bronze.count()
     tables = [_table_status(engine, warehouse, path) for path in warehouse.tables()]
@@ -103,13 +102,13 @@ def warehouse_status(engine: DeltaEngine, warehouse: Warehouse, config: Config) 
         unfinished_batch=None if tail.unfinished is None else tail.unfinished.batch_id,
         pending=pending,
         watermarks=tail.watermarks,
-        event_time=warehouse_kind(engine, warehouse, {rel.name: config.spec(rel.name).event_time for rel in RELATIONS}),
+        event_time=warehouse_kind(engine, warehouse, {rel.name: config.spec(rel.name).event_time for rel in warehouse.relations}),
         late=late or 0,
-        bounded=config.window is not None and all(config.lateness(rel.name) is not None for rel in RELATIONS),
+        bounded=config.window is not None and all(config.lateness(rel.name) is not None for rel in warehouse.relations),
         rules=_last_rule_results(engine, warehouse),
         running=holder(warehouse.root, JOIN),
         problem=problem,
-        sources=[source_status(engine, warehouse, rel, table) for rel in RELATIONS if (table := config.spec(rel.name).table) is not None],
+        sources=[source_status(engine, warehouse, rel, table) for rel in warehouse.relations if (table := config.spec(rel.name).table) is not None],
         definition=None if definition is None else {
             "version": definition.version, "recorded_at": str(definition.recorded_at), "settings": definition.settings
         },

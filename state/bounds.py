@@ -6,14 +6,17 @@ arrivals against the watermarks before it. Every arrival that is not late has ``
 is what makes eviction safe:
 
 - a probe ``y`` in X's probe buffer can only meet a future X arrival older than it, so it goes once
-  ``y.ts < watermark(X)``;
-- with a band window W, a record ``x`` in X's store can only meet a future Y arrival with
-  ``y.ts <= x.ts + W``, so it goes once ``x.ts + W < watermark(Y)``.
+  ``y.ts < watermark(X)`` (with three or more relations, also once no third relation's future member can
+  complete a tuple with it: docs/design.md section 2.8);
+- with a band window W, a record ``x`` in X's store can only meet a future arrival of another relation Y with
+  ``y.ts <= x.ts + W``, so it goes once ``x.ts + W < watermark(Y)`` for every other Y.
 
 Both are "``ts`` below a cutoff", applied by the same MERGE that inserts the batch's arrivals.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -60,16 +63,21 @@ def advance(before: Watermarks, on_time: dict[Relation, pa.Table], lateness: dic
     return after
 
 
-def probe_eviction(rel: Relation, marks: Watermarks) -> Eviction | None:
-    """Probes in ``rel``'s probe buffer that no future arrival of ``rel`` can still meet."""
-    watermark = marks.get(rel.name)
-    return None if watermark is None else Eviction(TS, watermark)
-
-
-def store_eviction(rel: Relation, marks: Watermarks, window: int | None) -> Eviction | None:
-    """Records in ``rel``'s store that the band window has left behind (never without a window)."""
-    (other,) = others(rel)
-    watermark = marks.get(other.name)
-    if window is None or watermark is None:
+def store_eviction(rel: Relation, relations: Sequence[Relation], marks: Watermarks, window: int | None) -> Eviction | None:
+    """Records in ``rel``'s store that no future member of another relation can be within the band window of: once
+    every other relation's watermark is past ``ts + W`` (never without a window)."""
+    needed = [marks.get(other.name) for other in others(rel, relations)]
+    if window is None or None in needed:
         return None
-    return Eviction(TS, watermark - window)
+    return Eviction(TS, min(needed) - window)  # type: ignore[type-var] - None ruled out above
+
+
+def probe_eviction(store: Relation, holds: Relation, relations: Sequence[Relation], marks: Watermarks, window: int | None) -> Eviction | None:
+    """Probes of ``holds`` in ``store``'s buffer that no future tuple can take: no future record of ``store`` is
+    older (``ts`` below its watermark) and, with three or more relations, no future member of a third relation
+    can complete a tuple with a stored record older than the probe (``ts + W`` below its watermark)."""
+    thirds = [marks.get(third.name) for third in relations if third not in (store, holds)]
+    own = marks.get(store.name)
+    if own is None or (thirds and (window is None or None in thirds)):
+        return None
+    return Eviction(TS, min([own, *(mark - window for mark in thirds)]))  # type: ignore[operator] - None ruled out above

@@ -1,13 +1,14 @@
 """The store and probe buffers of every relation, kept as Delta state tables MERGEd each batch.
 
-``<x>_store`` holds X's own records; ``<x>_probes`` holds the records of the other relation that
-probed X's store. A batch reads each at the version its plan pins, then one MERGE on ``id`` per table
-inserts the batch's arrivals and evicts what the watermarks allow, so a replayed insert changes nothing.
+``<x>_store`` holds X's own records; X's probe buffers hold the records of every other relation that
+probed X's store (``<x>_probes`` with two relations, ``<x>_probes_<y>`` per other Y with more). A batch
+reads each at the version its plan pins, then one MERGE on ``id`` per table inserts the batch's arrivals and
+evicts what the watermarks allow, so a replayed insert changes nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -20,20 +21,14 @@ from state.bounds import Watermarks, probe_eviction, store_eviction
 from state.engines import DeltaEngine, Eviction, Txn
 from state.faults import step
 from state.joiner import Side
-from state.layout import Warehouse
-from state.relations import ID, RELATIONS, TS, Relation, others
+from state.layout import Buffer, Warehouse
+from state.relations import ID, TS, Relation, others
 
 BUFFER_KEY = ID
 # Ingest gives an id one content (another content is quarantined as a conflict), so rows with equal ids have
 # equal event times: each MERGE looks for matches only within its rows' ``_ts`` range, and skips most of the
 # table's files.
 ALIGNED = TS
-
-
-def partner(rel: Relation) -> Relation:
-    """The relation whose records probe ``rel``'s store (two-way joins have exactly one)."""
-    (other,) = others(rel)
-    return other
 
 
 def read_sides(
@@ -51,14 +46,15 @@ def read_sides(
             return snapshot.unionByName(empty_like.limit(0), allowMissingColumns=True)
         return snapshot
 
+    read = {(table.store, table.holds): at_plan(table.name, table.path, arrivals[table.holds]) for table in warehouse.buffer_tables()}
     return [
         Side(
             relation=rel,
             arrivals=arrivals[rel],
-            store=at_plan(f"{rel.name}_store", warehouse.store(rel), arrivals[rel]),
-            probes={partner(rel): at_plan(f"{rel.name}_probes", warehouse.probes(rel), arrivals[partner(rel)])},
+            store=read[(rel, rel)],
+            probes={other: read[(rel, other)] for other in others(rel, warehouse.relations)},
         )
-        for rel in RELATIONS
+        for rel in warehouse.relations
     ]
 
 
@@ -66,9 +62,8 @@ def read_sides(
 class BufferUpdate:
     """What one batch does to one state table: the rows its MERGE inserts and the eviction it applies."""
 
-    path: str
-    holds: Relation  # whose records the table holds
-    rows: pa.Table  # the batch's arrivals of ``holds`` that the table keeps
+    table: Buffer
+    rows: pa.Table  # the batch's arrivals of the relation the table holds that it keeps
     eviction: Eviction | None  # the cutoff after the batch
     moved: bool  # the cutoff moved since before the batch
     exists: bool  # the table existed before the batch
@@ -86,23 +81,24 @@ def buffer_updates(
     marks: tuple[Watermarks, Watermarks],
     window: int | None,
 ) -> dict[str, BufferUpdate]:
-    """``X_store ∪= ΔX`` and ``X_probes ∪= ΔY`` for every relation, with the eviction the watermarks after the
-    batch allow (state/bounds.py), keyed by the name the batch log records the table under."""
+    """``X_store ∪= ΔX`` and, for every other Y, ``X's buffer of Y ∪= ΔY``, with the eviction the watermarks after
+    the batch allow (state/bounds.py), keyed by the name the batch log records the table under."""
     before, after = marks
-    tables = warehouse.buffers()
     updates = {}
-    for rel in RELATIONS:
-        rules = {
-            f"{rel.name}_store": (rel, lambda m, rel=rel: store_eviction(rel, m, window)),
-            f"{rel.name}_probes": (partner(rel), lambda m, rel=rel: probe_eviction(rel, m)),
-        }
-        for name, (holds, rule) in rules.items():
-            eviction = rule(after)
-            exists = name in plan.state_versions
-            kept = _not_evictable(arrivals[holds], eviction)
-            moved = exists and eviction is not None and eviction != rule(before)
-            updates[name] = BufferUpdate(tables[name], holds, kept, eviction, moved, exists)
+    for table in warehouse.buffer_tables():
+        eviction, was = (buffer_eviction(table, warehouse.relations, m, window) for m in (after, before))
+        exists = table.name in plan.state_versions
+        kept = _not_evictable(arrivals[table.holds], eviction)
+        moved = exists and eviction is not None and eviction != was
+        updates[table.name] = BufferUpdate(table, kept, eviction, moved, exists)
     return updates
+
+
+def buffer_eviction(table: Buffer, relations: Sequence[Relation], marks: Watermarks, window: int | None) -> Eviction | None:
+    """What a state table may evict under ``marks``: a store's rule for its own records, else a probe buffer's."""
+    if table.kind == "store":
+        return store_eviction(table.store, relations, marks, window)
+    return probe_eviction(table.store, table.holds, relations, marks, window)
 
 
 def update_buffers(
@@ -122,11 +118,11 @@ def _update_buffer(engine: DeltaEngine, plan: BatchPlan, name: str, update: Buff
     with step(name):
         if not update.needed:
             return None
-        merged = engine.merge(update.path, update.rows, BUFFER_KEY, update.eviction, txn_for(update.path), aligned=ALIGNED)
+        merged = engine.merge(update.table.path, update.rows, BUFFER_KEY, update.eviction, txn_for(update.table.path), aligned=ALIGNED)
     if merged is not None:
         return merged.evicted
     if update.exists and update.eviction is not None:
-        return engine.read(update.path, plan.state_versions[name], update.eviction.sql()).count()
+        return engine.read(update.table.path, plan.state_versions[name], update.eviction.sql()).count()
     return None
 
 

@@ -17,10 +17,11 @@ from state.engines import DeltaEngine
 from state.errors import LakejoinError
 from state.layout import Warehouse
 from state.lock import is_local
+from state.joiner import identity_column
 from state.relations import ID, TS, relation
 
 STATE_COLUMNS = (ID, TS, "_arrival_seq")
-GOLD_COLUMNS = ("_r_id", "_s_id", "owner", "batch_id")
+GOLD_COLUMNS = ("owner", "batch_id")  # and each member's id: _r_id, _s_id, …
 LATE_COLUMNS = ("relation", ID, TS, "reason", "watermark", "batch_id")
 LOG_COLUMNS = ("batch_id", "phase", "seq_from", "seq_to", "bronze_versions", "state_versions")
 DQ_RESULT_COLUMNS = ("batch_id", "rule", "table", "policy", "evaluated", "failed")
@@ -72,9 +73,10 @@ def check_consistency(engine: DeltaEngine, warehouse: Warehouse, pipeline: str) 
     _check_output(engine, warehouse, warehouse.late_arrivals, LATE_COLUMNS, pipeline, tail, None)
     _check_output(engine, warehouse, warehouse.dq_quarantine, DQ_QUARANTINE_COLUMNS, pipeline, tail, None)
     _check_output(engine, warehouse, warehouse.dq_results, DQ_RESULT_COLUMNS, pipeline, tail, None)
-    _check_output(engine, warehouse, warehouse.gold, GOLD_COLUMNS, pipeline, tail, None, written_every_batch=True)
+    members = tuple(identity_column(rel, ID) for rel in warehouse.relations)
+    _check_output(engine, warehouse, warehouse.gold, (*members, *GOLD_COLUMNS), pipeline, tail, None, written_every_batch=True)
     for name, version in (tail.newest.bronze_versions if tail.newest else {}).items():
-        bronze = warehouse.bronze(relation(name))
+        bronze = warehouse.bronze(relation(name, warehouse.relations))
         current = engine.version(bronze)
         if current is None or current < version:
             raise LakejoinError(

@@ -29,7 +29,6 @@ from pyspark.sql.types import (
 from state.engines import DeltaEngine
 from state.errors import LakejoinError
 from state.layout import Warehouse
-from state.relations import RELATIONS
 
 TIMESTAMP, DATE, INTEGER = "timestamp", "date", "integer"
 # The Spark type each kind is kept as in bronze.
@@ -97,7 +96,8 @@ def duration(value: object, setting: str) -> int | timedelta:
 
 
 def span_on_axis(span: int | timedelta, kind: str, setting: str) -> int:
-    """``span`` in the axis units of ``kind``; a duration for integer time (or the reverse) is a config error."""
+    """``span`` in the axis units of ``kind``; a duration for integer time (or a non-zero integer for timestamps and
+    dates) is a config error."""
     if kind == INTEGER:
         if isinstance(span, timedelta):
             raise LakejoinError(
@@ -105,6 +105,8 @@ def span_on_axis(span: int | timedelta, kind: str, setting: str) -> int:
                 "give it in the event time's own units, as an integer"
             )
         return span
+    if span == 0:  # zero is zero in any unit
+        return 0
     if not isinstance(span, timedelta):
         raise LakejoinError(
             f"config: {setting!r} is the integer {span} but the event time is a {kind}: give a duration such as '10 minutes'"
@@ -138,7 +140,7 @@ def render_span(value: int, kind: str | None) -> str:
 def warehouse_kind(engine: DeltaEngine, warehouse: Warehouse, event_times: dict[str, str]) -> str | None:
     """The kind of event time the warehouse's bronze tables hold (``event_times``: relation -> its column); None
     before anything landed. Ingest keeps every relation on one kind."""
-    for rel in RELATIONS:
+    for rel in warehouse.relations:
         schema = engine.schema(warehouse.bronze(rel))
         if schema is not None and event_times[rel.name] in schema.fieldNames():
             return kind_of(schema[event_times[rel.name]].dataType)

@@ -3,8 +3,8 @@
 For a micro-batch with new arrivals ΔX of every relation and state read at the batch's snapshot, the store of X
 owns the tuples whose oldest member is in X: those taken from X_store ∪ ΔX and, for every other relation Y, from
 X's probe buffer of Y ∪ ΔY, that have a new member. One term per relation k, X's own last: k's arrivals
-(broadcast), the relations before k from X's buffers only, those after k from buffers and arrivals. With two
-relations these are
+(broadcast), the relations before k from X's buffers only, those after k from buffers and arrivals; each term
+joins its relations one at a time, each linked by a conjunct to those before. With two relations these are
 
     ΔY ⋈ (X_store ∪ ΔX)   where x older than y   -- probes of the newer member
     ΔX ⋈ X_probes          where x older than y   -- delayed stores of the older member
@@ -24,10 +24,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from state.names import quoted
+from state.predicate import conjuncts
 from state.relations import ID, RELATIONS, TS, Relation
-
-DEFAULT_PREDICATE = "r.key = s.key"
-
 
 @dataclass(frozen=True)
 class Side:
@@ -80,31 +78,64 @@ class Projection:
         return [*identity, *body, owner.alias("owner")]
 
 
-def oldest(owner: Relation, members: Iterable[Relation]) -> Column:
-    """Record ``owner.*`` is older than every other member's."""
-    return reduce(Column.__and__, [older(owner, other) for other in members if other != owner])
+@dataclass(frozen=True)
+class _Condition:
+    column: Column
+    reads: frozenset[str]  # relation aliases
+    equality: bool
 
 
 def owned_tuples(owner: Side, sides: Sequence[Side], predicate: str, projection: Projection) -> DataFrame:
     """The tuples the store of ``owner`` produces in this batch (their oldest member is in ``owner``)."""
     relations = [side.relation for side in sides]
-    condition = F.expr(predicate) & oldest(owner.relation, relations)
+    parts = _conditions(predicate, relations)
+    parts += [_Condition(older(owner.relation, rel), frozenset({owner.relation.name, rel.name}), False) for rel in relations if rel != owner.relation]
     order = [*(side for side in sides if side is not owner), owner]
     columns = projection.of(F.lit(owner.relation.label), relations)
     terms = []
     for k, new in enumerate(order):
-        inputs = [F.broadcast(new.arrivals).alias(new.relation.name)]
-        inputs += [owner.buffered(side.relation).alias(side.relation.name) for side in order[:k]]
-        inputs += [
-            owner.buffered(side.relation).unionByName(side.arrivals, allowMissingColumns=True).alias(side.relation.name) for side in order[k + 1 :]
-        ]
-        # The condition on the last join. With two relations that is the only join. With more, Spark moves a
-        # conjunct down only to a join that already holds every relation it reads, and the broadcast hint keeps it
-        # from reordering the chain: a term whose next relation links to the ones before only through the owner
-        # (last) is a nested-loop join, and the joins after the first are not broadcast (docs/design.md 2.8).
-        joined = reduce(DataFrame.join, inputs[:-1]).join(inputs[-1], condition)
-        terms.append(joined.select(columns))
+        inputs = {new.relation: new.arrivals}
+        inputs |= {side.relation: owner.buffered(side.relation) for side in order[:k]}
+        inputs |= {side.relation: owner.buffered(side.relation).unionByName(side.arrivals, allowMissingColumns=True) for side in order[k + 1 :]}
+        terms.append(_linked_join(inputs, new.relation, parts, broadcast=True).select(columns))
     return reduce(DataFrame.unionByName, terms)
+
+
+def joined(frames: dict[Relation, DataFrame], predicate: str) -> DataFrame:
+    """Every tuple of ``frames`` (each aliased by its relation) that satisfies ``predicate``: a batch join."""
+    first = next(iter(frames))
+    return _linked_join(frames, first, _conditions(predicate, list(frames)), broadcast=False)
+
+
+def owner_label(relations: Sequence[Relation]) -> Column:
+    """The label of the relation of a tuple's oldest member (the tuple's owner)."""
+    return F.coalesce(*[F.when(reduce(Column.__and__, [older(rel, other) for other in relations if other != rel]), F.lit(rel.label)) for rel in relations])
+
+
+def _conditions(predicate: str, relations: Sequence[Relation]) -> list[_Condition]:
+    return [_Condition(F.expr(part.text), part.reads, part.equality) for part in conjuncts(predicate, [rel.name for rel in relations])]
+
+
+def _linked_join(inputs: dict[Relation, DataFrame], first: Relation, parts: list[_Condition], broadcast: bool) -> DataFrame:
+    """The join of ``inputs``, built from ``first`` one relation at a time: next, one an equality links to those
+    joined (a hash join), else one any conjunct links, else the next listed; each join takes every conjunct it
+    completes. With ``broadcast`` (``first`` is a batch's arrivals) the rows joined so far are broadcast into each
+    join, so state tables are scanned and never shuffled (docs/design.md section 2.8)."""
+    tuples, have, pending = inputs[first].alias(first.name), {first.name}, list(parts)
+    rest = [rel for rel in inputs if rel != first]
+    while rest:
+
+        def linked(rel: Relation, equality: bool) -> bool:
+            return any(rel.name in part.reads and part.reads & have and part.reads <= have | {rel.name} and (part.equality or not equality) for part in pending)
+
+        chosen = next((rel for rel in rest if linked(rel, True)), None) or next((rel for rel in rest if linked(rel, False)), rest[0])
+        rest.remove(chosen)
+        have.add(chosen.name)
+        ready = [part.column for part in pending if part.reads <= have]
+        pending = [part for part in pending if not part.reads <= have]
+        condition = reduce(Column.__and__, ready, F.lit(True))
+        tuples = (F.broadcast(tuples) if broadcast else tuples).join(inputs[chosen].alias(chosen.name), condition)
+    return tuples
 
 
 def batch_tuples(sides: Sequence[Side], predicate: str, projection: Projection) -> DataFrame:

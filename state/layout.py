@@ -11,7 +11,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from state.relations import RELATIONS, Relation
+from state.relations import RELATIONS, Relation, others
 
 _CATALOG_SCHEMA = re.compile(r"^[A-Za-z_]\w*\.[A-Za-z_]\w*$")
 
@@ -22,8 +22,24 @@ def is_catalog_schema(root: str) -> bool:
 
 
 @dataclass(frozen=True)
+class Buffer:
+    """One state table: the store of ``store`` holds ``holds``'s records (its own, or a probe buffer)."""
+
+    name: str  # how the batch log records its version: r_store, r_probes, trades_probes_news
+    store: Relation
+    holds: Relation
+    path: str
+
+    @property
+    def kind(self) -> str:
+        """``store`` or ``probes``: which rules check its rows (expectations/suites)."""
+        return "store" if self.holds == self.store else "probes"
+
+
+@dataclass(frozen=True)
 class Warehouse:
     root: str
+    relations: tuple[Relation, ...] = RELATIONS  # the config's, in rank order
 
     @property
     def in_catalog(self) -> bool:
@@ -67,9 +83,13 @@ class Warehouse:
         """The store buffer of ``rel``: its own records."""
         return self._path("silver", f"{rel.name}_store")
 
-    def probes(self, rel: Relation) -> str:
-        """The probe buffer of ``rel``'s store: records of the other relation that probed it."""
-        return self._path("silver", f"{rel.name}_probes")
+    def probes(self, rel: Relation, of: Relation) -> str:
+        """The probe buffer of ``rel``'s store holding ``of``'s records that probed it (``r_probes`` when two
+        relations are joined: there is one other; ``trades_probes_news`` with more)."""
+        return self._path("silver", self._probes_name(rel, of))
+
+    def _probes_name(self, rel: Relation, of: Relation) -> str:
+        return f"{rel.name}_probes" if len(self.relations) == 2 else f"{rel.name}_probes_{of.name}"
 
     @property
     def dq_quarantine(self) -> str:
@@ -96,11 +116,17 @@ class Warehouse:
         """One row per joined pair."""
         return self._path("gold", "join_results")
 
+    def buffer_tables(self) -> list[Buffer]:
+        """Every state table: per relation, its store, then a probe buffer per other relation (docs/design.md 2.8)."""
+        tables = []
+        for rel in self.relations:
+            tables.append(Buffer(f"{rel.name}_store", rel, rel, self.store(rel)))
+            tables += [Buffer(self._probes_name(rel, of), rel, of, self.probes(rel, of)) for of in others(rel, self.relations)]
+        return tables
+
     def buffers(self) -> dict[str, str]:
         """Every state table by the name the batch log records its version under (``r_store``, …)."""
-        return {
-            f"{rel.name}_{kind}": path for rel in RELATIONS for kind, path in (("store", self.store(rel)), ("probes", self.probes(rel)))
-        }
+        return {table.name: table.path for table in self.buffer_tables()}
 
     def derived_tables(self) -> list[str]:
         """What the joiner builds from bronze (``lakejoin reset`` drops these): gold, then silver, the batch log last."""
@@ -108,5 +134,5 @@ class Warehouse:
 
     def tables(self) -> list[str]:
         """Every table, in the order data flows through them."""
-        bronze = [self.bronze(rel) for rel in RELATIONS]
+        bronze = [self.bronze(rel) for rel in self.relations]
         return [*bronze, self.ingest_log, self.quarantine, *self.buffers().values(), self.late_arrivals, self.dq_quarantine, self.dq_results, self.batches, self.definition, self.gold]

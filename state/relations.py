@@ -1,10 +1,13 @@
 """Relations as data: a name (the alias predicates use) and a rank (the tie-breaker of the total order).
 
-Nothing else in the code names R or S: N-way joins later add relations here, not code paths.
+The config lists the relations (two or more); without one, a join has two, ``r`` and ``s``. Nothing else in
+the code names a relation: a join of N relations is the same code given N of them.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from state.errors import LakejoinError
@@ -96,20 +99,34 @@ def _is_name(value: object) -> bool:
 
 R = Relation("r", 0)
 S = Relation("s", 1)
-RELATIONS: tuple[Relation, ...] = (R, S)
+RELATIONS: tuple[Relation, ...] = (R, S)  # when the config names no relations
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
-def default_specs() -> dict[str, RelationSpec]:
+def relations_named(names: Sequence[str]) -> tuple[Relation, ...]:
+    """The relations of a join, ranked in the order they are listed (the order breaks event-time ties)."""
+    for name in names:
+        if not _NAME.match(name):
+            raise LakejoinError(
+                f"config: relation name {name!r} must be lower-case letters, digits and '_', starting with a letter "
+                "(it names tables and is the predicate's alias)"
+            )
+    if len(names) < 2:
+        raise LakejoinError(f"config: 'relations' must name at least two relations to join, got {', '.join(names) or 'none'}")
+    return tuple(Relation(name, rank) for rank, name in enumerate(names))
+
+
+def default_specs(relations: Sequence[Relation] = RELATIONS) -> dict[str, RelationSpec]:
     """Every relation's columns when the config names none: ``id``, ``ts``, and ``key`` required."""
-    return {rel.name: RelationSpec.default() for rel in RELATIONS}
+    return {rel.name: RelationSpec.default() for rel in relations}
 
 
-def relation(name: str) -> Relation:
-    for candidate in RELATIONS:
+def relation(name: str, relations: Sequence[Relation] = RELATIONS) -> Relation:
+    for candidate in relations:
         if candidate.name == name.lower():
             return candidate
-    raise ValueError(f"unknown relation {name!r}: use one of {', '.join(r.name for r in RELATIONS)}")
+    raise LakejoinError(f"unknown relation {name!r}: the config's relations are {', '.join(r.name for r in relations)}")
 
 
-def others(of: Relation) -> tuple[Relation, ...]:
-    return tuple(candidate for candidate in RELATIONS if candidate != of)
+def others(of: Relation, relations: Sequence[Relation] = RELATIONS) -> tuple[Relation, ...]:
+    return tuple(candidate for candidate in relations if candidate != of)
