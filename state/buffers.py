@@ -114,16 +114,17 @@ def update_buffers(
 
 
 def _update_buffer(engine: DeltaEngine, plan: BatchPlan, name: str, update: BufferUpdate, txn_for: Callable[[str], Txn]) -> int | None:
-    """One table's MERGE; the rows it evicted (counted again when the run this one resumes committed it)."""
+    """One table's MERGE; the rows it evicted (counted again when the run this one resumes committed it, so a
+    resumed batch logs what an uninterrupted one would)."""
     with step(name):
         if not update.needed:
             return None
         merged = engine.merge(update.table.path, update.rows, BUFFER_KEY, update.eviction, txn_for(update.table.path), aligned=ALIGNED)
     if merged is not None:
         return merged.evicted
-    if update.exists and update.eviction is not None:
-        return engine.read(update.table.path, plan.state_versions[name], update.eviction.sql()).count()
-    return None
+    if not update.exists or update.eviction is None:
+        return 0  # the committed MERGE created the table or had no cutoff: it evicted nothing
+    return engine.read(update.table.path, plan.state_versions[name], update.eviction.sql()).count()
 
 
 def _not_evictable(arrivals: pa.Table, eviction: Eviction | None) -> pa.Table:

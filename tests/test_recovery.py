@@ -61,6 +61,18 @@ def test_crash_at_any_write_then_rerun_equals_an_uninterrupted_run(deltars, tmp_
     assert pipeline.snapshot() == uninterrupted
 
 
+def test_without_a_window_a_run_dying_right_after_a_state_merge_resumes_to_the_uninterrupted_batch_log(deltars, tmp_path_factory, monkeypatch):
+    """Unbounded state has no eviction: the resumed batch still records that its MERGE evicted 0 rows from the
+    table the dead run had already merged (a kill -9 between two MERGEs once left the table out of the log)."""
+    uninterrupted = Pipeline(deltars, str(tmp_path_factory.mktemp("uninterrupted")))
+    crashed = Pipeline(deltars, str(tmp_path_factory.mktemp("crashed")))
+    for pipeline in (uninterrupted, crashed):
+        first_part_joined(pipeline)
+    uninterrupted.run(max_batch_rows=3)
+    crash_at_each(crashed, monkeypatch, ["after:s_probes"], max_batch_rows=3)
+    assert crashed.snapshot() == uninterrupted.snapshot()
+
+
 def test_on_delta_spark_a_run_dying_at_each_write_in_turn_resumes_to_the_uninterrupted_result(spark_engine, tmp_path, monkeypatch, uninterrupted):
     """Every crash point on Delta on Spark, in one warehouse: each rerun resumes the batch the last one left
     unfinished and dies at the next point, then a clean run finishes. The result equals delta-rs's uninterrupted run."""
