@@ -22,7 +22,7 @@ from state.engines import DeltaEngine
 from state.faults import CRASH_AT, InjectedCrash
 from state.layout import Warehouse
 from state.relations import relation
-from tests.reference import Pair, Record
+from tests.reference import Match, Pair, Record
 
 _files = itertools.count()
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -58,7 +58,7 @@ class Pipeline:
 
     @property
     def warehouse(self) -> Warehouse:
-        return Warehouse(os.path.join(self.root, "warehouse"))
+        return Warehouse(os.path.join(self.root, "warehouse"), self.config.joined)
 
     def write_file(self, rows: Iterable[dict], suffix: str = ".jsonl") -> str:
         path = os.path.join(self.root, f"landing-{next(_files)}{suffix}")
@@ -68,7 +68,7 @@ class Pipeline:
         return path
 
     def ingest(self, side: str, path: str) -> IngestResult:
-        return ingest_file(self.engine.spark, self.engine, self.warehouse, relation(side), path, self.config.relations)
+        return ingest_file(self.engine.spark, self.engine, self.warehouse, relation(side, self.config.joined), path, self.config.relations)
 
     def land(self, records: Sequence[Record]) -> None:
         """Ingest records in the given order, one file per run of consecutive records of one relation."""
@@ -78,7 +78,7 @@ class Pipeline:
 
     def land_chunk(self, records: Sequence[Record]) -> None:
         """Ingest a chunk as one file per relation (each relation's records in their order)."""
-        for side in ("r", "s"):
+        for side in (rel.name for rel in self.config.joined):
             rows = [{"id": rec.id, "ts": rec.ts, "key": rec.key, "payload": rec.payload} for rec in records if rec.relation == side]
             if rows:
                 self.ingest(side, self.write_file(rows))
@@ -86,10 +86,10 @@ class Pipeline:
     def batches(self) -> list[list[Record]]:
         """The records of each committed batch, read back from the batch log and bronze."""
         arrivals = {}
-        for side in ("r", "s"):
-            bronze = self.engine.read(self.warehouse.bronze(relation(side)))
+        for rel in self.config.joined:
+            bronze = self.engine.read(self.warehouse.bronze(rel))
             for row in [] if bronze is None else bronze.collect():
-                arrivals[row["_arrival_seq"]] = Record(side, row["id"], row["ts"], row["key"], row["payload"])
+                arrivals[row["_arrival_seq"]] = Record(rel.name, row["id"], row["ts"], row["key"], row["payload"], rel.rank)
         log = self.engine.read(self.warehouse.batches).where("phase = 'committed'").orderBy("batch_id").collect()
         return [[arrivals[seq] for seq in range(row["seq_from"] + 1, row["seq_to"] + 1) if seq in arrivals] for row in log]
 
@@ -108,6 +108,15 @@ class Pipeline:
 
     def gold_pairs(self) -> Counter[Pair]:
         return Counter(Pair(row["r_id"], row["s_id"], row["owner"]) for row in self.gold_rows())
+
+    def gold_matches(self) -> Counter[Match]:
+        """Gold's tuples, each with its members' ids and its owner, as the N-way reference gives them."""
+        names = [rel.name for rel in self.config.joined]
+        return Counter(Match(tuple((name, row[f"_{name}_id"]) for name in names), row["owner"].lower()) for row in self.gold_rows())
+
+    def state_rows(self) -> int:
+        """The rows every state table holds."""
+        return sum(0 if (rows := self.engine.read(path)) is None else rows.count() for path in self.warehouse.buffers().values())
 
     def versions(self) -> dict[str, int | None]:
         """Every table's Delta version: what a refused command must leave unchanged."""

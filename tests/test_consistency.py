@@ -7,7 +7,7 @@ import pytest
 
 from pipelines.config import Config
 from state.errors import LakejoinError
-from state.relations import R
+from state.relations import R, S
 from tests.helpers import Pipeline
 from tests.reference import Record
 
@@ -37,7 +37,7 @@ DAMAGES = {
         r"gold/join_results was not written by lakejoin \(no column _r_id\)",
     ),
     "state table rewritten by something else": (
-        lambda p: (p.engine.drop(p.warehouse.probes(R)), p.engine.append(p.warehouse.probes(R), p.engine.read(p.warehouse.bronze(R)))),
+        lambda p: (p.engine.drop(p.warehouse.probes(R, S)), p.engine.append(p.warehouse.probes(R, S), p.engine.read(p.warehouse.bronze(R)))),
         "silver/r_probes was not written by pipeline 'lakejoin'",
     ),
     "batch log replaced by another table": (

@@ -39,7 +39,7 @@ def gold(spark, *changes: dict) -> pa.Table:
     rows = [good, {**good, "_s_id": "s2", "_s_ts": 3}] + [{**good, "_s_id": f"bad{n}", "_s_ts": 4, **change} for n, change in enumerate(changes)]
     frame = spark.createDataFrame(rows, "_r_id string, _r_ts bigint, _s_id string, _s_ts bigint, r_key string, s_key string, owner string")
     empty = spark.createDataFrame([], "_id string, _ts bigint, key string, payload string")
-    return with_pair_checks(frame, CONFIG.join_condition, CARRIED, lambda: dict.fromkeys(RELATIONS, empty)).toArrow()
+    return with_pair_checks(frame, CONFIG.join_condition, CARRIED, RELATIONS, lambda: dict.fromkeys(RELATIONS, empty)).toArrow()
 
 
 STRING_TS = pa.schema([("_id", pa.string()), ("_ts", pa.string())])
@@ -117,7 +117,7 @@ def test_a_predicate_over_columns_gold_does_not_keep_is_checked_on_the_bronze_re
                                   "_r_id string, _r_ts bigint, _s_id string, _s_ts bigint, r_key string, s_key string, owner string")
     r = spark.createDataFrame([("r1", 1, "a", 1), ("r2", 1, "a", 9)], "_id string, _ts bigint, key string, x int")
     s = spark.createDataFrame([("s1", 2, "a", 5)], "_id string, _ts bigint, key string, y int")
-    checked = with_pair_checks(pairs, "r.x < s.y", CARRIED, lambda: dict(zip(RELATIONS, (r, s))))
+    checked = with_pair_checks(pairs, "r.x < s.y", CARRIED, RELATIONS, lambda: dict(zip(RELATIONS, (r, s))))
     assert {row["_r_id"]: row["_dq_predicate"] for row in checked.collect()} == {"r1": True, "r2": False}
 
 

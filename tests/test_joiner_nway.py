@@ -65,3 +65,17 @@ def test_the_batch_form_gives_the_references_tuples_and_owners(spark, seed, name
     rows = batch_tuples(sides, predicate(names, 3), Projection({})).collect()
     produced = Counter((tuple(row[f"_{name}_id"] for name in names), row["owner"].lower()) for row in rows)
     assert produced == Counter((tuple(member for _, member in match.ids), match.owner) for match in expected)
+
+
+def test_each_term_joins_a_relation_linked_to_those_before_and_shuffles_no_state(spark):
+    """``a.k1 = b.k1 AND b.k2 = c.k2`` links a and c only through b. Joined in the order of the terms, a term of
+    b's store starting from a's arrivals would take c next, with no condition: a nested-loop join. Each term
+    joins b next instead, then c, each by a broadcast hash join, so no state table is shuffled."""
+    schema = "_id string, _ts bigint, k1 string, k2 string"
+    rows = {name: spark.createDataFrame([(f"{name}{i}", i, "x", "y") for i in range(3)], schema) for name in "abc"}
+    relations = [Relation(name, rank) for rank, name in enumerate("abc")]
+    sides = [Side(rel, rows[rel.name], rows[rel.name], {other: rows[other.name] for other in relations if other != rel}) for rel in relations]
+    tuples = batch_tuples(sides, "a.k1 = b.k1 AND b.k2 = c.k2", Projection({}))
+    plan = tuples._jdf.queryExecution().executedPlan().toString()
+    assert "BroadcastHashJoin" in plan
+    assert [join for join in ("BroadcastNestedLoopJoin", "CartesianProduct", "SortMergeJoin", "ShuffledHashJoin") if join in plan] == []
