@@ -4,7 +4,7 @@ PYTHON ?= python3.11
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench-state bench-dq bench-peers bench-engines bench-memory bench-commit bench-sources bench-floors
+.PHONY: demo test bench-state bench-dq bench-peers bench-engines bench-memory bench-commit bench-sources bench-floors bench-nway
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is required: install it, or pass PYTHON=/path/to/python3.11"; exit 1; }
@@ -42,6 +42,9 @@ bench-memory: $(STAMP)
 
 bench-floors: $(STAMP)
 	$(VENV)/bin/python -m benchmarks.floors
+
+bench-nway: $(STAMP)
+	$(VENV)/bin/python -m benchmarks.nway
 
 bench-commit: $(STAMP)
 	$(VENV)/bin/python -m benchmarks.delta_commit

@@ -29,7 +29,7 @@ def replay(
     for number, files in enumerate(chunks, start=1):
         for name, path in files:
             started = time.perf_counter()
-            ingest_file(engine.spark, engine, warehouse, relation(name), path)
+            ingest_file(engine.spark, engine, warehouse, relation(name, warehouse.relations), path, config.relations)
             after_ingest(time.perf_counter() - started)
         reports += run(engine, warehouse, config)
         after_chunk(number, reports)
