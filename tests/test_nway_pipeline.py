@@ -117,7 +117,7 @@ def test_three_way_state_stays_flat_on_a_long_stream(deltars, tmp_path):
     joiner = BatchJoiner(THREE, banded(2), 1, 2)
     held = []
     for start in range(0, len(records), 30):
-        pipeline.land(records[start : start + 30])
+        pipeline.land_chunk(records[start : start + 30])  # one file per relation: each batch is one chunk
         pipeline.run(max_batch_rows=30)
         joiner.step(records[start : start + 30])
         held.append(pipeline.state_rows())
