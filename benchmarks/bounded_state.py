@@ -18,7 +18,7 @@ import time
 
 from benchmarks.report import write_json
 from benchmarks.stream import replay
-from expectations.reconcile import expected_gold, reconcile
+from expectations.reconcile import check_gold
 from pipelines.config import Config
 from pipelines.demo import DemoOptions, generate_stream, write_chunks
 from pipelines.silver import BatchReport
@@ -62,7 +62,7 @@ def main() -> None:
     measured = batch_seconds[args.warmup :]
     tenth = max(1, len(measured) // 10)
     early, late = statistics.median(measured[:tenth]), statistics.median(measured[-tenth:])
-    check = reconcile(expected_gold(engine, warehouse, config.join_condition), engine.read(warehouse.gold))
+    check = check_gold(engine, warehouse, config)
     result = {
         "config": {**vars(args), "bounded": not args.unbounded},
         "batches": len(batch_seconds),

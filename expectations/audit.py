@@ -16,7 +16,7 @@ from pyspark.sql import functions as F
 
 from expectations.batch import bound_rules
 from expectations.frames import with_pair_checks, with_state_checks
-from expectations.reconcile import Reconciliation, expected_gold, reconcile
+from expectations.reconcile import Reconciliation, check_gold
 from expectations.runner import RuleResult, Validator
 from pipelines.config import Config, on_warehouse_axis
 from pipelines.sources import records
@@ -66,9 +66,7 @@ def audit(engine: DeltaEngine, warehouse: Warehouse, config: Config, docs_root: 
         results += validator.check(warehouse.name_of(table), frame, keys, rules, "spark", complete=False, persist=True)
     context.build_data_docs()
     docs = _index_page(context)
-    gold = engine.read(warehouse.gold)
-    check = None if gold is None else reconcile(expected_gold(engine, warehouse, config.join_condition, config.select, config.relations), gold)
-    return Audit(results, check, docs)
+    return Audit(results, check_gold(engine, warehouse, config), docs)
 
 
 def _frames(engine: DeltaEngine, warehouse: Warehouse, config: Config) -> list[tuple[str, str, DataFrame, list[str], str | None]]:
@@ -94,8 +92,9 @@ def _frames(engine: DeltaEngine, warehouse: Warehouse, config: Config) -> list[t
     gold = engine.read(warehouse.gold)
     if gold is not None and all(rows is not None for rows in bronze.values()):
         projection = Projection({rel.name: _carried(gold, rel, rows) for rel, rows in bronze.items()}, None if config.select is None else tuple(config.select))
-        checked = with_pair_checks(gold, config.join_condition, projection, warehouse.relations, lambda: bronze)
-        frames.append((warehouse.gold, "gold", checked, [identity_column(rel, ID) for rel in warehouse.relations], None))
+        members, preserved = config.join_kind.gold_relations(warehouse.relations), config.join_kind.preserves(warehouse.relations)
+        checked = with_pair_checks(gold, config.join_condition, projection, members, lambda: bronze, preserved)
+        frames.append((warehouse.gold, "gold", checked, [identity_column(rel, ID) for rel in members], None))
     return frames
 
 

@@ -7,11 +7,12 @@ records rebuilt from gold; with a configured ``select`` it is evaluated on the p
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import reduce
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.errors import AnalysisException
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from state.joiner import Projection, identity_column, owner_label
@@ -22,11 +23,21 @@ DERIVED_PREFIX = "_dq_"
 
 
 def with_pair_checks(
-    gold: DataFrame, condition: str, projection: Projection, relations: Sequence[Relation], records: Callable[[], dict[Relation, DataFrame]]
+    gold: DataFrame,
+    condition: str,
+    projection: Projection,
+    relations: Sequence[Relation],
+    records: Callable[[], dict[Relation, DataFrame]],
+    preserved: Sequence[Relation] = (),
 ) -> DataFrame:
     """Gold rows with ``_dq_predicate`` (the join condition holds), ``_dq_owner`` (label of the oldest
-    member) and ``_dq_gap`` (the greatest distance in event time between two members). ``records`` (bronze) are
-    read only when gold does not carry what the condition needs."""
+    member), ``_dq_gap`` (the greatest distance in event time between two members) and ``_dq_complete`` (every
+    member is there, or the row is one record of a ``preserved`` relation: an outer join's unmatched row, whose
+    condition and owner are its own). ``records`` (bronze) are read only when gold does not carry what the
+    condition needs. A gold of one relation's records (semi and anti joins) has no condition to check."""
+    if len(relations) == 1:
+        alone = {"_dq_predicate": F.lit(True), "_dq_owner": F.lit(relations[0].label), "_dq_gap": F.lit(0).cast("bigint"), "_dq_complete": F.lit(True)}
+        return gold.withColumns(alone)
 
     def member(rel: Relation) -> list:
         derived = [F.col(identity_column(rel, derived)).alias(derived) for derived in (ID, TS)]
@@ -40,14 +51,18 @@ def with_pair_checks(
             bronze = members[rel].select(F.col(ID).alias(f"_dq_{rel.name}_id"), F.struct("*").alias(rel.name))
             paired = paired.join(bronze, paired[identity_column(rel, ID)] == bronze[f"_dq_{rel.name}_id"], "left")
     stamps = [F.col(identity_column(rel, TS)) for rel in relations]
+    present = {rel: F.col(identity_column(rel, ID)).isNotNull() for rel in relations}
+    complete = reduce(Column.__and__, present.values())
+    alone = [present[rel] & reduce(Column.__and__, [~present[other] for other in relations if other != rel]) for rel in relations]
     checked = paired.withColumns(
         {
-            "_dq_predicate": F.coalesce(F.expr(condition), F.lit(False)),
-            "_dq_owner": owner_label(relations),
+            "_dq_predicate": F.when(complete, F.coalesce(F.expr(condition), F.lit(False))).otherwise(F.lit(True)),
+            "_dq_owner": F.coalesce(F.when(complete, owner_label(relations)), *[F.when(one, F.lit(rel.label)) for rel, one in zip(relations, alone)]),
             "_dq_gap": F.greatest(*stamps) - F.least(*stamps),
+            "_dq_complete": reduce(Column.__or__, [complete, *[one for rel, one in zip(relations, alone) if rel in preserved]]),
         }
     )
-    return checked.select(*[column(name) for name in gold.columns], "_dq_predicate", "_dq_owner", "_dq_gap")
+    return checked.select(*[column(name) for name in gold.columns], "_dq_predicate", "_dq_owner", "_dq_gap", "_dq_complete")
 
 
 def _resolves(frame: DataFrame, condition: str) -> bool:

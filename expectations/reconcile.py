@@ -7,17 +7,21 @@ predicate`` over bronze minus late arrivals as a multiset, each pair owned by th
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import reduce
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from expectations.batch import row_key
+from pipelines.config import Config
 from pipelines.sources import records
-from state.engines import DeltaEngine
+from state.batch_log import BatchLog
+from state.engines import DeltaEngine, Eviction
+from state.final import JOIN_KINDS, JoinKind, cutoffs, row_of
 from state.joiner import Projection, data_columns, identity_column, joined, owner_label
 from state.layout import Warehouse
 from state.names import column
-from state.relations import ID, Relation, RelationSpec
+from state.relations import ID, TS, Relation, RelationSpec
 
 BOOKKEEPING = ("batch_id", "produced_at")
 
@@ -47,14 +51,16 @@ class Reconciliation:
         return "\n".join(lines)
 
 
-def joinable(engine: DeltaEngine, warehouse: Warehouse, specs: dict[str, RelationSpec] | None = None) -> dict[Relation, DataFrame]:
+def joinable(engine: DeltaEngine, warehouse: Warehouse, specs: dict[str, RelationSpec] | None = None) -> dict[Relation, DataFrame] | None:
     """Each relation's bronze minus its late arrivals and the rows rules quarantined: what gold must be the
-    join of (docs/design.md section 4). ``specs`` names the relations read from source tables (their bronze points
-    at the rows)."""
+    join of (docs/design.md section 4); None while some relation has nothing ingested. ``specs`` names the
+    relations read from source tables (their bronze points at the rows)."""
     late = engine.read(warehouse.late_arrivals)
     relations = {}
     for rel in warehouse.relations:
         bronze = records(engine, warehouse, specs, rel)
+        if bronze is None:  # nothing ingested yet
+            return None
         if late is not None:
             bronze = bronze.join(late.where(F.col("relation") == rel.name).select(ID), ID, "left_anti")
         taken = _quarantined_keys(engine, warehouse, warehouse.bronze(rel))
@@ -64,18 +70,30 @@ def joinable(engine: DeltaEngine, warehouse: Warehouse, specs: dict[str, Relatio
     return relations
 
 
-def expected_gold(
-    engine: DeltaEngine, warehouse: Warehouse, condition: str, select: list[str] | None = None, specs: dict[str, RelationSpec] | None = None
-) -> DataFrame:
-    """What gold must hold: the batch join of what is joinable (in gold's columns: ``select``, else every
-    column of each record), minus the pairs rules quarantined."""
-    relations = joinable(engine, warehouse, specs)
-    projection = Projection({rel.name: data_columns(frame.columns) for rel, frame in relations.items()}, None if select is None else tuple(select))
-    expected = batch_join(relations, condition, projection)
+def check_gold(engine: DeltaEngine, warehouse: Warehouse, config: Config) -> Reconciliation | None:
+    """Gold reconciled with what it must hold (``expected_gold``); None while there is no gold."""
+    gold = engine.read(warehouse.gold)
+    return None if gold is None else reconcile(expected_gold(engine, warehouse, config, gold), gold)
+
+
+def expected_gold(engine: DeltaEngine, warehouse: Warehouse, config: Config, gold: DataFrame) -> DataFrame:
+    """What ``gold`` must hold: the batch join of the config's kind of what is joinable (in gold's columns:
+    ``select``, else every column of each record), minus the rows rules quarantined; nothing while a relation has
+    no records (no tuple, and no watermark to make a record final). ``config`` is on the warehouse's event-time
+    axis; an unmatched record gives a row only once final under the watermarks of the last committed batch."""
+    relations = joinable(engine, warehouse, config.relations)
+    if relations is None:
+        return gold.drop(*BOOKKEEPING).limit(0)
+    select = None if config.select is None else tuple(config.select)
+    projection = Projection({rel.name: data_columns(frame.columns) for rel, frame in relations.items()}, select)
+    kind = config.join_kind
+    marks = BatchLog(engine, warehouse.batches, warehouse.app_id(config.pipeline, warehouse.batches)).tail().watermarks
+    expected = batch_join(relations, config.join_condition, projection, kind, cutoffs(kind, warehouse.relations, marks, config.window))
     taken = _quarantined_keys(engine, warehouse, warehouse.gold)
     if taken is None:
         return expected
-    return expected.join(taken, row_key([identity_column(rel, ID) for rel in warehouse.relations]) == taken["row_key"], "left_anti")
+    members = [identity_column(rel, ID) for rel in kind.gold_relations(warehouse.relations)]
+    return expected.join(taken, row_key(members) == taken["row_key"], "left_anti")
 
 
 def _quarantined_keys(engine: DeltaEngine, warehouse: Warehouse, path: str) -> DataFrame | None:
@@ -85,9 +103,37 @@ def _quarantined_keys(engine: DeltaEngine, warehouse: Warehouse, path: str) -> D
     return quarantined.where(F.col("table") == warehouse.name_of(path)).select("row_key").distinct()
 
 
-def batch_join(relations: dict[Relation, DataFrame], predicate: str, projection: Projection) -> DataFrame:
-    """The one-shot join of every relation's full contents, in gold's columns, each tuple with its owner."""
-    return joined(relations, predicate).select(projection.of(owner_label(list(relations)), list(relations)))
+def batch_join(
+    relations: dict[Relation, DataFrame],
+    predicate: str,
+    projection: Projection,
+    kind: JoinKind = JOIN_KINDS["inner"],
+    final: dict[Relation, Eviction | None] | None = None,
+) -> DataFrame:
+    """The one-shot join of ``kind`` of every relation's full contents, in gold's columns: each tuple with its owner
+    (``INNER JOIN``, and the outer joins' matched rows), each preserved record no tuple has with nulls for the other
+    relation (``LEFT``/``RIGHT``/``FULL OUTER``, ``LEFT ANTI``), each left record some tuple has (``LEFT SEMI``).
+    With ``final``, a preserved relation's unmatched records only below its cutoff there (None: none yet)."""
+    order = list(relations)
+    tuples = joined(relations, predicate)
+    columns = {rel: relations[rel] for rel in kind.gold_relations(order)}
+    left = order[0]
+    parts = [tuples.select(projection.of(owner_label(order), order))] if kind.emits_tuples else [row_of(relations[left].limit(0), left, columns, projection)]
+
+    def matched(rel: Relation) -> DataFrame:
+        return tuples.select(F.col(f"{rel.name}.{ID}").alias(ID))
+
+    def alone(rel: Relation) -> DataFrame:
+        unmatched = relations[rel].join(matched(rel), ID, "left_anti")
+        if final is None:
+            return unmatched
+        cutoff = final.get(rel)
+        return unmatched.limit(0) if cutoff is None else unmatched.where(F.col(cutoff.column) < cutoff.below)
+
+    parts += [row_of(alone(rel), rel, columns, projection) for rel in kind.preserves(order)]
+    if kind.first_match:
+        parts.append(row_of(relations[left].join(matched(left), ID, "left_semi"), left, columns, projection))
+    return reduce(DataFrame.unionByName, parts)
 
 
 def reconcile(expected: DataFrame, gold: DataFrame) -> Reconciliation:

@@ -89,6 +89,11 @@ def _parser() -> argparse.ArgumentParser:
         "--relations", type=int, choices=[2, 3, 4], default=2,
         help="2: orders and payments (default); 3 or 4: trades, quotes, news (and fills) on one symbol within an hour",
     )
+    demo.add_argument(
+        "--join", choices=["inner", "left", "right", "full", "semi", "anti"], default="inner",
+        help="inner (default); or orders without a payment within the hour too (left), payments without an order (right), both "
+        "(full), orders with one (semi), orders without one (anti): each such row once the other's watermark makes it final",
+    )
     demo.add_argument("--engine", metavar="NAME", help="the Delta engine: auto, delta-rs or spark (config: engine; default auto)")
     return parser
 
@@ -114,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "demo":
             from pipelines.demo import DemoOptions, run_demo
 
-            options = DemoOptions(args.rows, args.keys, args.skew, args.disorder, args.chunk_rows, args.max_batch_rows, args.seed, args.relations)
+            options = DemoOptions(args.rows, args.keys, args.skew, args.disorder, args.chunk_rows, args.max_batch_rows, args.seed, args.relations, args.join)
             return 0 if run_demo(options, given, args.engine, args.warehouse, verbose=args.verbose) else 1
         return _on_warehouse(args, given)
     except LakejoinError as exc:

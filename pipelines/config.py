@@ -12,6 +12,7 @@ from expectations.rules import RULES, Rule, check_policy
 from state.engines import ENGINE_NAMES, DeltaEngine
 from state.errors import LakejoinError
 from state.event_time import describe_span, duration, span_on_axis, warehouse_kind
+from state.final import JOIN_KINDS, JoinKind
 from state.joiner import identity_column
 from state.layout import Warehouse
 from state.relations import ID, RELATIONS, Relation, RelationSpec, default_specs, relations_named
@@ -27,7 +28,8 @@ class Config:
     # Spark SQL boolean expression over the relations' aliases (r.*, s.*); unset: equal ``key`` along the relations
     # (for a synchronized join: none, every relation's record at one time)
     predicate: str | None = None
-    # inner: tuples satisfying the predicate (and window); synchronized: RtBot's Join, tuples of equal event time
+    # inner: tuples satisfying the predicate (and window); synchronized: RtBot's Join, tuples of equal event time;
+    # left | right | full | semi | anti (two relations, the first is left): each record's row once final (state/final.py)
     join: str = "inner"
     select: list[str] | None = None  # gold's columns as Spark SQL expressions over r.* and s.*; unset: all, prefixed
     max_batch_rows: int = 10_000  # arrivals (every relation together) per micro-batch
@@ -62,6 +64,7 @@ class Config:
             object.__setattr__(self, "window", 0)
             object.__setattr__(self, "allowed_lateness", self.allowed_lateness or dict.fromkeys(names, 0))
         object.__setattr__(self, "expectations", _expectations(self.expectations))
+        self._check_finality(names)
         if not isinstance(self.predicate, str) or not self.predicate.strip():
             raise LakejoinError(f"config: 'predicate' must be a non-empty Spark SQL expression over {', '.join(f'{name}.*' for name in names)}")
         if not isinstance(self.max_batch_rows, int) or self.max_batch_rows < 1:
@@ -70,6 +73,26 @@ class Config:
             raise LakejoinError(f"config: 'driver_rows' must be a non-negative integer, got {self.driver_rows!r}")
         if self.engine not in ENGINE_NAMES:
             raise LakejoinError(f"config: 'engine' must be one of {', '.join(ENGINE_NAMES)}, got {self.engine!r}")
+
+    def _check_finality(self, names: list[str]) -> None:
+        """A join emitting rows of unmatched records takes two relations, and a window and the other relation's
+        lateness for each preserved one: without them no record is ever final, and its row would never come."""
+        if self.join in ("inner", "synchronized"):
+            return
+        if len(names) != 2:
+            raise LakejoinError(f"config: join: {self.join} joins two relations (the first is left), got {len(names)}: {', '.join(names)}")
+        for rel in self.join_kind.preserves(self.joined):
+            other = next(name for name in names if name != rel.name)
+            if self.window is None or self.lateness(other) is None:
+                raise LakejoinError(
+                    f"config: join: {self.join} emits each {rel.name} record that never matches once no {other} record can still match it, "
+                    f"which takes a 'window' and an 'allowed_lateness' for {other}: set both (without them that row is never final)"
+                )
+
+    @property
+    def join_kind(self) -> JoinKind:
+        """What gold holds for this join (state/final.py); a synchronized join is an inner join of equal times."""
+        return JOIN_KINDS["inner" if self.join == "synchronized" else self.join]
 
     @property
     def joined(self) -> tuple[Relation, ...]:
@@ -97,7 +120,8 @@ class Config:
         """What ``${name}`` stands for in the suites (``record_columns``: those of relation ``rel``; ``members``: gold's
         member id columns)."""
         record = None if rel is None else self.spec(rel).record_columns
-        members = [identity_column(rel, ID) for rel in self.joined]
+        members = [identity_column(rel, ID) for rel in self.join_kind.gold_relations(self.joined)]
+        members += ["owner"] if len(members) == 1 else []  # semi, anti: owner is constant there; the rule takes two columns
         return {"ts_min": self.quality.ts_min, "ts_max": self.quality.ts_max, "window": self.window, "record_columns": record, "members": members}
 
     def on_axis(self, kind: str | None) -> Config:
@@ -149,7 +173,7 @@ class Expectations:
 
 
 EXPECTATION_ENGINES = ("pandas", "spark")
-JOINS = ("inner", "synchronized")
+JOINS = ("inner", "synchronized", *(kind for kind in JOIN_KINDS if kind != "inner"))
 
 
 def _expectations(value: object) -> Expectations:

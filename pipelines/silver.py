@@ -33,6 +33,7 @@ from state.engines import Data, DeltaEngine, Txn
 from state.errors import LakejoinError
 from state.event_time import render_span
 from state.faults import step
+from state.final import cutoffs, emit, marked
 from state.phases import take, timed
 from state.joiner import Projection, Side, batch_tuples, data_columns, identity_column
 from state.layout import Warehouse
@@ -173,18 +174,23 @@ def _execute(
     # Local relations: Spark knows their size and broadcasts them into the joins.
     sides = read_sides(engine, warehouse, plan, {rel: engine.spark.createDataFrame(t) for rel, t in on_time.items()})
     projection = Projection({rel.name: data_columns(arrived[rel].column_names) for rel in relations}, config.select)
-    gold = _pairs(sides, config.join_condition, projection, plan).withColumns(
-        {"batch_id": F.lit(plan.batch_id), "produced_at": F.lit(datetime.now(timezone.utc))}
-    )
-    if all(rel.name in plan.bronze_versions for rel in relations):  # else no pairs yet
-        gold = with_pair_checks(gold, config.join_condition, projection, relations, lambda: _members(sides))
+    join_kind = config.join_kind
+    after = advance(plan.watermarks, on_time, config.allowed_lateness)
+    tuples = _pairs(sides, config.join_condition, projection, plan)
+    every_one = all(rel.name in plan.bronze_versions for rel in relations)  # else no tuples, and no record final yet
+    final = cutoffs(join_kind, relations, after if every_one else {}, config.window)
+    with timed("final"):
+        emitted = emit(join_kind, sides, tuples, final, projection)
+    gold = emitted.rows.withColumns({"batch_id": F.lit(plan.batch_id), "produced_at": F.lit(datetime.now(timezone.utc))})
+    members = join_kind.gold_relations(relations)
+    if every_one:
+        gold = with_pair_checks(gold, config.join_condition, projection, members, lambda: _members(sides), join_kind.preserves(relations))
     with timed("join"):
         pairs = _to_driver_if_small(engine, gold, config.driver_rows)
-    gold_rows = checks.screen(warehouse.name_of(warehouse.gold), "gold", pairs, [identity_column(rel, ID) for rel in relations])
-    after = advance(plan.watermarks, on_time, config.allowed_lateness)
+    gold_rows = checks.screen(warehouse.name_of(warehouse.gold), "gold", pairs, [identity_column(rel, ID) for rel in members])
     updates = {
         name: replace(update, rows=checks.screen(warehouse.name_of(update.table.path), update.table.kind, _state_rows(update, late), [ID]))
-        for name, update in buffer_updates(warehouse, plan, on_time, (plan.watermarks, after), config.window).items()
+        for name, update in marked(buffer_updates(warehouse, plan, on_time, (plan.watermarks, after), config.window), emitted.newly).items()
     }
     checks.raise_if_failed()
 

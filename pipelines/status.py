@@ -14,8 +14,10 @@ from state.checks import check_consistency, require_warehouse
 from state.engines import DeltaEngine
 from state.errors import LakejoinError
 from state.event_time import render, warehouse_kind
+from state.final import MATCHED
 from state.layout import Warehouse
 from state.lock import JOIN, holder
+from state.relations import TS
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,9 @@ class WarehouseStatus:
     problem: str | None  # why the next run would refuse the warehouse, if it would
     definition: dict | None = None  # the recorded definition in force: version, recorded_at, settings
     sources: list[dict] = field(default_factory=list)  # per relation read from a table: versions ingested and pending
+    # Outer and anti joins: per preserved relation, its stored records without a match yet, whose rows wait to be
+    # final (state/final.py): how many, the oldest's event time, and the watermark that makes that one final
+    waiting: list[dict] = field(default_factory=list)
 
     def describe(self) -> str:
         width = max(len(table.name) for table in self.tables)
@@ -59,6 +64,11 @@ class WarehouseStatus:
         lines.append(f"watermarks: {marks or 'none (no allowed_lateness set)'}")
         lines.append(f"late arrivals: {self.late:,}")
         lines.append(f"state: {'bounded by watermarks and window' if self.bounded else 'stores keep full history (set allowed_lateness and window to bound them)'}")
+        lines += [
+            f"waiting to be final: {wait['records']:,} {wait['relation'].upper()} records without a match"
+            + ("" if wait["oldest"] is None else f", the oldest at {wait['oldest']}: its row comes once {wait['until']}")
+            for wait in self.waiting
+        ]
         if self.rules:
             failing = [rule for rule in self.rules if rule["failed"]]
             lines.append(f"data quality, batch {self.rules[0]['batch_id']}: {len(self.rules) - len(failing)} of {len(self.rules)} rule checks passed")
@@ -94,6 +104,7 @@ def warehouse_status(engine: DeltaEngine, warehouse: Warehouse, config: Config) 
     tables = [_table_status(engine, warehouse, path) for path in warehouse.tables()]
     late = next(table.rows for table in tables if table.name == warehouse.name_of(warehouse.late_arrivals))
     definition = recorded(engine, warehouse)
+    kind = warehouse_kind(engine, warehouse, {rel.name: config.spec(rel.name).event_time for rel in warehouse.relations})
     return WarehouseStatus(
         warehouse=warehouse.root,
         tables=tables,
@@ -102,7 +113,7 @@ def warehouse_status(engine: DeltaEngine, warehouse: Warehouse, config: Config) 
         unfinished_batch=None if tail.unfinished is None else tail.unfinished.batch_id,
         pending=pending,
         watermarks=tail.watermarks,
-        event_time=warehouse_kind(engine, warehouse, {rel.name: config.spec(rel.name).event_time for rel in warehouse.relations}),
+        event_time=kind,
         late=late or 0,
         bounded=config.window is not None and all(config.lateness(rel.name) is not None for rel in warehouse.relations),
         rules=_last_rule_results(engine, warehouse),
@@ -112,7 +123,24 @@ def warehouse_status(engine: DeltaEngine, warehouse: Warehouse, config: Config) 
         definition=None if definition is None else {
             "version": definition.version, "recorded_at": str(definition.recorded_at), "settings": definition.settings
         },
+        waiting=_waiting(engine, warehouse, config.on_axis(kind), kind),
     )
+
+
+def _waiting(engine: DeltaEngine, warehouse: Warehouse, config: Config, kind: str | None) -> list[dict]:
+    """Per relation an outer or anti join preserves, its stored records not matched yet: each gives a row once the
+    other relation's watermark passes its ``ts + window`` (``config`` on the event-time axis of ``kind``)."""
+    waiting = []
+    for rel in config.join_kind.preserves(warehouse.relations):
+        stored = engine.read(warehouse.store(rel))
+        if stored is None:
+            continue
+        alone = stored.where(~F.coalesce(F.col(MATCHED), F.lit(False))) if MATCHED in stored.columns else stored
+        count, oldest = alone.agg(F.count("*"), F.min(TS)).first()
+        other = next(other for other in warehouse.relations if other != rel)
+        until = None if oldest is None else f"{other.label}'s watermark passes {render(oldest + config.window, kind)}"  # type: ignore[operator] - a preserving join has a window
+        waiting.append({"relation": rel.name, "records": count, "oldest": None if oldest is None else render(oldest, kind), "until": until})
+    return waiting
 
 
 def _describe_source(source: dict) -> str:

@@ -63,10 +63,11 @@ class BufferUpdate:
     """What one batch does to one state table: the rows its MERGE inserts and the eviction it applies."""
 
     table: Buffer
-    rows: pa.Table  # the batch's arrivals of the relation the table holds that it keeps
+    rows: pa.Table  # the batch's arrivals of the relation the table holds that it keeps (and a store's marks)
     eviction: Eviction | None  # the cutoff after the batch
     moved: bool  # the cutoff moved since before the batch
     exists: bool  # the table existed before the batch
+    flag: str | None = None  # a store's ``_matched``, which rows of ``rows`` for records it holds set (state/final.py)
 
     @property
     def needed(self) -> bool:
@@ -119,7 +120,7 @@ def _update_buffer(engine: DeltaEngine, plan: BatchPlan, name: str, update: Buff
     with step(name):
         if not update.needed:
             return None
-        merged = engine.merge(update.table.path, update.rows, BUFFER_KEY, update.eviction, txn_for(update.table.path), aligned=ALIGNED)
+        merged = engine.merge(update.table.path, update.rows, BUFFER_KEY, update.eviction, txn_for(update.table.path), ALIGNED, update.flag)
     if merged is not None:
         return merged.evicted
     if not update.exists or update.eviction is None:

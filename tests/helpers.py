@@ -130,7 +130,8 @@ class Pipeline:
         tables = {"gold": gold}
         for name, path in warehouse.buffers().items():
             rows = engine.read(path)  # None until the relation it holds has arrived
-            tables[name] = Counter() if rows is None else Counter(tuple(row) for row in rows.select("id", "ts", "key", "payload", "_arrival_seq").collect())
+            kept = ["id", "ts", "key", "payload", "_arrival_seq", *(["_matched"] if rows is not None and "_matched" in rows.columns else [])]
+            tables[name] = Counter() if rows is None else Counter(tuple(row) for row in rows.select(*kept).collect())
         late = engine.read(warehouse.late_arrivals)
         late_columns = ("relation", "id", "ts", "reason", "watermark", "batch_id")
         tables["late_arrivals"] = Counter() if late is None else Counter(tuple(row) for row in late.select(*late_columns).collect())

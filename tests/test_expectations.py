@@ -62,6 +62,7 @@ CASES = {
     "gold_predicate_true": ("gold", PAIR_KEYS, lambda s: gold(s), lambda s: gold(s, {"s_key": "b"}), 1),
     "gold_owner_consistent": ("gold", PAIR_KEYS, lambda s: gold(s), lambda s: gold(s, {"owner": "S"}), 1),
     "gold_within_window": ("gold", PAIR_KEYS, lambda s: gold(s), lambda s: gold(s, {"_s_ts": 7}), 1),
+    "gold_unmatched_preserved": ("gold", PAIR_KEYS, lambda s: gold(s), lambda s: gold(s, {"_s_id": None, "_s_ts": None}), 1),
 }
 
 

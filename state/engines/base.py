@@ -101,10 +101,19 @@ class DeltaEngine(Protocol):
         ...
 
     def merge(
-        self, path: str, df: Data, key: str, evict: Eviction | None = None, txn: Txn | None = None, aligned: str | None = None
+        self,
+        path: str,
+        df: Data,
+        key: str,
+        evict: Eviction | None = None,
+        txn: Txn | None = None,
+        aligned: str | None = None,
+        flag: str | None = None,
     ) -> Merged | None:
         """One MERGE: insert the rows of ``df`` whose ``key`` is not in the table yet, and delete the
         table's rows that ``evict`` selects (unless ``df`` holds their key). Creates the table if needed.
+        With ``flag`` (a boolean column), a row of ``df`` whose key the table holds and whose ``flag`` is true sets
+        that column true in the table's row (a store's ``_matched``, state/final.py).
         ``aligned`` names a column that rows with equal keys share (a record's ``ts``): matches are then
         looked for only within the range ``df`` spans of it, so the target scan skips the rest (see
         ``match_condition``).

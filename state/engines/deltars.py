@@ -185,7 +185,14 @@ class DeltaRsEngine:
         return data.num_rows
 
     def merge(
-        self, path: str, df: Data, key: str, evict: Eviction | None = None, txn: Txn | None = None, aligned: str | None = None
+        self,
+        path: str,
+        df: Data,
+        key: str,
+        evict: Eviction | None = None,
+        txn: Txn | None = None,
+        aligned: str | None = None,
+        flag: str | None = None,
     ) -> Merged | None:
         table = self._table(path)
         if table is None:
@@ -202,6 +209,8 @@ class DeltaRsEngine:
                 merge_schema=True,
                 commit_properties=_commit(txn),
             ).when_not_matched_insert_all()
+            if flag is not None:
+                merger = merger.when_matched_update(updates={flag: "true"}, predicate=f"source.`{flag}`")
             if evict is not None:
                 merger = merger.when_not_matched_by_source_delete(evict.sql("target"))
             metrics = merger.execute()

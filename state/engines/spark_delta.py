@@ -198,7 +198,14 @@ class SparkDeltaEngine:
         return df.num_rows if isinstance(df, pa.Table) else self._rows_committed(path, after, frame)
 
     def merge(
-        self, path: str, df: Data, key: str, evict: Eviction | None = None, txn: Txn | None = None, aligned: str | None = None
+        self,
+        path: str,
+        df: Data,
+        key: str,
+        evict: Eviction | None = None,
+        txn: Txn | None = None,
+        aligned: str | None = None,
+        flag: str | None = None,
     ) -> Merged | None:
         snapshot = self._snapshot(path)
         if snapshot is None:
@@ -218,6 +225,8 @@ class SparkDeltaEngine:
             .merge(source.alias("source"), match_condition(key, df, aligned))
             .whenNotMatchedInsertAll()
         )
+        if flag is not None:
+            merger = merger.whenMatchedUpdate(condition=f"source.`{flag}`", set={flag: "true"})
         if evict is not None:
             merger = merger.whenNotMatchedBySourceDelete(evict.sql("target"))
         # The MERGE's own counts: a MERGE that changes nothing commits nothing, so the history's latest
