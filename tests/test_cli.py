@@ -66,6 +66,13 @@ def test_the_demo_prints_pass(tmp_path):
     assert "rows per second" in demo.stdout
 
 
+def test_the_left_join_demo_prints_pass(tmp_path):
+    demo = lakejoin("demo", "--join", "left", "--rows", "400", "--keys", "300", "--chunk-rows", "400", "--max-batch-rows", "400", cwd=str(tmp_path))
+    assert demo.returncode == 0, demo.stderr[-2000:]
+    assert "PASS: gold equals the batch SQL join" in demo.stdout
+    assert "join: left (a row of one record comes once the other relation's watermark makes it final)" in demo.stdout
+
+
 def readme_block(after: str) -> str:
     """The first fenced YAML block of the README after the line containing ``after``."""
     with open(os.path.join(REPO, "README.md"), encoding="utf-8") as handle:
