@@ -4,7 +4,7 @@ PYTHON ?= python3.11
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench-state bench-dq bench-peers bench-engines bench-memory bench-commit bench-sources bench-floors bench-nway
+.PHONY: demo test bench-state bench-dq bench-peers bench-engines bench-memory bench-commit bench-sources bench-floors bench-nway bench-final
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is required: install it, or pass PYTHON=/path/to/python3.11"; exit 1; }
@@ -45,6 +45,9 @@ bench-floors: $(STAMP)
 
 bench-nway: $(STAMP)
 	$(VENV)/bin/python -m benchmarks.nway
+
+bench-final: $(STAMP)
+	$(VENV)/bin/python -m benchmarks.final
 
 bench-commit: $(STAMP)
 	$(VENV)/bin/python -m benchmarks.delta_commit
