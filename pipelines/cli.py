@@ -127,13 +127,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
 
 
-# Commands that record the config they are given as the warehouse's definition once they succeeded (ingest
-# before it lands anything; pipelines/definition.py); the others check it against the recorded one and change nothing.
-RECORDING = ("run", "maintain")
-
-
 def _on_warehouse(args: argparse.Namespace, given: Config | None) -> int:
-    """Commands on one warehouse: cheap argument checks first, then Spark, the definition, then the command."""
+    """Commands on one warehouse: cheap argument checks first, then Spark, the definition, then the command.
+
+    ingest, run and maintain record the config they are given as the warehouse's definition (pipelines/definition.py):
+    ingest before it lands anything, run once it holds the warehouse and before its first write (a run killed after
+    some batches leaves them under the definition they were joined with), maintain once it succeeded. The others
+    check it against the recorded one and change nothing."""
     from pipelines.definition import Settled, in_force, record, recorded, settle
     from pipelines.spark import get_spark
     from state.checks import check_ingest_target, require_engine_for, require_warehouse
@@ -157,7 +157,7 @@ def _on_warehouse(args: argparse.Namespace, given: Config | None) -> int:
         )
     spark = get_spark(verbose=args.verbose)
     try:
-        commands = {"ingest": _ingest, "run": _run, "status": _status, "validate": _validate, "maintain": _maintain, "reset": _reset}
+        commands = {"ingest": _ingest, "status": _status, "validate": _validate, "maintain": _maintain, "reset": _reset}
         warehouse, engine = Warehouse(args.warehouse, (given or Config()).joined), make_engine(spark, (given or Config()).engine)
         require_engine_for(warehouse, engine)
         if creates:  # before the definition is recorded: a warehouse is created in an empty folder only
@@ -178,8 +178,10 @@ def _on_warehouse(args: argparse.Namespace, given: Config | None) -> int:
             relation(args.relation or args.side, warehouse.relations)
         if creates:  # bronze's _id and _ts are derived under it: recorded before any row lands
             record(engine, warehouse, settled)
+        if args.command == "run":
+            return _run(args, settled.config, engine, warehouse, lambda: record(engine, warehouse, settled))
         code = commands[args.command](args, settled.config, engine, warehouse)
-        if args.command in RECORDING and not creates:  # a run stopped by a rule, or refused, leaves the warehouse as it was
+        if args.command == "maintain":  # a maintain that fails leaves the definition as it was
             record(engine, warehouse, settled)
         return code
     finally:
@@ -215,7 +217,7 @@ def _ingest(args: argparse.Namespace, config: Config, engine: DeltaEngine, wareh
     return 2 if refused else 0
 
 
-def _run(args: argparse.Namespace, config: Config, engine: DeltaEngine, warehouse: Warehouse) -> int:
+def _run(args: argparse.Namespace, config: Config, engine: DeltaEngine, warehouse: Warehouse, record: Callable[[], None]) -> int:
     from pipelines.follow import StopSignal
     from pipelines.silver import summarize
     from state.lock import JOIN, hold
@@ -223,6 +225,7 @@ def _run(args: argparse.Namespace, config: Config, engine: DeltaEngine, warehous
     config = config.with_overrides(max_batch_rows=args.max_batch_rows)
     committed: list[BatchReport] = []
     with hold(warehouse.root, JOIN, args.wait):
+        record()  # the definition in force before the run's first write
         if not args.follow:
             _join_pending(engine, warehouse, config, committed.append, lambda: False)
         else:

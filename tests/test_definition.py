@@ -11,6 +11,7 @@ from pipelines.config import Config
 from pipelines.definition import record, recorded, settle
 from pipelines.reset import reset
 from state.errors import LakejoinError
+from state.faults import CRASH_AT
 from tests.helpers import Pipeline, lakejoin
 from tests.reference import Pair, Record, batch_join
 
@@ -104,3 +105,19 @@ def test_commands_without_a_config_use_the_recorded_definition_and_status_prints
     (error,) = [line for line in refused.stderr.splitlines() if line.startswith("lakejoin:")]
     assert error.startswith('lakejoin: error: config changes predicate from "r.key <= s.key" to "r.key = s.key", which alters gold')
     assert "Using Spark's default log4j profile" not in ran.stderr + status.stderr
+
+
+def test_a_run_dying_after_a_committed_batch_leaves_it_under_its_definition_and_the_same_config_resumes(deltars, tmp_path, monkeypatch):
+    """Regression: the definition was recorded when the run ended, so a run killed after its first batch left
+    batches under none, and the next run with the same config was refused as altering gold."""
+    pipeline = Pipeline(deltars, str(tmp_path), Config(window=5))
+    pipeline.land(RECORDS)
+    config = tmp_path / "pipeline.yml"
+    config.write_text("window: 5\n")
+    args = ("run", "--warehouse", pipeline.warehouse.root, "--config", str(config), "--max-batch-rows", "1")
+    monkeypatch.setenv(CRASH_AT, "after:commit")
+    assert lakejoin(*args, cwd=str(tmp_path)).returncode != 0
+    monkeypatch.delenv(CRASH_AT)
+    resumed = lakejoin(*args, cwd=str(tmp_path))
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert pipeline.gold_pairs() == Counter([Pair("r1", "s1", "R")])  # r2 and s2 are 6 apart
