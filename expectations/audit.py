@@ -21,7 +21,6 @@ from expectations.runner import RuleResult, Validator
 from pipelines.config import Config, on_warehouse_axis
 from pipelines.sources import records
 from state.batch_log import BatchLog
-from state.buffers import buffer_eviction
 from state.checks import require_warehouse
 from state.engines import DeltaEngine
 from state.joiner import Projection, data_columns, identity_column
@@ -86,14 +85,14 @@ def _frames(engine: DeltaEngine, warehouse: Warehouse, config: Config) -> list[t
             late_ids = no_late if late is None else late.where(F.col("relation") == table.store.name)
             frames.append((table.path, "store", with_state_checks(rows, late_ids, None), [ID], table.store.name))
         else:
-            eviction = buffer_eviction(table, warehouse.relations, watermarks, config.window)
+            eviction = config.join_spec.eviction_rule(warehouse.relations)(table, watermarks)
             cutoff = None if eviction is None else eviction.below
             frames.append((table.path, "probes", with_state_checks(rows, no_late, cutoff), [ID], table.store.name))
     gold = engine.read(warehouse.gold)
     if gold is not None and all(rows is not None for rows in bronze.values()):
         projection = Projection({rel.name: _carried(gold, rel, rows) for rel, rows in bronze.items()}, None if config.select is None else tuple(config.select))
         members, preserved = config.join_kind.gold_relations(warehouse.relations), config.join_kind.preserves(warehouse.relations)
-        checked = with_pair_checks(gold, config.join_condition, projection, members, lambda: bronze, preserved)
+        checked = with_pair_checks(gold, config.join_condition, projection, members, lambda: bronze, preserved, config.join_kind.owned_by(warehouse.relations))
         frames.append((warehouse.gold, "gold", checked, [identity_column(rel, ID) for rel in members], None))
     return frames
 

@@ -29,12 +29,13 @@ def with_pair_checks(
     relations: Sequence[Relation],
     records: Callable[[], dict[Relation, DataFrame]],
     preserved: Sequence[Relation] = (),
+    owned_by: Relation | None = None,
 ) -> DataFrame:
     """Gold rows with ``_dq_predicate`` (the join condition holds), ``_dq_owner`` (label of the oldest
     member), ``_dq_gap`` (the greatest distance in event time between two members) and ``_dq_complete`` (every
     member is there, or the row is one record of a ``preserved`` relation: an outer join's unmatched row, whose
-    condition and owner are its own). ``records`` (bronze) are read only when gold does not carry what the
-    condition needs. A gold of one relation's records (semi and anti joins) has no condition to check."""
+    condition and owner are its own); with ``owned_by``, that relation owns every row. ``records`` (bronze) are read
+    only when gold does not carry what the condition needs. A gold of one relation's records (semi and anti joins) has no condition to check."""
     if len(relations) == 1:
         alone = {"_dq_predicate": F.lit(True), "_dq_owner": F.lit(relations[0].label), "_dq_gap": F.lit(0).cast("bigint"), "_dq_complete": F.lit(True)}
         return gold.withColumns(alone)
@@ -57,7 +58,9 @@ def with_pair_checks(
     checked = paired.withColumns(
         {
             "_dq_predicate": F.when(complete, F.coalesce(F.expr(condition), F.lit(False))).otherwise(F.lit(True)),
-            "_dq_owner": F.coalesce(F.when(complete, owner_label(relations)), *[F.when(one, F.lit(rel.label)) for rel, one in zip(relations, alone)]),
+            "_dq_owner": F.lit(owned_by.label) if owned_by is not None else F.coalesce(
+                F.when(complete, owner_label(relations)), *[F.when(one, F.lit(rel.label)) for rel, one in zip(relations, alone)]
+            ),
             "_dq_gap": F.greatest(*stamps) - F.least(*stamps),
             "_dq_complete": reduce(Column.__or__, [complete, *[one for rel, one in zip(relations, alone) if rel in preserved]]),
         }

@@ -17,7 +17,8 @@ from pipelines.config import Config
 from pipelines.sources import records
 from state.batch_log import BatchLog
 from state.engines import DeltaEngine, Eviction
-from state.final import JOIN_KINDS, JoinKind, cutoffs, row_of
+from state import asof
+from state.final import JOIN_KINDS, JoinKind, row_of
 from state.joiner import Projection, data_columns, identity_column, joined, owner_label
 from state.layout import Warehouse
 from state.names import column
@@ -86,13 +87,13 @@ def expected_gold(engine: DeltaEngine, warehouse: Warehouse, config: Config, gol
         return gold.drop(*BOOKKEEPING).limit(0)
     select = None if config.select is None else tuple(config.select)
     projection = Projection({rel.name: data_columns(frame.columns) for rel, frame in relations.items()}, select)
-    kind = config.join_kind
+    spec = config.join_spec
     marks = BatchLog(engine, warehouse.batches, warehouse.app_id(config.pipeline, warehouse.batches)).tail().watermarks
-    expected = batch_join(relations, config.join_condition, projection, kind, cutoffs(kind, warehouse.relations, marks, config.window))
+    expected = batch_join(relations, config.join_condition, projection, spec.kind, spec.cutoffs(warehouse.relations, marks))
     taken = _quarantined_keys(engine, warehouse, warehouse.gold)
     if taken is None:
         return expected
-    members = [identity_column(rel, ID) for rel in kind.gold_relations(warehouse.relations)]
+    members = [identity_column(rel, ID) for rel in spec.kind.gold_relations(warehouse.relations)]
     return expected.join(taken, row_key(members) == taken["row_key"], "left_anti")
 
 
@@ -112,25 +113,28 @@ def batch_join(
 ) -> DataFrame:
     """The one-shot join of ``kind`` of every relation's full contents, in gold's columns: each tuple with its owner
     (``INNER JOIN``, and the outer joins' matched rows), each preserved record no tuple has with nulls for the other
-    relation (``LEFT``/``RIGHT``/``FULL OUTER``, ``LEFT ANTI``), each left record some tuple has (``LEFT SEMI``).
-    With ``final``, a preserved relation's unmatched records only below its cutoff there (None: none yet)."""
+    relation (``LEFT``/``RIGHT``/``FULL OUTER``, ``LEFT ANTI``), each left record some tuple has (``LEFT SEMI``),
+    each left record with its best match (as-of). With ``final``, a waiting relation's records only below its
+    cutoff there (None: none yet)."""
     order = list(relations)
+    left = order[0]
+
+    def final_only(records: DataFrame, rel: Relation) -> DataFrame:
+        if final is None:
+            return records
+        cutoff = final.get(rel)
+        return records.limit(0) if cutoff is None else records.where(F.col(cutoff.column) < cutoff.below)
+
+    if kind.as_of:
+        return asof.rows(final_only(relations[left], left), relations[order[1]], order, predicate, projection, keep_unmatched=bool(kind.preserved))
     tuples = joined(relations, predicate)
     columns = {rel: relations[rel] for rel in kind.gold_relations(order)}
-    left = order[0]
     parts = [tuples.select(projection.of(owner_label(order), order))] if kind.emits_tuples else [row_of(relations[left].limit(0), left, columns, projection)]
 
     def matched(rel: Relation) -> DataFrame:
         return tuples.select(F.col(f"{rel.name}.{ID}").alias(ID))
 
-    def alone(rel: Relation) -> DataFrame:
-        unmatched = relations[rel].join(matched(rel), ID, "left_anti")
-        if final is None:
-            return unmatched
-        cutoff = final.get(rel)
-        return unmatched.limit(0) if cutoff is None else unmatched.where(F.col(cutoff.column) < cutoff.below)
-
-    parts += [row_of(alone(rel), rel, columns, projection) for rel in kind.preserves(order)]
+    parts += [row_of(final_only(relations[rel].join(matched(rel), ID, "left_anti"), rel), rel, columns, projection) for rel in kind.preserves(order)]
     if kind.first_match:
         parts.append(row_of(relations[left].join(matched(left), ID, "left_semi"), left, columns, projection))
     return reduce(DataFrame.unionByName, parts)

@@ -90,9 +90,10 @@ def _parser() -> argparse.ArgumentParser:
         help="2: orders and payments (default); 3 or 4: trades, quotes, news (and fills) on one symbol within an hour",
     )
     demo.add_argument(
-        "--join", choices=["inner", "left", "right", "full", "semi", "anti"], default="inner",
+        "--join", choices=["inner", "left", "right", "full", "semi", "anti", "asof", "asof_left"], default="inner",
         help="inner (default); or orders without a payment within the hour too (left), payments without an order (right), both "
-        "(full), orders with one (semi), orders without one (anti): each such row once the other's watermark makes it final",
+        "(full), orders with one (semi), orders without one (anti): each such row once the other's watermark makes it final; "
+        "asof: each trade with the latest quote of its symbol at or before it, within the hour (asof_left: with none too)",
     )
     demo.add_argument("--engine", metavar="NAME", help="the Delta engine: auto, delta-rs or spark (config: engine; default auto)")
     return parser

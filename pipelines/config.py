@@ -9,13 +9,13 @@ from datetime import timedelta
 import yaml
 
 from expectations.rules import RULES, Rule, check_policy
+from state.asof import backward
 from state.engines import ENGINE_NAMES, DeltaEngine
 from state.errors import LakejoinError
 from state.event_time import describe_span, duration, span_on_axis, warehouse_kind
-from state.final import JOIN_KINDS, JoinKind
-from state.joiner import identity_column
+from state.final import JOIN_KINDS, JoinKind, JoinSpec
 from state.layout import Warehouse
-from state.relations import ID, RELATIONS, Relation, RelationSpec, default_specs, relations_named
+from state.relations import RELATIONS, Relation, RelationSpec, default_specs, relations_named
 
 Span = int | timedelta  # an integer (integer event time) or a duration (timestamps, dates)
 
@@ -45,6 +45,10 @@ class Config:
     allowed_lateness: Span | str | dict[str, Span | str] | None = None
     # band W: every two members of a tuple within W in event time (|r - s| <= W); stores evict what it leaves behind
     window: Span | str | None = None
+    # as-of joins (join: asof | asof_left): no match older than this before the left record (None: any age), and
+    # which way the match looks (only backward is built: the latest right record at or before the left's time)
+    tolerance: Span | str | None = None
+    direction: str = "backward"
     expectations: Expectations | dict | None = None  # data-quality settings (README "Data quality")
 
     def __post_init__(self) -> None:
@@ -58,6 +62,8 @@ class Config:
         object.__setattr__(self, "select", _select(self.select))
         object.__setattr__(self, "allowed_lateness", _lateness(self.allowed_lateness, names))
         object.__setattr__(self, "window", None if self.window is None else duration(self.window, "window"))
+        object.__setattr__(self, "tolerance", None if self.tolerance is None else duration(self.tolerance, "tolerance"))
+        self._check_as_of()
         if self.join == "synchronized":  # every member at one event time: the band window 0; in-order streams by default
             if self.window:
                 raise LakejoinError(f"config: a synchronized join joins records of equal event time and takes no 'window' (got {_span_text(self.window)}): remove it")  # type: ignore[arg-type]
@@ -74,16 +80,42 @@ class Config:
         if self.engine not in ENGINE_NAMES:
             raise LakejoinError(f"config: 'engine' must be one of {', '.join(ENGINE_NAMES)}, got {self.engine!r}")
 
+    def _check_as_of(self) -> None:
+        """``tolerance`` and ``direction`` are an as-of join's, which bounds a match's age by its tolerance only."""
+        as_of = self.join_kind.as_of
+        if as_of and self.window is not None:
+            raise LakejoinError(f"config: join: {self.join} bounds a match's age with 'tolerance' (no match older than that), not 'window': rename it")
+        if not as_of and self.tolerance is not None:
+            raise LakejoinError(f"config: 'tolerance' bounds an as-of join's match (join: asof | asof_left); join: {self.join} takes 'window'")
+        if self.direction == "backward":
+            return
+        if not as_of:
+            raise LakejoinError(f"config: 'direction' is an as-of join's (join: asof | asof_left), not join: {self.join}'s: remove it")
+        if self.direction in ("forward", "nearest"):
+            raise LakejoinError(f"config: direction: {self.direction} is not built: an as-of join takes the latest right record at or before the left's time (direction: backward)")
+        raise LakejoinError(f"config: 'direction' must be backward, got {self.direction!r}")
+
+    @property
+    def reach(self) -> Span | None:
+        """How far apart in event time a row's members may be: the window, or an as-of join's tolerance."""
+        return self.tolerance if self.join_kind.as_of else self.window  # type: ignore[return-value] - normalised
+
     def _check_finality(self, names: list[str]) -> None:
-        """A join emitting rows of unmatched records takes two relations, and a window and the other relation's
-        lateness for each preserved one: without them no record is ever final, and its row would never come."""
+        """A join emitting rows once final takes two relations, and the other relation's lateness for each waiting
+        one (with a window too for unmatched rows): without them no record is ever final, and its row never comes."""
         if self.join in ("inner", "synchronized"):
             return
         if len(names) != 2:
             raise LakejoinError(f"config: join: {self.join} joins two relations (the first is left), got {len(names)}: {', '.join(names)}")
-        for rel in self.join_kind.preserves(self.joined):
+        kind = self.join_kind
+        for rel in kind.waiting(self.joined):
             other = next(name for name in names if name != rel.name)
-            if self.window is None or self.lateness(other) is None:
+            if kind.as_of and self.lateness(other) is None:
+                raise LakejoinError(
+                    f"config: join: {self.join} emits each {rel.name} record once no {other} record at or before its time can still arrive, "
+                    f"which takes an 'allowed_lateness' for {other}: set it (without it that row is never final)"
+                )
+            if not kind.as_of and (self.window is None or self.lateness(other) is None):
                 raise LakejoinError(
                     f"config: join: {self.join} emits each {rel.name} record that never matches once no {other} record can still match it, "
                     f"which takes a 'window' and an 'allowed_lateness' for {other}: set both (without them that row is never final)"
@@ -93,6 +125,11 @@ class Config:
     def join_kind(self) -> JoinKind:
         """What gold holds for this join (state/final.py); a synchronized join is an inner join of equal times."""
         return JOIN_KINDS["inner" if self.join == "synchronized" else self.join]
+
+    @property
+    def join_spec(self) -> JoinSpec:
+        """The join as a batch computes it (on the event-time axis: ``on_axis`` first)."""
+        return JoinSpec(self.join_kind, self.predicate, self.join_condition, self.reach)  # type: ignore[arg-type] - normalised
 
     @property
     def joined(self) -> tuple[Relation, ...]:
@@ -120,36 +157,37 @@ class Config:
         """What ``${name}`` stands for in the suites (``record_columns``: those of relation ``rel``; ``members``: gold's
         member id columns)."""
         record = None if rel is None else self.spec(rel).record_columns
-        members = [identity_column(rel, ID) for rel in self.join_kind.gold_relations(self.joined)]
-        members += ["owner"] if len(members) == 1 else []  # semi, anti: owner is constant there; the rule takes two columns
-        return {"ts_min": self.quality.ts_min, "ts_max": self.quality.ts_max, "window": self.window, "record_columns": record, "members": members}
+        members = self.join_kind.row_keys(self.joined)
+        return {"ts_min": self.quality.ts_min, "ts_max": self.quality.ts_max, "window": self.reach, "record_columns": record, "members": members}
 
     def on_axis(self, kind: str | None) -> Config:
-        """This config with ``allowed_lateness`` and ``window`` as numbers on the event-time axis of ``kind``
-        (state/event_time.py); a duration for integer time, or an integer for timestamps, is a config error."""
+        """This config with ``allowed_lateness``, ``window`` and ``tolerance`` as numbers on the event-time axis of
+        ``kind`` (state/event_time.py); a duration for integer time, or an integer for timestamps, is a config error."""
         if kind is None:
             return self
         lateness = {rel: span_on_axis(span, kind, "allowed_lateness") for rel, span in self.allowed_lateness.items()}  # type: ignore[union-attr]
-        window = None if self.window is None else span_on_axis(self.window, kind, "window")  # type: ignore[arg-type]
-        return replace(self, allowed_lateness=lateness, window=window)
+        spans = {name: None if getattr(self, name) is None else span_on_axis(getattr(self, name), kind, name) for name in ("window", "tolerance")}
+        return replace(self, allowed_lateness=lateness, **spans)
 
     @property
     def join_condition(self) -> str:
-        """The predicate, with the band window on every two relations when one is set (on the event-time axis:
-        ``on_axis`` first)."""
-        if self.window is None:
-            return self.predicate
+        """The predicate, with the band window (or tolerance) on every two relations when one is set (on the
+        event-time axis: ``on_axis`` first)."""
         names = list(self.relations)  # type: ignore[arg-type] - normalised
-        band = "{a}._ts = {b}._ts" if self.window == 0 else f"abs({{a}}._ts - {{b}}._ts) <= {self.window}"  # equal: a hash join
+        bounds = [backward(*self.joined)] if self.join_kind.as_of else []
+        if self.reach is None:
+            return " AND ".join([f"({self.predicate})", *bounds]) if bounds else self.predicate  # type: ignore[return-value]
+        band = "{a}._ts = {b}._ts" if self.reach == 0 else f"abs({{a}}._ts - {{b}}._ts) <= {self.reach}"  # equal: a hash join
         bands = [band.format(a=a, b=b) for i, a in enumerate(names) for b in names[i + 1 :]]
-        return " AND ".join([f"({self.predicate})", *bands])
+        return " AND ".join([f"({self.predicate})", *bands, *bounds])
 
     def settings(self) -> dict[str, object]:
         """Every setting as the YAML would give it (durations as text), for the warehouse's definition."""
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         values["relations"] = {name: spec.settings() for name, spec in self.relations.items()}  # type: ignore[union-attr]
         values["allowed_lateness"] = {rel: _span_text(span) for rel, span in self.allowed_lateness.items()}  # type: ignore[union-attr]
-        values["window"] = None if self.window is None else _span_text(self.window)  # type: ignore[arg-type]
+        for name in ("window", "tolerance"):
+            values[name] = None if values[name] is None else _span_text(values[name])  # type: ignore[arg-type]
         values["expectations"] = {f.name: getattr(self.quality, f.name) for f in fields(Expectations)}
         return values
 

@@ -53,6 +53,11 @@ def market_settings(relations: int) -> dict[str, object]:
     }
 
 
+def without_window(settings: dict[str, object]) -> dict[str, object]:
+    """``settings`` for another bound: an as-of join takes a ``tolerance`` instead of a ``window``."""
+    return {name: value for name, value in settings.items() if name != "window"}
+
+
 DEMO_START = pd.Timestamp("2026-01-01T00:00:00Z")  # ts 0 of the generated stream; one ts unit is one second
 SHOWN = ("r_order_id", "r_customer", "r_order_time", "r_amount", "s_payment_id", "s_paid_at", "s_amount", "s_method",
          "trades_trade_id", "trades_symbol", "trades_t", "quotes_quote_id", "quotes_t", "news_news_id", "news_t")
@@ -68,7 +73,7 @@ class DemoOptions:
     max_batch_rows: int = 2_000
     seed: int = 7
     relations: int = 2  # 2: orders and payments; 3 or 4: the market relations
-    join: str = "inner"  # or, for orders and payments, left | right | full | semi | anti (config ``join``)
+    join: str = "inner"  # or left | right | full | semi | anti (orders and payments), asof | asof_left (trades and quotes)
 
 
 def generate_stream(options: DemoOptions, relations: Sequence[str] = ("r", "s")) -> pd.DataFrame:
@@ -151,24 +156,27 @@ def run_demo(options: DemoOptions, given: Config | None = None, engine_name: str
              verbose: bool = False) -> bool:
     """Run the demo job, print its summary, a few gold rows and the gold check; True when gold passes. ``given``
     replaces the demo's own config (it must map the demo's columns: ``DEMO_SETTINGS``, or ``market_settings``)."""
-    two_way = options.relations == 2
-    own = DEMO_SETTINGS if two_way else market_settings(options.relations)
-    if options.join != "inner":  # an unmatched order or payment is final an hour (the window) past the other's watermark
-        own = {**own, "join": options.join, "window": "1 hour", "allowed_lateness": "1 hour"}
+    as_of = options.join.startswith("asof")  # trades take the latest quote
+    market = options.relations > 2 or as_of
+    own = market_settings(options.relations) if market else DEMO_SETTINGS
+    if options.join != "inner":  # a row waits for the other's watermark: lateness the stream's disorder, so none is late
+        bound = "tolerance" if as_of else "window"  # the as-of join's: no quote older than that
+        own = {**without_window(own), "join": options.join, bound: "1 hour", "allowed_lateness": f"{options.disorder} seconds"}
     config = (given or Config(**own)).with_overrides(engine=engine_name)  # type: ignore[arg-type]
     workdir = tempfile.mkdtemp(prefix="lakejoin-demo-")
     warehouse = Warehouse(warehouse_root or os.path.join(workdir, "warehouse"), config.joined)
     names = [rel.name for rel in config.joined]
-    what = f"{options.rows} orders and {options.rows} payments, {options.keys} customers" if two_way else (
+    what = f"{options.rows} orders and {options.rows} payments, {options.keys} customers" if not market else (
         f"{options.rows} records each of {', '.join(names)}, {options.keys} symbols")
     print(f"lakejoin demo: {what} (skew {options.skew}), "
           f"up to {options.disorder} s late, chunks of {options.chunk_rows}, batches of at most {options.max_batch_rows}")
     print(f"warehouse: {warehouse.root}")
-    print(f"predicate: {config.predicate}" + ("" if config.window is None else f", window {config.settings()['window']}"))
+    bound = "tolerance" if config.join_kind.as_of else "window"
+    print(f"predicate: {config.predicate}" + ("" if config.reach is None else f", {bound} {config.settings()[bound]}"))
     if config.join != "inner":
-        print(f"join: {config.join} (a row of one record comes once the other relation's watermark makes it final)")
+        print(f"join: {config.join} (a row waits until the other relation's watermark makes it final)")
     stream = generate_stream(options, names)
-    chunks = write_chunks(stream, workdir, options.chunk_rows, orders_and_payments if two_way else market_events)
+    chunks = write_chunks(stream, workdir, options.chunk_rows, market_events if market else orders_and_payments)
 
     spark = get_spark(verbose=verbose)
     try:

@@ -27,13 +27,13 @@ from pipelines.config import Config, on_warehouse_axis
 from pipelines.sources import arrivals_with_source_columns
 from state.batch_log import BatchLog, BatchOutcome, BatchPlan, LogTail
 from state.bounds import advance, late_rows, split_late
-from state.buffers import BufferUpdate, buffer_updates, read_sides, update_buffers
+from state.buffers import BufferUpdate, read_sides, update_buffers
 from state.checks import check_consistency
 from state.engines import Data, DeltaEngine, Txn
 from state.errors import LakejoinError
 from state.event_time import render_span
 from state.faults import step
-from state.final import cutoffs, emit, marked
+from state.final import emit, state_updates
 from state.phases import take, timed
 from state.joiner import Projection, Side, batch_tuples, data_columns, identity_column
 from state.layout import Warehouse
@@ -174,23 +174,24 @@ def _execute(
     # Local relations: Spark knows their size and broadcasts them into the joins.
     sides = read_sides(engine, warehouse, plan, {rel: engine.spark.createDataFrame(t) for rel, t in on_time.items()})
     projection = Projection({rel.name: data_columns(arrived[rel].column_names) for rel in relations}, config.select)
-    join_kind = config.join_kind
+    spec = config.join_spec
     after = advance(plan.watermarks, on_time, config.allowed_lateness)
-    tuples = _pairs(sides, config.join_condition, projection, plan)
+    tuples = _pairs(sides, config.join_condition, projection, plan)  # a plan: an as-of join never runs it
     every_one = all(rel.name in plan.bronze_versions for rel in relations)  # else no tuples, and no record final yet
-    final = cutoffs(join_kind, relations, after if every_one else {}, config.window)
     with timed("final"):
-        emitted = emit(join_kind, sides, tuples, final, projection)
+        emitted = emit(spec, sides, tuples, projection, after if every_one else {})
     gold = emitted.rows.withColumns({"batch_id": F.lit(plan.batch_id), "produced_at": F.lit(datetime.now(timezone.utc))})
-    members = join_kind.gold_relations(relations)
+    members = spec.kind.gold_relations(relations)
     if every_one:
-        gold = with_pair_checks(gold, config.join_condition, projection, members, lambda: _members(sides), join_kind.preserves(relations))
+        gold = with_pair_checks(
+            gold, config.join_condition, projection, members, lambda: _members(sides), spec.kind.preserves(relations), spec.kind.owned_by(relations)
+        )
     with timed("join"):
         pairs = _to_driver_if_small(engine, gold, config.driver_rows)
     gold_rows = checks.screen(warehouse.name_of(warehouse.gold), "gold", pairs, [identity_column(rel, ID) for rel in members])
     updates = {
         name: replace(update, rows=checks.screen(warehouse.name_of(update.table.path), update.table.kind, _state_rows(update, late), [ID]))
-        for name, update in marked(buffer_updates(warehouse, plan, on_time, (plan.watermarks, after), config.window), emitted.newly).items()
+        for name, update in state_updates(spec, warehouse, plan, on_time, (plan.watermarks, after), emitted).items()
     }
     checks.raise_if_failed()
 

@@ -44,8 +44,8 @@ class WarehouseStatus:
     problem: str | None  # why the next run would refuse the warehouse, if it would
     definition: dict | None = None  # the recorded definition in force: version, recorded_at, settings
     sources: list[dict] = field(default_factory=list)  # per relation read from a table: versions ingested and pending
-    # Outer and anti joins: per preserved relation, its stored records without a match yet, whose rows wait to be
-    # final (state/final.py): how many, the oldest's event time, and the watermark that makes that one final
+    # Outer, anti and as-of joins: per waiting relation, its stored records whose rows wait to be final
+    # (state/final.py): how many, the oldest's event time, and the watermark that makes that one final
     waiting: list[dict] = field(default_factory=list)
 
     def describe(self) -> str:
@@ -65,7 +65,7 @@ class WarehouseStatus:
         lines.append(f"late arrivals: {self.late:,}")
         lines.append(f"state: {'bounded by watermarks and window' if self.bounded else 'stores keep full history (set allowed_lateness and window to bound them)'}")
         lines += [
-            f"waiting to be final: {wait['records']:,} {wait['relation'].upper()} records without a match"
+            f"waiting to be final: {wait['records']:,} {wait['relation'].upper()} records"
             + ("" if wait["oldest"] is None else f", the oldest at {wait['oldest']}: its row comes once {wait['until']}")
             for wait in self.waiting
         ]
@@ -115,7 +115,8 @@ def warehouse_status(engine: DeltaEngine, warehouse: Warehouse, config: Config) 
         watermarks=tail.watermarks,
         event_time=kind,
         late=late or 0,
-        bounded=config.window is not None and all(config.lateness(rel.name) is not None for rel in warehouse.relations),
+        # an as-of join bounds its quotes per key by the watermarks alone (README, "The as-of join")
+        bounded=(config.window is not None or config.join_kind.as_of) and all(config.lateness(rel.name) is not None for rel in warehouse.relations),
         rules=_last_rule_results(engine, warehouse),
         running=holder(warehouse.root, JOIN),
         problem=problem,
@@ -128,17 +129,19 @@ def warehouse_status(engine: DeltaEngine, warehouse: Warehouse, config: Config) 
 
 
 def _waiting(engine: DeltaEngine, warehouse: Warehouse, config: Config, kind: str | None) -> list[dict]:
-    """Per relation an outer or anti join preserves, its stored records not matched yet: each gives a row once the
-    other relation's watermark passes its ``ts + window`` (``config`` on the event-time axis of ``kind``)."""
+    """Per relation whose records wait to be final (outer, anti, as-of joins), its stored records without a match
+    yet (all, for an as-of join): each gives a row once the other relation's watermark passes its ``ts`` plus the
+    kind's horizon (``config`` on the event-time axis of ``kind``)."""
     waiting = []
-    for rel in config.join_kind.preserves(warehouse.relations):
+    horizon = config.join_kind.horizon(config.window)
+    for rel in config.join_kind.waiting(warehouse.relations):
         stored = engine.read(warehouse.store(rel))
         if stored is None:
             continue
         alone = stored.where(~F.coalesce(F.col(MATCHED), F.lit(False))) if MATCHED in stored.columns else stored
         count, oldest = alone.agg(F.count("*"), F.min(TS)).first()
         other = next(other for other in warehouse.relations if other != rel)
-        until = None if oldest is None else f"{other.label}'s watermark passes {render(oldest + config.window, kind)}"  # type: ignore[operator] - a preserving join has a window
+        until = None if oldest is None else f"{other.label}'s watermark passes {render(oldest + horizon, kind)}"  # type: ignore[operator] - a waiting join has a horizon
         waiting.append({"relation": rel.name, "records": count, "oldest": None if oldest is None else render(oldest, kind), "until": until})
     return waiting
 

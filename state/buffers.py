@@ -18,7 +18,7 @@ from pyspark.sql import DataFrame
 
 from state.batch_log import BatchPlan
 from state.bounds import Watermarks, probe_eviction, store_eviction
-from state.engines import DeltaEngine, Eviction, Txn
+from state.engines import DeltaEngine, Eviction, OnMatch, Txn
 from state.faults import step
 from state.joiner import Side
 from state.layout import Buffer, Warehouse
@@ -67,7 +67,7 @@ class BufferUpdate:
     eviction: Eviction | None  # the cutoff after the batch
     moved: bool  # the cutoff moved since before the batch
     exists: bool  # the table existed before the batch
-    flag: str | None = None  # a store's ``_matched``, which rows of ``rows`` for records it holds set (state/final.py)
+    on_match: OnMatch | None = None  # what rows of ``rows`` for records the table holds do to them (state/final.py)
 
     @property
     def needed(self) -> bool:
@@ -75,19 +75,24 @@ class BufferUpdate:
         return self.rows.num_rows > 0 or self.moved
 
 
+# What a state table may evict under a batch's watermarks.
+EvictionRule = Callable[[Buffer, Watermarks], "Eviction | None"]
+
+
 def buffer_updates(
-    warehouse: Warehouse,
     plan: BatchPlan,
+    tables: Sequence[Buffer],
     arrivals: dict[Relation, pa.Table],
     marks: tuple[Watermarks, Watermarks],
-    window: int | None,
+    rule: EvictionRule,
 ) -> dict[str, BufferUpdate]:
-    """``X_store ∪= ΔX`` and, for every other Y, ``X's buffer of Y ∪= ΔY``, with the eviction the watermarks after
-    the batch allow (state/bounds.py), keyed by the name the batch log records the table under."""
+    """For each table, ``table ∪= the arrivals of the relation it holds`` (``X_store ∪= ΔX``, ``X's buffer of Y ∪=
+    ΔY``), with the eviction ``rule`` allows under the watermarks after the batch, keyed by the name the batch log
+    records the table under."""
     before, after = marks
     updates = {}
-    for table in warehouse.buffer_tables():
-        eviction, was = (buffer_eviction(table, warehouse.relations, m, window) for m in (after, before))
+    for table in tables:
+        eviction, was = rule(table, after), rule(table, before)
         exists = table.name in plan.state_versions
         kept = _not_evictable(arrivals[table.holds], eviction)
         moved = exists and eviction is not None and eviction != was
@@ -95,11 +100,15 @@ def buffer_updates(
     return updates
 
 
-def buffer_eviction(table: Buffer, relations: Sequence[Relation], marks: Watermarks, window: int | None) -> Eviction | None:
-    """What a state table may evict under ``marks``: a store's rule for its own records, else a probe buffer's."""
-    if table.kind == "store":
-        return store_eviction(table.store, relations, marks, window)
-    return probe_eviction(table.store, table.holds, relations, marks, window)
+def store_probe_rule(relations: Sequence[Relation], window: int | None) -> EvictionRule:
+    """The store/probe model's eviction (state/bounds.py): a store's rule for its own records, else a probe buffer's."""
+
+    def rule(table: Buffer, marks: Watermarks) -> Eviction | None:
+        if table.kind == "store":
+            return store_eviction(table.store, relations, marks, window)
+        return probe_eviction(table.store, table.holds, relations, marks, window)
+
+    return rule
 
 
 def update_buffers(
@@ -120,7 +129,7 @@ def _update_buffer(engine: DeltaEngine, plan: BatchPlan, name: str, update: Buff
     with step(name):
         if not update.needed:
             return None
-        merged = engine.merge(update.table.path, update.rows, BUFFER_KEY, update.eviction, txn_for(update.table.path), ALIGNED, update.flag)
+        merged = engine.merge(update.table.path, update.rows, BUFFER_KEY, update.eviction, txn_for(update.table.path), ALIGNED, update.on_match)
     if merged is not None:
         return merged.evicted
     if not update.exists or update.eviction is None:

@@ -1,10 +1,11 @@
-"""Rows emitted once final (docs/design.md section 2.9): the unmatched rows of outer and anti joins, and the
-first-match rows of a semi join, of two relations.
+"""Rows emitted once final (docs/design.md section 2.9), for joins of two relations: the unmatched rows of outer
+and anti joins, the first-match rows of a semi join, and the rows of a backward as-of join (state/asof.py).
 
-A record is **final** once its store's cutoff (``store_eviction`` in state/bounds.py) has passed it: no future
-on-time arrival of the other relation can match it. Those are exactly the records the store's MERGE evicts in the
-batch that moves the cutoff past them (or, arriving already past it, never stores), so that batch emits their rows,
-with its pairs, under the same plan and application transactions: a resumed batch emits the same rows, once.
+A record is **final** once its store's cutoff (``store_eviction`` in state/bounds.py, with a horizon: the window
+for an unmatched row, 0 for an as-of match) has passed it: no future on-time arrival of the other relation can
+change its row. Those are exactly the records the store's MERGE evicts in the batch that moves the cutoff past
+them (or, arriving already past it, never stores), so that batch emits their rows, with its pairs, under the same
+plan and application transactions: a resumed batch emits the same rows, once.
 
 Whether a record ever matched is a column of its store, ``_matched``, set by the MERGE that already runs each
 batch: a batch's tuples match every member, whichever store produced them. A record first matched in a batch is
@@ -14,7 +15,7 @@ batch: a batch's tuples match every member, whichever store produced them. A rec
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import reduce
 
 import pyarrow as pa
@@ -22,10 +23,13 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from state import asof
+from state.batch_log import BatchPlan
 from state.bounds import Watermarks, store_eviction
-from state.buffers import BufferUpdate
-from state.engines import Eviction
+from state.buffers import BufferUpdate, EvictionRule, buffer_updates, store_probe_rule
+from state.engines import Eviction, OnMatch
 from state.joiner import Projection, Side, identity_column
+from state.layout import Buffer, Warehouse
 from state.relations import ID, TS, Relation
 
 MATCHED = "_matched"  # a store's column: the record has been a member of some tuple
@@ -38,24 +42,42 @@ class JoinKind:
 
     name: str
     emits_tuples: bool  # inner and outer joins; semi and anti joins only use them to know what matched
-    preserved: tuple[int, ...]  # positions of the relations whose unmatched records give a row once final
+    preserved: tuple[int, ...]  # positions of the relations whose records give a row without a match (nulls for the other)
     first_match: bool = False  # semi: the left record's row at its first match
+    as_of: bool = False  # each left record's row once final, with its best match (state/asof.py)
 
     def tracked(self, relations: Sequence[Relation]) -> tuple[Relation, ...]:
         """The relations whose stores carry ``_matched``."""
+        if self.as_of:
+            return ()
         return tuple(rel for i, rel in enumerate(relations) if i in self.preserved or (self.first_match and i == 0))
 
     def preserves(self, relations: Sequence[Relation]) -> tuple[Relation, ...]:
         return tuple(relations[i] for i in self.preserved)
 
+    def waiting(self, relations: Sequence[Relation]) -> tuple[Relation, ...]:
+        """The relations whose records wait in their store for a watermark to make their row final."""
+        return (relations[0],) if self.as_of else self.preserves(relations)
+
+    def horizon(self, window: int | None) -> int | None:
+        """How far past a record's time the other relation's watermark must be for its row to be final: the window
+        for an unmatched row (a match is within it), 0 for an as-of match (it is at or before the record)."""
+        return 0 if self.as_of else window
+
     def gold_relations(self, relations: Sequence[Relation]) -> tuple[Relation, ...]:
         """The relations whose columns gold carries: the left one alone for semi and anti joins."""
-        return tuple(relations) if self.emits_tuples else (relations[0],)
+        return tuple(relations) if self.emits_tuples or self.as_of else (relations[0],)
 
-    @property
-    def waits(self) -> bool:
-        """Its rows wait for a watermark: it needs a window and a lateness to ever emit them."""
-        return bool(self.preserved)
+    def owned_by(self, relations: Sequence[Relation]) -> Relation | None:
+        """The relation owning every row when one store emits them all (as-of: the left one); None when a tuple is
+        owned by its oldest member's store."""
+        return relations[0] if self.as_of else None
+
+    def row_keys(self, relations: Sequence[Relation]) -> list[str]:
+        """Gold's columns that identify a row: every member's id, or, with a row per left record, its id and time."""
+        if self.emits_tuples:
+            return [identity_column(rel, ID) for rel in relations]
+        return [identity_column(relations[0], ID), identity_column(relations[0], TS)]
 
 
 JOIN_KINDS = {
@@ -67,13 +89,42 @@ JOIN_KINDS = {
         JoinKind("full", True, (0, 1)),
         JoinKind("semi", False, (), first_match=True),
         JoinKind("anti", False, (0,)),
+        JoinKind("asof", False, (), as_of=True),
+        JoinKind("asof_left", False, (0,), as_of=True),
     )
 }
 
 
-def cutoffs(kind: JoinKind, relations: Sequence[Relation], marks: Watermarks, window: int | None) -> dict[Relation, Eviction | None]:
-    """Per preserved relation, the cutoff below which its records are final under ``marks``: its store's eviction."""
-    return {rel: store_eviction(rel, relations, marks, window) for rel in kind.preserves(relations)}
+@dataclass(frozen=True)
+class JoinSpec:
+    """A join as a batch computes it: its kind, the user's predicate, the condition a row satisfies (the predicate
+    with the window's band and the kind's own bounds), and the window, on the event-time axis."""
+
+    kind: JoinKind
+    predicate: str
+    condition: str
+    window: int | None
+
+    def cutoffs(self, relations: Sequence[Relation], marks: Watermarks) -> dict[Relation, Eviction | None]:
+        """Per waiting relation, the cutoff below which its records are final under ``marks``: its store's
+        eviction with the kind's horizon."""
+        return {rel: store_eviction(rel, relations, marks, self.kind.horizon(self.window)) for rel in self.kind.waiting(relations)}
+
+    def state_tables(self, warehouse: Warehouse) -> list[Buffer]:
+        """The state tables a batch MERGEs: every store and probe buffer, or an as-of join's two stores."""
+        return [table for table in warehouse.buffer_tables() if table.kind == "store" or not self.kind.as_of]
+
+    def eviction_rule(self, relations: Sequence[Relation]) -> EvictionRule:
+        return asof.eviction_rule(relations, self.window) if self.kind.as_of else store_probe_rule(relations, self.window)
+
+
+def final_records(side: Side, cutoff: Eviction | None, candidates: DataFrame | None = None) -> DataFrame | None:
+    """The records of ``side`` (``candidates`` of its store and arrivals: all by default) that the batch makes
+    final, below the cutoff after it; None while nothing can be final (no cutoff yet)."""
+    if cutoff is None:
+        return None
+    records = side.store.unionByName(side.arrivals, allowMissingColumns=True) if candidates is None else candidates
+    return records.where(F.col(cutoff.column) < cutoff.below)
 
 
 def newly_matched(side: Side, tuples: DataFrame) -> pa.Table:
@@ -92,13 +143,12 @@ def unmatched(side: Side) -> DataFrame:
 
 
 def final_unmatched(side: Side, newly: pa.Table, cutoff: Eviction | None) -> DataFrame | None:
-    """The relation's records final in this batch (below its store's cutoff after the batch) that no tuple ever
-    matched; None while nothing can be final (no cutoff yet)."""
-    if cutoff is None:
+    """The relation's records final in this batch that no tuple ever matched; None while nothing can be final."""
+    final = final_records(side, cutoff, unmatched(side))
+    if final is None:
         return None
-    spark = side.arrivals.sparkSession
-    matched = spark.createDataFrame(newly.select([ID]), f"{ID} string")
-    return unmatched(side).where(F.col(cutoff.column) < cutoff.below).join(F.broadcast(matched), ID, "left_anti")
+    matched = side.arrivals.sparkSession.createDataFrame(newly.select([ID]), f"{ID} string")
+    return final.join(F.broadcast(matched), ID, "left_anti")
 
 
 def first_matches(side: Side, newly: pa.Table) -> DataFrame:
@@ -131,22 +181,28 @@ def with_matched(rows: pa.Table, newly: pa.Table, cutoff: Eviction | None) -> pa
 
 @dataclass(frozen=True)
 class Emitted:
-    """What a batch of a join kind gives gold, and what its tracked stores learn."""
+    """What a batch of a join kind gives gold, and what its stores learn."""
 
     rows: DataFrame  # gold's rows: the tuples (inner, outer), and the rows of records final or first matched
-    newly: dict[Relation, pa.Table]  # per tracked relation, its records first matched in this batch
+    newly: dict[Relation, pa.Table] = field(default_factory=dict)  # per tracked relation, its records first matched in this batch
+    dropped: dict[Relation, pa.Table] = field(default_factory=dict)  # per relation, its records no row can take any more
 
 
-def emit(kind: JoinKind, sides: Sequence[Side], tuples: DataFrame, cutoffs: dict[Relation, Eviction | None], projection: Projection) -> Emitted:
-    """The batch's gold rows for ``kind``: its ``tuples`` (the store/probe join's), then each preserved record the
-    store's cutoff after the batch (``cutoffs``) makes final without a match, or each left record first matched.
-    The inner join is its tuples alone, at no extra cost."""
+def emit(spec: JoinSpec, sides: Sequence[Side], tuples: DataFrame, projection: Projection, marks: Watermarks) -> Emitted:
+    """The batch's gold rows: its ``tuples`` (the store/probe join's), then each preserved record the watermarks
+    after the batch (``marks``) make final without a match, or each left record first matched; for an as-of join,
+    each left record made final, with its best match. The inner join is its tuples alone, at no extra cost."""
+    kind = spec.kind
     relations = [side.relation for side in sides]
     side_of = {side.relation: side for side in sides}
     columns = {rel: side_of[rel].arrivals for rel in kind.gold_relations(relations)}  # each relation's columns
-    newly = {rel: newly_matched(side_of[rel], tuples) for rel in kind.tracked(relations)}
+    cutoffs = spec.cutoffs(relations, marks)
     left = relations[0]
-    parts = [tuples] if kind.emits_tuples else [row_of(side_of[left].arrivals.limit(0), left, columns, projection)]
+    nothing = row_of(side_of[left].arrivals.limit(0), left, columns, projection)
+    if kind.as_of:
+        return _emit_as_of(spec, sides, projection, marks, cutoffs[left], nothing)
+    newly = {rel: newly_matched(side_of[rel], tuples) for rel in kind.tracked(relations)}
+    parts = [tuples] if kind.emits_tuples else [nothing]
     for rel in kind.preserves(relations):
         final = final_unmatched(side_of[rel], newly[rel], cutoffs[rel])
         if final is not None:
@@ -156,12 +212,51 @@ def emit(kind: JoinKind, sides: Sequence[Side], tuples: DataFrame, cutoffs: dict
     return Emitted(reduce(DataFrame.unionByName, parts), newly)
 
 
+def _emit_as_of(spec: JoinSpec, sides: Sequence[Side], projection: Projection, marks: Watermarks, cutoff: Eviction | None, nothing: DataFrame) -> Emitted:
+    """The rows of the left records final in this batch, and the right records superseded below the floor."""
+    left, right = sides
+    relations = [left.relation, right.relation]
+    final = final_records(left, cutoff)
+    rights = right.store.unionByName(right.arrivals, allowMissingColumns=True)
+    rows = nothing if final is None else asof.rows(final, rights, relations, spec.condition, projection, keep_unmatched=bool(spec.kind.preserved))
+    keys = asof.right_keys(spec.predicate, left.relation, right.relation)
+    low = asof.floor(relations, marks)
+    if keys is None or low is None:
+        return Emitted(rows)
+    return Emitted(rows, dropped={right.relation: asof.superseded(rights, right.relation, keys, low).toArrow()})
+
+
+def state_updates(
+    spec: JoinSpec, warehouse: Warehouse, plan: BatchPlan, arrivals: dict[Relation, pa.Table], marks: tuple[Watermarks, Watermarks], emitted: Emitted
+) -> dict[str, BufferUpdate]:
+    """The batch's MERGE into each state table: its arrivals and the kind's eviction, with the marks of records
+    first matched (outer, semi, anti) or the deletes of records superseded (as-of)."""
+    updates = buffer_updates(plan, spec.state_tables(warehouse), arrivals, marks, spec.eviction_rule(warehouse.relations))
+    return dropping(marked(updates, emitted.newly), emitted.dropped)
+
+
 def marked(updates: dict[str, BufferUpdate], newly: dict[Relation, pa.Table]) -> dict[str, BufferUpdate]:
     """The batch's state updates, each tracked store's with ``_matched`` on its arrivals and the marks of its stored
     records newly matched (``with_matched``)."""
     return {
-        name: replace(update, rows=with_matched(update.rows, newly[update.table.store], update.eviction), flag=MATCHED)
+        name: replace(update, rows=with_matched(update.rows, newly[update.table.store], update.eviction), on_match=OnMatch(MATCHED))
         if update.table.kind == "store" and update.table.store in newly
         else update
+        for name, update in updates.items()
+    }
+
+
+def dropping(updates: dict[str, BufferUpdate], dropped: dict[Relation, pa.Table]) -> dict[str, BufferUpdate]:
+    """The batch's state updates, each store of a relation in ``dropped`` without those records: arrivals among
+    them are not inserted, stored ones are deleted by its MERGE (a source row per record, ``_id`` and ``_ts``)."""
+
+    def without(update: BufferUpdate, gone: pa.Table) -> BufferUpdate:
+        kept = update.rows.filter(pc.invert(pc.is_in(update.rows[ID], value_set=gone[ID])))
+        stored = gone.filter(pc.invert(pc.is_in(gone[ID], value_set=update.rows[ID])))
+        rows = pa.concat_tables([kept, stored.select([ID, TS]).cast(update.rows.select([ID, TS]).schema)], promote_options="permissive")
+        return replace(update, rows=rows, on_match=OnMatch(None, delete=True))
+
+    return {
+        name: without(update, dropped[update.table.store]) if update.table.kind == "store" and update.table.store in dropped else update
         for name, update in updates.items()
     }

@@ -74,3 +74,26 @@ def _conjunct(text: str, names: list[str]) -> Conjunct:
     bare = _STRING.sub("''", text)
     reads = frozenset(name for name in names if re.search(rf"(?<![\w.`]){re.escape(name)}\s*\.", bare, re.IGNORECASE))
     return Conjunct(text, reads, bool(_EQUALITY.search(bare)))
+
+
+_MASKED = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|`(?:[^`]|``)*`")
+
+
+def equality_sides(text: str, aliases: Iterable[str]) -> dict[str, str] | None:
+    """``{alias: its side}`` of a conjunct that is one equality (``=``, ``==`` or ``<=>``) between an expression of
+    one alias and an expression of another, each side reading only its own; None for anything else."""
+    masked = _MASKED.sub(lambda found: "_" * len(found.group()), text)  # quoted text and names cannot split it
+    depth, found = 0, []
+    for i, char in enumerate(masked):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth == 0 and char in "=<>!":
+            found.append(i)
+    equality = [match for match in _EQUALITY.finditer(masked) if match.start() in found]
+    if len(equality) != 1 or len(found) != len(equality[0].group()):  # one operator, and no other comparison
+        return None
+    names = list(aliases)
+    sides = (text[: equality[0].start()].strip(), text[equality[0].end() :].strip())
+    reads = [_conjunct(side, names).reads for side in sides]
+    if any(len(read) != 1 for read in reads) or reads[0] == reads[1]:
+        return None
+    return {next(iter(read)): side for read, side in zip(reads, sides)}

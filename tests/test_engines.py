@@ -11,7 +11,7 @@ import pytest
 from chispa import assert_df_equality
 
 from pipelines.spark import DELTA_JARS, delta_jars
-from state.engines import Eviction, Merged, Txn
+from state.engines import Eviction, Merged, OnMatch, Txn
 from state.engines.base import applied
 from tests.conftest import SPARK_DELTA_SKIP
 from tests.helpers import REPO
@@ -90,6 +90,18 @@ def test_an_aligned_merge_finds_every_match_within_the_source_range_and_still_ev
     late = pa.table({"id": ["e"], "ts": pa.array([8], pa.int64())})
     assert engine.merge(path, late, "id", Eviction("ts", 6), aligned="ts") == Merged(1, 2)  # a and b, outside the range
     assert sorted(row.id for row in engine.read(path).collect()) == ["c", "d", "e"]
+
+
+def test_a_merge_flags_or_deletes_the_stored_rows_its_source_names_again_and_inserts_the_rest(engine, spark, tmp_path):
+    """A source row naming a stored key acts on it only where its ``when`` column is true; new keys are inserted."""
+    path = str(tmp_path / "t")
+    engine.merge(path, pa.table({"id": ["a", "b", "c"], "ts": pa.array([1, 2, 3], pa.int64()), "_matched": [False] * 3}), "id")
+    named = pa.table({"id": ["a", "b", "d"], "ts": pa.array([1, 2, 4], pa.int64()), "_matched": [True, False, False]})
+    assert engine.merge(path, named, "id", aligned="ts", on_match=OnMatch("_matched")) == Merged(1, 0)
+    assert {row.id: row._matched for row in engine.read(path).collect()} == {"a": True, "b": False, "c": False, "d": False}
+    dropped = pa.table({"id": ["b", "e"], "ts": pa.array([2, 5], pa.int64())})
+    assert engine.merge(path, dropped, "id", aligned="ts", on_match=OnMatch(None, delete=True)) == Merged(1, 1)
+    assert sorted(row.id for row in engine.read(path).collect()) == ["a", "c", "d", "e"]
 
 
 def test_merge_evicts_rows_below_the_cutoff_in_the_same_commit(engine, spark, tmp_path):

@@ -44,6 +44,21 @@ class Eviction:
 
 
 @dataclass(frozen=True)
+class OnMatch:
+    """What a MERGE does to a stored row whose key a source row names again (a batch's arrivals never do: ingest
+    gives each record a new id), where that source row's ``when`` column is true (any such row when None): set
+    the stored row's ``when`` column true (an outer join's ``_matched``), or delete the stored row (an as-of join's
+    superseded record)."""
+
+    when: str | None
+    delete: bool = False
+
+    @property
+    def condition(self) -> str | None:
+        return None if self.when is None else f"source.`{self.when}`"
+
+
+@dataclass(frozen=True)
 class TableInfo:
     """What the consistency check needs of a table, from one read of its log."""
 
@@ -108,12 +123,11 @@ class DeltaEngine(Protocol):
         evict: Eviction | None = None,
         txn: Txn | None = None,
         aligned: str | None = None,
-        flag: str | None = None,
+        on_match: OnMatch | None = None,
     ) -> Merged | None:
         """One MERGE: insert the rows of ``df`` whose ``key`` is not in the table yet, and delete the
         table's rows that ``evict`` selects (unless ``df`` holds their key). Creates the table if needed.
-        With ``flag`` (a boolean column), a row of ``df`` whose key the table holds and whose ``flag`` is true sets
-        that column true in the table's row (a store's ``_matched``, state/final.py).
+        ``on_match`` says what a row of ``df`` whose key the table holds does to the table's row.
         ``aligned`` names a column that rows with equal keys share (a record's ``ts``): matches are then
         looked for only within the range ``df`` spans of it, so the target scan skips the rest (see
         ``match_condition``).

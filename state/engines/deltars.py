@@ -21,7 +21,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
-from state.engines.base import Actions, Data, Eviction, Merged, TableInfo, Txn, covers, match_condition
+from state.engines.base import Actions, Data, Eviction, Merged, OnMatch, TableInfo, Txn, covers, match_condition
 from state.errors import LakejoinError
 
 
@@ -192,7 +192,7 @@ class DeltaRsEngine:
         evict: Eviction | None = None,
         txn: Txn | None = None,
         aligned: str | None = None,
-        flag: str | None = None,
+        on_match: OnMatch | None = None,
     ) -> Merged | None:
         table = self._table(path)
         if table is None:
@@ -209,8 +209,10 @@ class DeltaRsEngine:
                 merge_schema=True,
                 commit_properties=_commit(txn),
             ).when_not_matched_insert_all()
-            if flag is not None:
-                merger = merger.when_matched_update(updates={flag: "true"}, predicate=f"source.`{flag}`")
+            if on_match is not None and on_match.delete:
+                merger = merger.when_matched_delete(predicate=on_match.condition)
+            elif on_match is not None and on_match.when is not None:
+                merger = merger.when_matched_update(updates={on_match.when: "true"}, predicate=on_match.condition)
             if evict is not None:
                 merger = merger.when_not_matched_by_source_delete(evict.sql("target"))
             metrics = merger.execute()

@@ -18,7 +18,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from state.engines.base import Actions, Data, Eviction, Merged, TableInfo, Txn, covers, match_condition
+from state.engines.base import Actions, Data, Eviction, Merged, OnMatch, TableInfo, Txn, covers, match_condition
 from state.errors import LakejoinError
 from state.layout import is_catalog_schema
 
@@ -205,7 +205,7 @@ class SparkDeltaEngine:
         evict: Eviction | None = None,
         txn: Txn | None = None,
         aligned: str | None = None,
-        flag: str | None = None,
+        on_match: OnMatch | None = None,
     ) -> Merged | None:
         snapshot = self._snapshot(path)
         if snapshot is None:
@@ -225,8 +225,10 @@ class SparkDeltaEngine:
             .merge(source.alias("source"), match_condition(key, df, aligned))
             .whenNotMatchedInsertAll()
         )
-        if flag is not None:
-            merger = merger.whenMatchedUpdate(condition=f"source.`{flag}`", set={flag: "true"})
+        if on_match is not None and on_match.delete:
+            merger = merger.whenMatchedDelete(condition=on_match.condition)
+        elif on_match is not None and on_match.when is not None:
+            merger = merger.whenMatchedUpdate(condition=on_match.condition, set={on_match.when: "true"})
         if evict is not None:
             merger = merger.whenNotMatchedBySourceDelete(evict.sql("target"))
         # The MERGE's own counts: a MERGE that changes nothing commits nothing, so the history's latest
