@@ -105,12 +105,14 @@ def asof_in_batches(
 
 
 def kept_rights(rights: list[Record], waiting: list[Record], marks: dict[str, int], tolerance: int | None) -> list[Record]:
-    """The right records some left record may still take: every left still to be emitted (waiting, or to come:
-    at least the left watermark) is at or after ``floor``; below it only the latest right of each key can be
-    anyone's match, and only within tolerance of the floor."""
-    if "r" not in marks:
+    """The right records some left record may still take: every left still to be emitted is at or after the
+    floor, the lower watermark (a waiting left is at or after the right one, which has not passed it; a left to
+    come at or after the left one); below it only the latest right of each key can be anyone's match, and only
+    within tolerance of the floor. ``waiting`` is above the floor by construction."""
+    if "r" not in marks or "s" not in marks:
         return rights
-    floor = min([marks["r"], *(rec.ts for rec in waiting)])
+    floor = min(marks["r"], marks["s"])
+    assert all(rec.ts >= floor for rec in waiting)
 
     def superseded(right: Record) -> bool:
         return any(other.key == right.key and right.older_than(other) and other.ts <= floor for other in rights)

@@ -66,11 +66,19 @@ def test_the_demo_prints_pass(tmp_path):
     assert "rows per second" in demo.stdout
 
 
+def test_the_asof_demo_joins_each_trade_with_its_latest_quote_and_prints_pass(tmp_path):
+    demo = lakejoin("demo", "--join", "asof", "--rows", "300", "--keys", "20", "--disorder", "30", "--chunk-rows", "300", "--max-batch-rows", "300", cwd=str(tmp_path))
+    assert demo.returncode == 0, demo.stderr[-2000:]
+    assert "PASS: gold equals the batch SQL join" in demo.stdout
+    assert "results: 0 " not in demo.stdout, demo.stdout
+    assert "tolerance 1 hour" in demo.stdout
+
+
 def test_the_left_join_demo_prints_pass(tmp_path):
     demo = lakejoin("demo", "--join", "left", "--rows", "400", "--keys", "300", "--chunk-rows", "400", "--max-batch-rows", "400", cwd=str(tmp_path))
     assert demo.returncode == 0, demo.stderr[-2000:]
     assert "PASS: gold equals the batch SQL join" in demo.stdout
-    assert "join: left (a row of one record comes once the other relation's watermark makes it final)" in demo.stdout
+    assert "join: left (a row waits until the other relation's watermark makes it final)" in demo.stdout
 
 
 def readme_block(after: str) -> str:

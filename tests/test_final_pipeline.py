@@ -17,7 +17,7 @@ from state.errors import LakejoinError
 from tests.helpers import Pipeline, crash_at_each
 from tests.reference import Pair, Record, within
 from tests.reference_final import join_kind_in_batches
-from tests.strategies import split
+from tests.strategies import split, two_streams
 from tests.test_final_reference import FAR, R2, R4, R8, S1, S7, sql_join
 
 PROPERTY = settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -70,15 +70,8 @@ def test_on_delta_spark_the_worked_example_as_a_full_join_gives_every_row_and_va
     assert check.passed, check.describe()
 
 
-records = st.lists(
-    st.builds(Record, relation=st.sampled_from(["r", "s"]), id=st.just(""), ts=st.integers(0, 6), key=st.sampled_from(["a", "b"])),
-    min_size=1,
-    max_size=10,
-).map(lambda recs: [Record(rec.relation, f"{rec.relation}{i}", rec.ts, rec.key) for i, rec in enumerate(recs)])
-
-
 @PROPERTY
-@given(data=st.data(), recs=records, kind=st.sampled_from(["left", "right", "full", "semi", "anti"]), lateness=st.integers(0, 3), window=st.integers(0, 2))
+@given(data=st.data(), recs=two_streams(), kind=st.sampled_from(["left", "right", "full", "semi", "anti"]), lateness=st.integers(0, 3), window=st.integers(0, 2))
 def test_any_arrival_order_and_batch_split_emits_each_row_once_when_final_and_ends_at_the_batch_sql_join(deltars, tmp_path_factory, data, recs, kind, lateness, window):
     """Batch by batch, gold holds what the reference emits on the same batches (no row early, none twice); once
     both watermarks pass everything, gold is the batch SQL join of that kind of the records not late."""
