@@ -132,10 +132,11 @@ def _on_warehouse(args: argparse.Namespace, given: Config | None) -> int:
     """Commands on one warehouse: cheap argument checks first, then Spark, the definition, then the command.
 
     ingest, run and maintain record the config they are given as the warehouse's definition (pipelines/definition.py):
-    ingest before it lands anything, run once it holds the warehouse and before its first write (a run killed after
-    some batches leaves them under the definition they were joined with), maintain once it succeeded. The others
+    ingest before it lands anything, run right before its first write or once it succeeded (a run killed after some
+    batches leaves them under the definition they were joined with; one stopped by a rule first leaves the warehouse
+    as it was), maintain once it succeeded. The others
     check it against the recorded one and change nothing."""
-    from pipelines.definition import Settled, in_force, record, recorded, settle
+    from pipelines.definition import Settled, in_force, record, recorded, recorder, settle
     from pipelines.spark import get_spark
     from state.checks import check_ingest_target, require_engine_for, require_warehouse
     from state.engines import make_engine
@@ -180,7 +181,7 @@ def _on_warehouse(args: argparse.Namespace, given: Config | None) -> int:
         if creates:  # bronze's _id and _ts are derived under it: recorded before any row lands
             record(engine, warehouse, settled)
         if args.command == "run":
-            return _run(args, settled.config, engine, warehouse, lambda: record(engine, warehouse, settled))
+            return _run(args, settled.config, engine, warehouse, recorder(engine, warehouse, settled))
         code = commands[args.command](args, settled.config, engine, warehouse)
         if args.command == "maintain":  # a maintain that fails leaves the definition as it was
             record(engine, warehouse, settled)
@@ -226,27 +227,33 @@ def _run(args: argparse.Namespace, config: Config, engine: DeltaEngine, warehous
     config = config.with_overrides(max_batch_rows=args.max_batch_rows)
     committed: list[BatchReport] = []
     with hold(warehouse.root, JOIN, args.wait):
-        record()  # the definition in force before the run's first write
         if not args.follow:
-            _join_pending(engine, warehouse, config, committed.append, lambda: False)
+            _join_pending(engine, warehouse, config, committed.append, lambda: False, record)
         else:
             with StopSignal() as stop:
                 try:
                     while True:
-                        _join_pending(engine, warehouse, config, committed.append, stop.asked)
+                        _join_pending(engine, warehouse, config, committed.append, stop.asked, record)
                         if stop.wait(args.trigger or DEFAULT_TRIGGER):
                             break
                 except KeyboardInterrupt:  # a second signal: the work under way is abandoned
                     print("stopped before the work under way finished: the next run resumes an unfinished batch", flush=True)
+        record()  # a run with nothing to write records the config it was given too
     print(summarize(committed) if committed else "nothing pending: every arrival is already joined")
     return 0
 
 
 def _join_pending(
-    engine: DeltaEngine, warehouse: Warehouse, config: Config, committed: Callable[[BatchReport], None], stop: Callable[[], bool]
+    engine: DeltaEngine,
+    warehouse: Warehouse,
+    config: Config,
+    committed: Callable[[BatchReport], None],
+    stop: Callable[[], bool],
+    record: Callable[[], None],
 ) -> None:
     """Ingest the source tables' new versions, then join every pending arrival (unless ``stop`` says so), printing
-    each batch and handing it to ``committed`` as it commits."""
+    each batch and handing it to ``committed`` as it commits; ``record`` records the definition before the first
+    write."""
     from pipelines.silver import run
     from pipelines.sources import ingest_sources
     from state.lock import INGEST, hold
@@ -256,10 +263,11 @@ def _join_pending(
         committed(batch)
 
     if config.reads_tables:
+        record()
         with hold(warehouse.root, INGEST, wait_seconds=None):  # a source's rows take places in the arrival order
             for result in ingest_sources(engine, warehouse, config.relations):
                 print(result.describe(), flush=True)
-    run(engine, warehouse, config, progress=report, stop=stop)
+    run(engine, warehouse, config, progress=report, stop=stop, before_writing=record)
 
 
 def _status(args: argparse.Namespace, config: Config, engine: DeltaEngine, warehouse: Warehouse) -> int:

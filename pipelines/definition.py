@@ -12,6 +12,7 @@ that only change how the work is done (batch size, engine) change freely; every 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -104,6 +105,18 @@ def record(engine: DeltaEngine, warehouse: Warehouse, settled: Settled) -> None:
     fails or refuses leaves the warehouse as it was)."""
     if settled.pending is not None:
         engine.append(warehouse.definition, pa.Table.from_pylist([settled.pending], SCHEMA))
+
+
+def recorder(engine: DeltaEngine, warehouse: Warehouse, settled: Settled) -> Callable[[], None]:
+    """``record`` on the first call only: a run calls it before each batch's first write, so the batches it commits
+    are under the definition recorded, and a run stopped by a rule before writing leaves the warehouse as it was."""
+    pending = [settled]
+
+    def record_once() -> None:
+        if pending:
+            record(engine, warehouse, pending.pop())
+
+    return record_once
 
 
 def differences(old: dict, new: dict, prefix: str = "") -> list[tuple[str, object, object]]:

@@ -83,9 +83,11 @@ def run(
     config: Config,
     progress: Callable[[BatchReport], None] = lambda _: None,
     stop: Callable[[], bool] = lambda: False,
+    before_writing: Callable[[], None] = lambda: None,
 ) -> list[BatchReport]:
     """Process every pending arrival, batch by batch (or until ``stop`` says so, between batches), then return
-    what each batch did; ``progress`` hears of each batch as it commits."""
+    what each batch did; ``progress`` hears of each batch as it commits, ``before_writing`` is called before each
+    batch's first write (the CLI records the definition there, once)."""
     engine.refresh()
     tail = check_consistency(engine, warehouse, config.pipeline)
     given = config
@@ -103,7 +105,7 @@ def run(
             return reports
         checks = BatchChecks(validator, config, plan.batch_id)
         try:
-            report, tail = _execute(engine, warehouse, config, kind, log, plan, checks, started, resumed=tail.unfinished is not None)
+            report, tail = _execute(engine, warehouse, config, kind, log, plan, checks, started, tail.unfinished is not None, before_writing)
         finally:
             checks.release()
         reports.append(report)
@@ -157,6 +159,7 @@ def _execute(
     checks: BatchChecks,
     started: float,
     resumed: bool,
+    before_writing: Callable[[], None],
 ) -> tuple[BatchReport, LogTail]:
     """Compute the whole batch and check its rows against the rules, then write: plan (unless resumed),
     rule results, gold, late arrivals, state, and the commit row last. Returns what the batch did and the
@@ -198,6 +201,7 @@ def _execute(
     def txn(path: str) -> Txn:
         return Txn(warehouse.app_id(config.pipeline, path), plan.batch_id)
 
+    before_writing()
     if not resumed:
         with step("plan"):
             log.record_plan(plan)
