@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import random
 from collections import Counter
 
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, QueryBuilder
 
-from state.engines import make_engine
+from state.engines import Txn, make_engine
+from state.engines.base import marker
 from tests.helpers import Pipeline
 from tests.reference import Record, batch_join
 
@@ -40,3 +43,23 @@ def test_a_warehouse_started_on_one_engine_and_continued_on_the_other_gives_the_
             by_spark = spark.read.format("delta").option("versionAsOf", version).load(path).count()
             counted = QueryBuilder().register("t", DeltaTable(path, version=version)).execute("SELECT count(*) AS n FROM t")
             assert counted.read_all().column("n")[0].as_py() == by_spark, (path, version)
+
+
+def test_each_engine_finds_the_app_transactions_the_other_recorded_and_spark_pays_delta_s_check_once(spark, spark_engine, deltars, tmp_path):
+    """Delta on Spark records a write as a marker in its commit's userMetadata, with Delta's own app transaction only
+    on a table's first write (Delta checks one by reconstructing the table's state); delta-rs writes both. Either
+    engine's txn_version is the newest record, whoever wrote it."""
+    path, app = str(tmp_path / "t"), "lakejoin:t"
+    rows = pa.table({"id": ["a"]})
+    for batch in (1, 2, 3):
+        spark_engine.append(path, rows, Txn(app, batch))
+    assert spark_engine.append(path, rows, Txn(app, 3)) is None  # recorded: skipped
+    commits = [[json.loads(line) for line in (tmp_path / "t" / "_delta_log" / f"{v:020d}.json").read_text().splitlines()] for v in range(3)]
+    assert [sum("txn" in action for action in commit) for commit in commits] == [1, 0, 0]
+    assert [next(a["commitInfo"]["userMetadata"] for a in commit if "commitInfo" in a) for commit in commits] == [marker(Txn(app, b)) for b in (1, 2, 3)]
+    assert deltars.txn_version(path, app) == spark_engine.txn_version(path, app) == 3
+    assert deltars.append(path, rows, Txn(app, 3)) is None
+    deltars.append(path, rows, Txn(app, 4))
+    assert spark_engine.txn_version(path, app) == deltars.txn_version(path, app) == 4
+    assert spark_engine.append(path, rows, Txn(app, 4)) is None
+    assert deltars.txn_version(path, "lakejoin:other") is None and spark_engine.txn_version(path, "lakejoin:other") is None

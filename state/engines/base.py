@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from collections.abc import Iterator
 from typing import Any, Protocol, TypeAlias
@@ -137,7 +138,9 @@ class DeltaEngine(Protocol):
         ...
 
     def txn_version(self, path: str, app_id: str) -> int | None:
-        """The last version ``app_id`` committed to the table; None when it never did or there is no table."""
+        """The last version ``app_id`` committed to the table (the newest commit the log keeps that records it,
+        by ``marker`` or app transaction; else the state's app transaction); None when it never did or there is no
+        table."""
         ...
 
     def info(self, path: str, app_id: str) -> TableInfo | None:
@@ -197,6 +200,22 @@ def match_condition(key: str, df: Data, aligned: str | None = None) -> str:
     if low is None:
         return condition
     return f"{condition} AND target.`{aligned}` >= {low} AND target.`{aligned}` <= {high}"
+
+
+def marker(txn: Txn) -> str:
+    """The ``userMetadata`` of the commit that writes ``txn``: it records the write where Delta's own app transaction
+    would cost too much (Delta on Spark checks one by reconstructing the table's state: docs/design.md section 3.4),
+    and either engine finds it (``marked_version``) in the commits the log keeps."""
+    return json.dumps({"txn": {"appId": txn.app_id, "version": txn.version}}, separators=(",", ":"))
+
+
+def marked_version(user_metadata: object, app_id: str) -> int | None:
+    """The version of ``app_id`` a commit's ``userMetadata`` records; None for another app's, or a user's text."""
+    try:
+        recorded = json.loads(user_metadata)["txn"]  # type: ignore[arg-type] - anything but lakejoin's text fails here
+        return int(recorded["version"]) if recorded["appId"] == app_id else None
+    except (ValueError, TypeError, KeyError):
+        return None
 
 
 def covers(recorded: int | None, txn: Txn) -> bool:

@@ -21,7 +21,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
-from state.engines.base import Actions, Data, Eviction, Merged, OnMatch, TableInfo, Txn, covers, match_condition
+from state.engines.base import Actions, Data, Eviction, Merged, OnMatch, TableInfo, Txn, covers, marked_version, marker, match_condition
 from state.errors import LakejoinError
 
 
@@ -107,11 +107,11 @@ class DeltaRsEngine:
 
     def txn_version(self, path: str, app_id: str) -> int | None:
         table = self._table(path)
-        return None if table is None else table.transaction_version(app_id)
+        return None if table is None else _recorded_version(table, app_id)
 
     def info(self, path: str, app_id: str) -> TableInfo | None:
         table = self._table(path)
-        return None if table is None else TableInfo(table.version(), _spark_schema(table), table.transaction_version(app_id))
+        return None if table is None else TableInfo(table.version(), _spark_schema(table), _recorded_version(table, app_id))
 
     def source_identity(self, table: str) -> tuple[str, int] | None:
         opened = self._fresh(table)
@@ -233,13 +233,28 @@ def _opened(table: DeltaTable | None, path: str) -> DeltaTable:
 
 def _recorded(table: DeltaTable, txn: Txn | None) -> bool:
     """``applied`` on a table already open (each open reads the log)."""
-    return txn is not None and covers(table.transaction_version(txn.app_id), txn)
+    return txn is not None and covers(_recorded_version(table, txn.app_id), txn)
+
+
+def _recorded_version(table: DeltaTable, app_id: str) -> int | None:
+    """The newest commit's record of ``app_id`` (its ``marker``: Delta on Spark writes no app transaction), looked for
+    from the latest commit back (one commit file in the usual case); else, once the commits the log keeps are read,
+    the state's app transaction, which every write of this engine also carries."""
+    limit = 1
+    while True:
+        commits = table.history(limit)  # newest first
+        found = next((version for commit in commits if (version := marked_version(commit.get("userMetadata"), app_id)) is not None), None)
+        if found is not None:
+            return found
+        if len(commits) < limit:
+            return table.transaction_version(app_id)
+        limit *= 8
 
 
 def _commit(txn: Txn | None) -> CommitProperties | None:
     if txn is None:
         return None
-    return CommitProperties(app_transactions=[Transaction(app_id=txn.app_id, version=txn.version)])
+    return CommitProperties(app_transactions=[Transaction(app_id=txn.app_id, version=txn.version)], custom_metadata={"userMetadata": marker(txn)})
 
 
 def _first_line(exc: Exception) -> str:

@@ -1,9 +1,12 @@
 """Delta on Spark (``delta-spark``): used where the session has Delta (Databricks, clusters with the jars).
 
-Same contract as the delta-rs engine. Idempotency goes through Delta's own application transactions:
-``txnAppId``/``txnVersion`` writer options for appends, and for MERGE the session confs
-``spark.databricks.delta.write.txnAppId/txnVersion``, set on a session of the MERGE's own.
-Table metadata (version, schema, app transactions) is read from the Delta log's snapshot, not by Spark jobs.
+Same contract as the delta-rs engine. A write records its application transaction as a ``marker`` in its commit's
+``userMetadata`` (writer option ``userMetadata``; for MERGE the session conf, on a session of the MERGE's own), and
+lakejoin finds it by reading the newest commits. Delta's own app transaction (``txnAppId``/``txnVersion``) would
+cost a reconstruction of the table's state per write: Delta 4.4 checks it that way (docs/design.md section 3.4). It
+is written only where no kept commit records the app (a table's first write, or after its records left the log),
+so the state holds the app's version where the commits no longer do.
+Table metadata (version, schema) is read from the Delta log's snapshot, not by Spark jobs.
 A table is a path or, in a Unity Catalog warehouse, a three-part name (``main.lakejoin.gold_join_results``).
 """
 
@@ -11,6 +14,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass
+from urllib.parse import unquote
 
 import pyarrow as pa
 from py4j.protocol import Py4JJavaError
@@ -18,7 +23,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from state.engines.base import Actions, Data, Eviction, Merged, OnMatch, TableInfo, Txn, covers, match_condition
+from state.engines.base import Actions, Data, Eviction, Merged, OnMatch, TableInfo, Txn, covers, marked_version, marker, match_condition
 from state.errors import LakejoinError
 from state.layout import is_catalog_schema
 
@@ -29,6 +34,7 @@ def is_table_name(table: str) -> bool:
 
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"
+USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 SORT_WITHIN_FILES = "spark.databricks.io.skipping.mdc.sortWithinFiles"
 MATERIALIZE_SOURCE = "spark.databricks.delta.merge.materializeSource"
 AUTO_MERGE = "spark.databricks.delta.schema.autoMerge.enabled"
@@ -100,12 +106,23 @@ class SparkDeltaEngine:
         return None if snapshot is None else _schema(snapshot)
 
     def read(self, path: str, version: int | None = None, where: str | None = None) -> DataFrame | None:
-        if not self._exists(path):
+        snapshot = self._snapshot(path)
+        if snapshot is None:
             return None
-        reader = self.spark.read.format("delta")
-        if version is not None:
-            reader = reader.option("versionAsOf", version)
-        df = reader.table(path) if is_table_name(path) else reader.load(path)
+        if version is not None and version != snapshot.version():
+            snapshot = self._log(path).getSnapshotAt(version, self._jvm.scala.Option.empty(), self._jvm.scala.Option.empty(), False)
+        # A whole path table's files as the version's checksum lists them: no state reconstruction to plan the read
+        # (a filtered read goes through Delta, which skips files by their statistics).
+        files = None if is_table_name(path) or where is not None else _listed_files(snapshot)
+        if files is not None:
+            root = str(self._log(path).dataPath().toString())
+            schema = _schema(snapshot)
+            df = self.spark.read.schema(schema).parquet(*[f"{root}/{unquote(file)}" for file in files]) if files else self.spark.createDataFrame([], schema)
+        else:
+            reader = self.spark.read.format("delta")
+            if version is not None:
+                reader = reader.option("versionAsOf", version)
+            df = reader.table(path) if is_table_name(path) else reader.load(path)
         return df if where is None else df.where(where)
 
     def rows(self, path: str, version: int | None = None, where: str | None = None) -> pa.Table | None:
@@ -128,11 +145,30 @@ class SparkDeltaEngine:
 
     def info(self, path: str, app_id: str) -> TableInfo | None:
         snapshot = self._snapshot(path)
-        return None if snapshot is None else TableInfo(int(snapshot.version()), _schema(snapshot), _txn_version(snapshot, app_id))
+        return None if snapshot is None else TableInfo(int(snapshot.version()), _schema(snapshot), self._recorded(path, snapshot, app_id).version)
 
     def txn_version(self, path: str, app_id: str) -> int | None:
         snapshot = self._snapshot(path)
-        return None if snapshot is None else _txn_version(snapshot, app_id)
+        return None if snapshot is None else self._recorded(path, snapshot, app_id).version
+
+    def _check(self, table: str, snapshot, txn: Txn | None) -> Recorded | None:  # noqa: ANN001 - a JVM Snapshot, or None
+        """What ``table`` records of ``txn``'s app before a write; None without a txn, or without a table yet."""
+        return None if txn is None or snapshot is None else self._recorded(table, snapshot, txn.app_id)
+
+    def _recorded(self, table: str, snapshot, app_id: str) -> Recorded:  # noqa: ANN001 - a JVM Snapshot
+        """The newest commit's record of ``app_id`` (its marker, or an app transaction: delta-rs writes both), looked
+        for from the snapshot's commit back (one commit file in the usual case); else, once the commits the log keeps
+        are read, the state's app transaction."""
+        log, none = self._log(table), self._jvm.scala.Option.empty()
+        for version in range(int(snapshot.version()), -1, -1):
+            changes = log.getChanges(version, none, False)
+            commit = changes.next() if changes.hasNext() else None
+            if commit is None or commit._1() != version:  # this commit has left the log, and so have older ones
+                break
+            found = _commit_record(commit._2(), app_id)
+            if found is not None:
+                return Recorded(found, in_commits=True)
+        return Recorded(_txn_version(snapshot, app_id), in_commits=False)
 
     def source_identity(self, table: str) -> tuple[str, int] | None:
         snapshot = self._snapshot(table)
@@ -182,12 +218,13 @@ class SparkDeltaEngine:
 
     def append(self, path: str, df: Data, txn: Txn | None = None) -> int | None:
         snapshot = self._snapshot(path)  # one look at the log: the transaction check and the version to compare
-        if _recorded(snapshot, txn):
+        recorded = self._check(path, snapshot, txn)
+        if recorded is not None and recorded.covers(txn):  # type: ignore[arg-type] - a record needs a txn
             return None
         frame = self.spark.createDataFrame(df) if isinstance(df, pa.Table) else df
         writer = frame.write.format("delta").mode("append").option("mergeSchema", "true")
-        if txn is not None:
-            writer = writer.option("txnAppId", txn.app_id).option("txnVersion", txn.version)
+        for name, value in _recording(txn, recorded, {"app_id": "txnAppId", "version": "txnVersion", "marker": "userMetadata"}).items():
+            writer = writer.option(name, value)
         if is_table_name(path):
             writer.saveAsTable(path)
         else:
@@ -211,12 +248,12 @@ class SparkDeltaEngine:
         if snapshot is None:
             written = self.append(path, df, txn)
             return None if written is None else Merged(written, 0)
-        if _recorded(snapshot, txn):
+        recorded = self._check(path, snapshot, txn)
+        if recorded is not None and recorded.covers(txn):  # type: ignore[arg-type] - a record needs a txn
             return None
         # A source built from rows on the driver is an immutable local relation: MERGE need not copy it first.
         confs = {AUTO_MERGE: "true"} | ({MATERIALIZE_SOURCE: "none"} if isinstance(df, pa.Table) else {})
-        if txn is not None:
-            confs |= {TXN_APP_ID: txn.app_id, TXN_VERSION: str(txn.version)}
+        confs |= _recording(txn, recorded, {"app_id": TXN_APP_ID, "version": TXN_VERSION, "marker": USER_METADATA})
         session = self._session(confs)
         source = df if isinstance(df, DataFrame) else session.createDataFrame(df)
         merger = (
@@ -262,14 +299,63 @@ def _schema(snapshot) -> StructType:  # noqa: ANN001 - a JVM Snapshot
     return StructType.fromJson(json.loads(snapshot.schema().json()))
 
 
-def _recorded(snapshot, txn: Txn | None) -> bool:  # noqa: ANN001 - a JVM Snapshot, or None
-    """``applied`` on a snapshot already read (each read lists the log)."""
-    return txn is not None and snapshot is not None and covers(_txn_version(snapshot, txn.app_id), txn)
+@dataclass(frozen=True)
+class Recorded:
+    """The last version of an app a table records, and whether a commit the log keeps says so (else the state)."""
+
+    version: int | None
+    in_commits: bool
+
+    def covers(self, txn: Txn) -> bool:
+        return covers(self.version, txn)
+
+
+def _recording(txn: Txn | None, recorded: Recorded | None, names: dict[str, str]) -> dict[str, str]:
+    """The writer options (or session confs) that record ``txn``, named by ``names``: always its marker, and Delta's
+    app transaction too where no kept commit records the app (see the module's docstring)."""
+    if txn is None:
+        return {}
+    settings = {names["marker"]: marker(txn)}
+    if recorded is None or not recorded.in_commits:
+        settings |= {names["app_id"]: txn.app_id, names["version"]: str(txn.version)}
+    return settings
+
+
+def _listed_files(snapshot) -> list[str] | None:  # noqa: ANN001 - a JVM Snapshot
+    """The data files of ``snapshot`` as its checksum file lists them (Delta on Spark writes the list for tables of
+    few files), where plain Parquet reads them: no partitions, column mapping or deletion vectors. None otherwise:
+    planning a Delta read of a new version reconstructs the table's state, Spark jobs over its log."""
+    checksum = snapshot.checksumOpt()
+    listed = checksum.get().allFiles() if checksum.isDefined() else None
+    metadata = snapshot.metadata()
+    if listed is None or not listed.isDefined() or not metadata.partitionColumns().isEmpty():
+        return None
+    mapping = metadata.configuration().get("delta.columnMapping.mode")
+    if mapping.isDefined() and mapping.get() != "none":
+        return None
+    adds = [listed.get().apply(i) for i in range(listed.get().size())]
+    if any(add.deletionVector() is not None for add in adds):
+        return None
+    return [str(add.path()) for add in adds]
+
+
+def _commit_record(actions, app_id: str) -> int | None:  # noqa: ANN001 - a JVM Seq[Action]
+    """The version of ``app_id`` one commit records: its marker, or its app transaction."""
+    for index in range(actions.size()):
+        action = actions.apply(index)
+        kind = action.getClass().getSimpleName()
+        if kind == "CommitInfo" and action.userMetadata().isDefined():
+            found = marked_version(action.userMetadata().get(), app_id)
+            if found is not None:
+                return found
+        elif kind == "SetTransaction" and action.appId() == app_id:
+            return int(action.version())
+    return None
 
 
 def _txn_version(snapshot, app_id: str) -> int | None:  # noqa: ANN001 - a JVM Snapshot
-    """The app's last transaction version: from the version's checksum file where it lists them (Delta on Spark
-    writes it with each commit), else from the snapshot's state (a Spark job over the log)."""
+    """The app's last transaction version in the snapshot's state: from the version's checksum file where it lists
+    them (Delta on Spark writes it with each commit), else from the state itself (a Spark job over the log)."""
     checksum = snapshot.checksumOpt()
     listed = checksum.get().setTransactions() if checksum.isDefined() else None
     if listed is not None and listed.isDefined():
