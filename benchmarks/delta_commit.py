@@ -1,10 +1,12 @@
-"""What one Delta-on-Spark commit costs, with and without an application transaction (``txnAppId``/``txnVersion``).
+"""What one Delta-on-Spark commit costs, with and without an application transaction (``txnAppId``/``txnVersion``),
+and as lakejoin's Spark engine makes it (a marker in ``userMetadata``, found again in the newest commits).
 
-lakejoin gives every write of a batch an application transaction (its exactly-once protocol). Delta 4.4 checks
-one by reading the snapshot's transactions, which it takes from a full state reconstruction (Spark jobs over the
-log) rather than from the checksum file that already lists them. This measures that cost alone: one-row appends
-to a fresh table, alternating tables with and without a transaction, and reports the median seconds of each
-(commits that write a checkpoint, every tenth, reported apart). Needs Delta's JVM jars (``LAKEJOIN_DELTA_JARS``).
+lakejoin records every write of a batch (its exactly-once protocol). Delta 4.4 checks an application transaction
+by reading the snapshot's transactions, which it takes from a full state reconstruction (Spark jobs over the log)
+rather than from the checksum file that already lists them; so the engine writes a marker instead (docs/design.md
+section 3.4). This measures each alone: one-row appends to a fresh table, the three kinds in turn, and reports the
+median seconds of each (commits that write a checkpoint, every tenth, reported apart). Needs Delta's JVM jars
+(``LAKEJOIN_DELTA_JARS``).
 
     .venv/bin/python -m benchmarks.delta_commit [--commits 30] [--rounds 3]
 """
@@ -20,22 +22,28 @@ import pyarrow as pa
 
 from benchmarks.report import write_json
 from pipelines.spark import DELTA_JARS, get_spark
-from state.engines import session_has_delta
+from state.engines import Txn, session_has_delta
+from state.engines.spark_delta import SparkDeltaEngine
 from state.errors import LakejoinError
 
 CHECKPOINT_INTERVAL = 10  # Delta's default: commit 10, 20, ... also writes a checkpoint
+KINDS = ("with_txn", "without_txn", "lakejoin")  # Delta's app transaction, nothing, lakejoin's marker
 
 
-def appends(spark, commits: int, with_txn: bool) -> list[float]:  # noqa: ANN001
+def appends(engine: SparkDeltaEngine, commits: int, kind: str) -> list[float]:
     """Seconds of each one-row append to a new table (the first, which creates it, left out)."""
     path = tempfile.mkdtemp(prefix="lakejoin-commit-") + "/t"
     seconds = []
     for version in range(commits + 1):
         started = time.perf_counter()
-        writer = spark.createDataFrame(pa.table({"id": [version], "note": ["x"]})).write.format("delta").mode("append")
-        if with_txn:
-            writer = writer.option("txnAppId", "benchmark").option("txnVersion", version)
-        writer.save(path)
+        rows = pa.table({"id": [version], "note": ["x"]})
+        if kind == "lakejoin":
+            engine.append(path, rows, Txn("benchmark", version))
+        else:
+            writer = engine.spark.createDataFrame(rows).write.format("delta").mode("append")
+            if kind == "with_txn":
+                writer = writer.option("txnAppId", "benchmark").option("txnVersion", version)
+            writer.save(path)
         seconds.append(time.perf_counter() - started)
     return seconds[1:]
 
@@ -50,12 +58,12 @@ def main() -> None:
     spark = get_spark()
     if not session_has_delta(spark):
         raise LakejoinError(f"this benchmark needs Delta Lake's JVM jars: set {DELTA_JARS} to their folder")
-    appends(spark, CHECKPOINT_INTERVAL, True)  # warm-up
-    kinds = {"with_txn": True, "without_txn": False}
-    measured: dict[str, list[float]] = {kind: [] for kind in kinds}
+    engine = SparkDeltaEngine(spark)
+    appends(engine, CHECKPOINT_INTERVAL, "with_txn")  # warm-up
+    measured: dict[str, list[float]] = {kind: [] for kind in KINDS}
     for _ in range(args.rounds):
-        for kind, with_txn in kinds.items():
-            measured[kind] += appends(spark, args.commits, with_txn)
+        for kind in KINDS:
+            measured[kind] += appends(engine, args.commits, kind)
 
     def split(seconds: list[float]) -> tuple[list[float], list[float]]:
         """(plain commits, checkpointing commits): versions 1.. in order, each round's table the same way."""

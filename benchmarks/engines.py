@@ -15,6 +15,7 @@ import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 
+from benchmarks.peers import phase_medians
 from benchmarks.report import write_json
 from benchmarks.stream import replay, small_stream_arguments
 from pipelines.config import Config
@@ -31,6 +32,7 @@ ENGINES = ("delta-rs", "spark")
 class Measured:
     ingest_s: list[float] = field(default_factory=list)
     batch_s: list[float] = field(default_factory=list)
+    phases: list[dict[str, float]] = field(default_factory=list)  # each batch's seconds per phase
     gold: Counter = field(default_factory=Counter)
 
     @property
@@ -44,6 +46,7 @@ def measure(spark, name: str, chunks: list[list[tuple[str, str]]], max_batch_row
     measured = Measured()
     reports = replay(engine, warehouse, Config(engine=name, max_batch_rows=max_batch_rows), chunks, after_ingest=measured.ingest_s.append)
     measured.batch_s = [report.seconds for report in reports]
+    measured.phases = [report.phases for report in reports]
     measured.gold = Counter(tuple(row) for row in engine.read(warehouse.gold).select("r_id", "s_id", "owner").collect())
     return measured
 
@@ -73,6 +76,7 @@ def main() -> None:
             "batch_p50_s": statistics.median(s for m in measured for s in m.batch_s),
             "ingests": len(measured[0].ingest_s),
             "batches": len(measured[0].batch_s),
+            "batch_phase_p50_s": phase_medians([phases for m in measured for phases in m.phases]),
         }
         for name, measured in rounds.items()
     }
@@ -83,6 +87,8 @@ def main() -> None:
     print(f"{'engine':<10} {'total s':>8} {'s / ingest':>11} {'s / batch':>10}")
     for name, row in figures.items():
         print(f"{name:<10} {row['total_s']:>8.1f} {row['ingest_p50_s']:>11.2f} {row['batch_p50_s']:>10.2f}")
+    for name, row in figures.items():
+        print(f"{name} batch phases (median s): " + ", ".join(f"{phase} {s:.2f}" for phase, s in row["batch_phase_p50_s"].items()))
     print(f"spark / delta-rs: total {ratios['total_s']:.2f}, per ingest {ratios['ingest_p50_s']:.2f}, "
           f"per batch {ratios['batch_p50_s']:.2f} (target <= 3); same gold: {'yes' if same_gold else 'NO'}")
     write_json(args.out, {"config": vars(args), "engines": figures, "ratios": ratios, "same_gold": same_gold})
