@@ -73,6 +73,18 @@ def test_a_write_whose_transaction_the_table_records_is_skipped(engine, spark, t
     assert engine.append(path, frame(spark, [("b", 2)]), Txn("other-app", 1)) == 1
 
 
+def test_an_append_of_no_rows_still_records_its_transaction(engine, spark, tmp_path):
+    """Gold is written every batch, rows or none, and the consistency check holds it to that record."""
+    path = str(tmp_path / "t")
+    engine.append(path, frame(spark, [("a", 1)]), Txn("pipe:t", 1))
+    assert engine.append(path, pa.table({"id": pa.array([], pa.string()), "ts": pa.array([], pa.int64())}), Txn("pipe:t", 2)) == 0
+    assert engine.txn_version(path, "pipe:t") == 2
+    assert engine.append(path, frame(spark, []), Txn("pipe:t", 3)) == 0
+    assert engine.txn_version(path, "pipe:t") == 3
+    assert engine.append(path, frame(spark, []), Txn("pipe:t", 3)) is None
+    assert engine.read(path).count() == 1
+
+
 def test_merge_inserts_only_unseen_keys_and_is_idempotent(engine, spark, tmp_path):
     path = str(tmp_path / "t")
     assert engine.merge(path, frame(spark, [("a", 1), ("b", 2)]), "id", txn=Txn("pipe:t", 1)) == Merged(2, 0)

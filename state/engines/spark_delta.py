@@ -35,6 +35,7 @@ def is_table_name(table: str) -> bool:
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
+WRITER_OPTIONS = {"app_id": "txnAppId", "version": "txnVersion", "marker": "userMetadata"}  # _recording's names for a writer
 SORT_WITHIN_FILES = "spark.databricks.io.skipping.mdc.sortWithinFiles"
 MATERIALIZE_SOURCE = "spark.databricks.delta.merge.materializeSource"
 AUTO_MERGE = "spark.databricks.delta.schema.autoMerge.enabled"
@@ -222,17 +223,16 @@ class SparkDeltaEngine:
         if recorded is not None and recorded.covers(txn):  # type: ignore[arg-type] - a record needs a txn
             return None
         frame = self.spark.createDataFrame(df) if isinstance(df, pa.Table) else df
-        writer = frame.write.format("delta").mode("append").option("mergeSchema", "true")
-        for name, value in _recording(txn, recorded, {"app_id": "txnAppId", "version": "txnVersion", "marker": "userMetadata"}).items():
-            writer = writer.option(name, value)
-        if is_table_name(path):
-            writer.saveAsTable(path)
-        else:
-            writer.save(path)
+        _append_to(path, frame, _recording(txn, recorded, WRITER_OPTIONS))
         after = self.version(path)
-        if snapshot is not None and after == snapshot.version():  # Delta found the transaction recorded: nothing written
+        if snapshot is None or after != snapshot.version():
+            return df.num_rows if isinstance(df, pa.Table) else self._rows_committed(path, after, frame)
+        if txn is None or recorded is None or not recorded.in_commits:  # Delta found its app transaction recorded
             return None
-        return df.num_rows if isinstance(df, pa.Table) else self._rows_committed(path, after, frame)
+        # Delta commits nothing for a write of no rows, marker or not: record the batch by an app transaction,
+        # an action of its own, so the table says it was written (gold is, every batch).
+        _append_to(path, frame.limit(0), _recording(txn, None, WRITER_OPTIONS))
+        return 0
 
     def merge(
         self,
@@ -293,6 +293,14 @@ class SparkDeltaEngine:
         for name, value in {NO_DELETION_VECTORS: "false", **confs}.items():
             session.conf.set(name, value)
         return session
+
+
+def _append_to(table: str, frame: DataFrame, options: dict[str, str]) -> None:
+    writer = frame.write.format("delta").mode("append").option("mergeSchema", "true").options(**options)
+    if is_table_name(table):
+        writer.saveAsTable(table)
+    else:
+        writer.save(table)
 
 
 def _schema(snapshot) -> StructType:  # noqa: ANN001 - a JVM Snapshot
