@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
-from urllib.parse import unquote
 
 import pyarrow as pa
 from py4j.protocol import Py4JJavaError
@@ -35,7 +34,9 @@ def is_table_name(table: str) -> bool:
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
-WRITER_OPTIONS = {"app_id": "txnAppId", "version": "txnVersion", "marker": "userMetadata"}  # _recording's names for a writer
+# _recording's names: a writer's options, and the session confs a MERGE takes them as.
+WRITER_OPTIONS = {"app_id": "txnAppId", "version": "txnVersion", "marker": "userMetadata"}
+SESSION_CONFS = {"app_id": TXN_APP_ID, "version": TXN_VERSION, "marker": USER_METADATA}
 SORT_WITHIN_FILES = "spark.databricks.io.skipping.mdc.sortWithinFiles"
 MATERIALIZE_SOURCE = "spark.databricks.delta.merge.materializeSource"
 AUTO_MERGE = "spark.databricks.delta.schema.autoMerge.enabled"
@@ -110,15 +111,15 @@ class SparkDeltaEngine:
         snapshot = self._snapshot(path)
         if snapshot is None:
             return None
+        log, none = self._log(path), self._jvm.scala.Option.empty()
         if version is not None and version != snapshot.version():
-            snapshot = self._log(path).getSnapshotAt(version, self._jvm.scala.Option.empty(), self._jvm.scala.Option.empty(), False)
+            snapshot = log.getSnapshotAt(version, none, none, False)
         # A whole path table's files as the version's checksum lists them: no state reconstruction to plan the read
         # (a filtered read goes through Delta, which skips files by their statistics).
-        files = None if is_table_name(path) or where is not None else _listed_files(snapshot)
+        files = None if is_table_name(path) or where is not None else _listed_files(snapshot, log)
         if files is not None:
-            root = str(self._log(path).dataPath().toString())
             schema = _schema(snapshot)
-            df = self.spark.read.schema(schema).parquet(*[f"{root}/{unquote(file)}" for file in files]) if files else self.spark.createDataFrame([], schema)
+            df = self.spark.read.schema(schema).parquet(*files) if files else self.spark.createDataFrame([], schema)
         else:
             reader = self.spark.read.format("delta")
             if version is not None:
@@ -253,7 +254,7 @@ class SparkDeltaEngine:
             return None
         # A source built from rows on the driver is an immutable local relation: MERGE need not copy it first.
         confs = {AUTO_MERGE: "true"} | ({MATERIALIZE_SOURCE: "none"} if isinstance(df, pa.Table) else {})
-        confs |= _recording(txn, recorded, {"app_id": TXN_APP_ID, "version": TXN_VERSION, "marker": USER_METADATA})
+        confs |= _recording(txn, recorded, SESSION_CONFS)
         session = self._session(confs)
         source = df if isinstance(df, DataFrame) else session.createDataFrame(df)
         merger = (
@@ -329,8 +330,8 @@ def _recording(txn: Txn | None, recorded: Recorded | None, names: dict[str, str]
     return settings
 
 
-def _listed_files(snapshot) -> list[str] | None:  # noqa: ANN001 - a JVM Snapshot
-    """The data files of ``snapshot`` as its checksum file lists them (Delta on Spark writes the list for tables of
+def _listed_files(snapshot, log) -> list[str] | None:  # noqa: ANN001 - a JVM Snapshot and its DeltaLog
+    """The data files of ``snapshot`` (absolute paths) as its checksum file lists them (Delta on Spark writes the list for tables of
     few files), where plain Parquet reads them: no partitions, column mapping or deletion vectors. None otherwise:
     planning a Delta read of a new version reconstructs the table's state, Spark jobs over its log."""
     checksum = snapshot.checksumOpt()
@@ -344,7 +345,7 @@ def _listed_files(snapshot) -> list[str] | None:  # noqa: ANN001 - a JVM Snapsho
     adds = [listed.get().apply(i) for i in range(listed.get().size())]
     if any(add.deletionVector() is not None for add in adds):
         return None
-    return [str(add.path()) for add in adds]
+    return [str(add.absolutePath(log).toString()) for add in adds]
 
 
 def _commit_record(actions, app_id: str) -> int | None:  # noqa: ANN001 - a JVM Seq[Action]
