@@ -22,7 +22,7 @@ from pipelines.config import Config, on_warehouse_axis
 from pipelines.sources import records
 from state.batch_log import BatchLog
 from state.checks import require_warehouse
-from state.engines import DeltaEngine
+from state.engines import DeltaEngine, Memberships
 from state.joiner import Projection, data_columns, identity_column
 from state.layout import Warehouse
 from state.relations import ID, Relation
@@ -77,17 +77,15 @@ def _frames(engine: DeltaEngine, warehouse: Warehouse, config: Config) -> list[t
     late = engine.read(warehouse.late_arrivals)
     watermarks = BatchLog(engine, warehouse.batches, warehouse.app_id(config.pipeline, warehouse.batches)).tail().watermarks
     no_late = spark.createDataFrame([], f"{ID} string")
-    for table in warehouse.buffer_tables():
+    spec = config.join_spec
+    rule = spec.eviction_rule(warehouse.relations)
+    for table in spec.state_tables(warehouse):
         rows = engine.read(table.path)
         if rows is None:
             continue
-        if table.kind == "store":  # a stored record is never late; a probe is below its cutoff only until evicted
-            late_ids = no_late if late is None else late.where(F.col("relation") == table.store.name)
-            frames.append((table.path, "store", with_state_checks(rows, late_ids, None), [ID], table.store.name))
-        else:
-            eviction = config.join_spec.eviction_rule(warehouse.relations)(table, watermarks)
-            cutoff = None if eviction is None else eviction.below
-            frames.append((table.path, "probes", with_state_checks(rows, no_late, cutoff), [ID], table.store.name))
+        late_ids = no_late if late is None else late.where(F.col("relation") == table.relation.name)
+        eviction = Memberships({buffer.column: rule(buffer, watermarks) for buffer in table.buffers})
+        frames.append((table.path, table.kind, with_state_checks(rows, late_ids, eviction), [ID], table.relation.name))
     gold = engine.read(warehouse.gold)
     if gold is not None and all(rows is not None for rows in bronze.values()):
         projection = Projection({rel.name: _carried(gold, rel, rows) for rel, rows in bronze.items()}, None if config.select is None else tuple(config.select))

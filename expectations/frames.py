@@ -15,6 +15,7 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from state.engines import Memberships
 from state.joiner import Projection, identity_column, owner_label
 from state.names import column
 from state.relations import ID, TS, Relation
@@ -76,18 +77,27 @@ def _resolves(frame: DataFrame, condition: str) -> bool:
     return True
 
 
-def with_state_checks(rows: DataFrame, late: DataFrame, watermark: int | None) -> DataFrame:
-    """State rows with ``_dq_late`` (the record is also in late arrivals) and ``_dq_watermark`` (the buffer's
-    eviction cutoff, null when it has none)."""
+def with_state_checks(rows: DataFrame, late: DataFrame, eviction: Memberships) -> DataFrame:
+    """State rows with ``_dq_late`` (the record is also in late arrivals) and ``_dq_watermark`` (the highest cutoff
+    among the buffers the row is in, null when none of them has one)."""
     ids = late.select(ID).distinct().withColumn("_dq_late", F.lit(True))
     flagged = rows.join(F.broadcast(ids), ID, "left").withColumn("_dq_late", F.coalesce("_dq_late", F.lit(False)))
-    return flagged.withColumn("_dq_watermark", F.lit(watermark).cast("bigint"))
+    cutoffs = [F.when(F.col(name), F.lit(cutoff.below)) for name, cutoff in eviction.cutoffs.items() if cutoff is not None and name in rows.columns]
+    highest = F.lit(None) if not cutoffs else cutoffs[0] if len(cutoffs) == 1 else F.greatest(*cutoffs)
+    return flagged.withColumn("_dq_watermark", highest.cast("bigint"))
 
 
-def with_state_checks_local(rows: pa.Table, late: pa.Table, watermark: int | None) -> pa.Table:
+def with_state_checks_local(rows: pa.Table, late: pa.Table, eviction: Memberships) -> pa.Table:
     """``with_state_checks`` for a batch's rows held on the driver as Arrow (no Spark job per table)."""
     flagged = rows.append_column("_dq_late", pc.is_in(rows[ID], value_set=late[ID]))
-    return flagged.append_column("_dq_watermark", pa.array([watermark] * rows.num_rows, pa.int64()))
+    none = pa.scalar(None, pa.int64())
+    cutoffs = [
+        pc.if_else(pc.fill_null(rows[name], False), pa.scalar(cutoff.below, pa.int64()), none)
+        for name, cutoff in eviction.cutoffs.items()
+        if cutoff is not None and name in rows.column_names
+    ]
+    highest = pa.nulls(rows.num_rows, pa.int64()) if not cutoffs else pc.max_element_wise(*cutoffs, skip_nulls=True)
+    return flagged.append_column("_dq_watermark", highest)
 
 
 def without_checks(frame: DataFrame) -> DataFrame:

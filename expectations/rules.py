@@ -18,7 +18,7 @@ from state.errors import LakejoinError
 
 SUITES_DIR = Path(__file__).parent / "suites"
 POLICIES = ("warn", "quarantine", "fail")
-TARGETS = ("bronze", "store", "probes", "gold")
+TARGETS = ("bronze", "state", "gold")
 # Row-level expectations name failing rows, so they can be quarantined; table-level ones (columns, and
 # types, which are a column's, not a value's) cannot.
 TABLE_LEVEL = frozenset({"expect_table_columns_to_match_set", "expect_column_values_to_be_in_type_list"})
@@ -29,7 +29,7 @@ _PARAMETER = re.compile(r"^\$\{(\w+)\}$")
 class Rule:
     name: str
     suite: str
-    target: str  # which kind of table it checks: bronze, store, probes or gold
+    target: str  # which kind of table it checks: bronze, state or gold
     expectation: str  # a Great Expectations 1.x expectation type, e.g. expect_column_values_to_not_be_null
     kwargs: dict[str, Any]  # its arguments; "${name}" refers to a parameter
     policy: str  # the default policy

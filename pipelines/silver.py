@@ -175,9 +175,9 @@ def _execute(
     on_time = {rel: parts[0] for rel, parts in split.items()}
     late = {rel: parts[1] for rel, parts in split.items()}
     # Local relations: Spark knows their size and broadcasts them into the joins.
-    sides = read_sides(engine, warehouse, plan, {rel: engine.spark.createDataFrame(t) for rel, t in on_time.items()})
-    projection = Projection({rel.name: data_columns(arrived[rel].column_names) for rel in relations}, config.select)
     spec = config.join_spec
+    sides = read_sides(engine, plan, spec.state_tables(warehouse), {rel: engine.spark.createDataFrame(t) for rel, t in on_time.items()})
+    projection = Projection({rel.name: data_columns(arrived[rel].column_names) for rel in relations}, config.select)
     after = advance(plan.watermarks, on_time, config.allowed_lateness)
     tuples = _pairs(sides, config.join_condition, projection, plan)  # a plan: an as-of join never runs it
     every_one = all(rel.name in plan.bronze_versions for rel in relations)  # else no tuples, and no record final yet
@@ -253,8 +253,7 @@ def _to_driver_if_small(engine: DeltaEngine, pairs: DataFrame, limit: int) -> Da
 
 def _state_rows(update: BufferUpdate, late: dict[Relation, pa.Table]) -> pa.Table:
     """The rows a state table gains, with the columns its rules check (expectations/frames.py)."""
-    watermark = update.eviction.below if update.eviction is not None else None
-    return with_state_checks_local(update.rows, late[update.table.holds], watermark)
+    return with_state_checks_local(update.rows, late[update.table.relation], update.eviction)
 
 
 def _record_checks(engine: DeltaEngine, warehouse: Warehouse, checks: BatchChecks, txn: Callable[[str], Txn]) -> None:

@@ -15,7 +15,7 @@ from state.engines import DeltaEngine
 from state.errors import LakejoinError
 from state.event_time import render, warehouse_kind
 from state.final import MATCHED
-from state.layout import Warehouse
+from state.layout import IN_STORE, Warehouse
 from state.lock import JOIN, holder
 from state.relations import TS
 
@@ -135,9 +135,10 @@ def _waiting(engine: DeltaEngine, warehouse: Warehouse, config: Config, kind: st
     waiting = []
     horizon = config.join_kind.horizon(config.window)
     for rel in config.join_kind.waiting(warehouse.relations):
-        stored = engine.read(warehouse.store(rel))
-        if stored is None:
+        state = engine.read(warehouse.state(rel))
+        if state is None:
             continue
+        stored = state.where(F.col(IN_STORE))
         alone = stored.where(~F.coalesce(F.col(MATCHED), F.lit(False))) if MATCHED in stored.columns else stored
         count, oldest = alone.agg(F.count("*"), F.min(TS)).first()
         other = next(other for other in warehouse.relations if other != rel)

@@ -1,9 +1,11 @@
-"""The store and probe buffers of every relation, kept as Delta state tables MERGEd each batch.
+"""The store and probe buffers of every relation, kept as one Delta state table per relation MERGEd each batch.
 
-``<x>_store`` holds X's own records; X's probe buffers hold the records of every other relation that
-probed X's store (``<x>_probes`` with two relations, ``<x>_probes_<y>`` per other Y with more). A batch
-reads each at the version its plan pins, then one MERGE on ``id`` per table inserts the batch's arrivals and
-evicts what the watermarks allow, so a replayed insert changes nothing.
+A relation X's records are in its own store and in the probe buffer of every other relation's store, each buffer
+with its own eviction horizon. ``silver/<x>_state`` holds each of X's records once, with a boolean column per buffer
+(``_in_store``, ``_in_<y>_probes``): a batch reads the table once at the version its plan pins and takes each buffer
+as a filter on its column, then one MERGE on ``id`` inserts the batch's arrivals, clears the columns of the buffers
+that records leave and deletes the records no buffer keeps, so a replayed insert changes nothing. One table and one
+MERGE per relation makes a batch linear in the number of relations.
 """
 
 from __future__ import annotations
@@ -11,17 +13,19 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import reduce
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 from state.batch_log import BatchPlan
 from state.bounds import Watermarks, probe_eviction, store_eviction
-from state.engines import DeltaEngine, Eviction, OnMatch, Txn
+from state.engines import DeltaEngine, Eviction, Memberships, OnMatch, Txn
 from state.faults import step
 from state.joiner import Side
-from state.layout import Buffer, Warehouse
+from state.layout import IN_STORE, Buffer, Warehouse
 from state.relations import ID, TS, Relation, others
 
 BUFFER_KEY = ID
@@ -31,82 +35,128 @@ BUFFER_KEY = ID
 ALIGNED = TS
 
 
-def read_sides(
-    engine: DeltaEngine, warehouse: Warehouse, plan: BatchPlan, arrivals: dict[Relation, DataFrame]
-) -> list[Side]:
-    """Each relation's arrivals with its buffers as they were before the batch (the plan's versions). A buffer
-    written before its relation gained a column (bronze evolves additively) reads it as null."""
+@dataclass(frozen=True)
+class StateTable:
+    """The state table of ``relation``: its records kept by any of ``buffers`` (its store first)."""
 
-    def at_plan(name: str, path: str, empty_like: DataFrame) -> DataFrame:
-        version = plan.state_versions.get(name)
-        snapshot = None if version is None else engine.read(path, version)
-        if snapshot is None:
-            return empty_like.limit(0)
-        if set(empty_like.columns) - set(snapshot.columns):
-            return snapshot.unionByName(empty_like.limit(0), allowMissingColumns=True)
-        return snapshot
+    relation: Relation
+    path: str
+    buffers: tuple[Buffer, ...]
 
-    read = {(table.store, table.holds): at_plan(table.name, table.path, arrivals[table.holds]) for table in warehouse.buffer_tables()}
+    @property
+    def name(self) -> str:
+        """How the batch log records its version: ``r_state``."""
+        return f"{self.relation.name}_state"
+
+    @property
+    def kind(self) -> str:
+        """Which rules check its rows (expectations/suites/state.yml)."""
+        return "state"
+
+
+def state_tables(warehouse: Warehouse, probes: bool = True) -> list[StateTable]:
+    """Every relation's state table: its records in its store and, with ``probes``, in each other relation's probe
+    buffer (an as-of join keeps none)."""
     return [
-        Side(
-            relation=rel,
-            arrivals=arrivals[rel],
-            store=read[(rel, rel)],
-            probes={other: read[(rel, other)] for other in others(rel, warehouse.relations)},
+        StateTable(
+            rel,
+            warehouse.state(rel),
+            (Buffer(rel, rel), *(Buffer(store, rel) for store in others(rel, warehouse.relations) if probes)),
         )
         for rel in warehouse.relations
     ]
 
 
+def read_sides(engine: DeltaEngine, plan: BatchPlan, tables: Sequence[StateTable], arrivals: dict[Relation, DataFrame]) -> list[Side]:
+    """Each relation's arrivals with its buffers as they were before the batch (the plan's versions): each state
+    table read once, each buffer a filter on its column (empty where the table keeps no such buffer). A table written
+    before its relation gained a column (bronze evolves additively) reads it as null."""
+
+    def at_plan(table: StateTable) -> DataFrame | None:
+        version = plan.state_versions.get(table.name)
+        snapshot = None if version is None else engine.read(table.path, version)
+        if snapshot is None:
+            return None
+        like = arrivals[table.relation]
+        if set(like.columns) - set(snapshot.columns):
+            return snapshot.unionByName(like.limit(0), allowMissingColumns=True)
+        return snapshot
+
+    snapshots = {table.relation: at_plan(table) for table in tables}
+    membership = {table.relation: [buffer.column for buffer in table.buffers] for table in tables}
+
+    def buffer(buffer: Buffer) -> DataFrame:
+        snapshot = snapshots[buffer.holds]
+        if snapshot is None or buffer.column not in snapshot.columns:
+            return arrivals[buffer.holds].limit(0)
+        return snapshot.where(F.col(buffer.column)).drop(*membership[buffer.holds])
+
+    relations = [table.relation for table in tables]
+    return [
+        Side(
+            relation=rel,
+            arrivals=arrivals[rel],
+            store=buffer(Buffer(rel, rel)),
+            probes={other: buffer(Buffer(rel, other)) for other in others(rel, relations)},
+        )
+        for rel in relations
+    ]
+
+
 @dataclass(frozen=True)
 class BufferUpdate:
-    """What one batch does to one state table: the rows its MERGE inserts and the eviction it applies."""
+    """What one batch does to one state table: the rows its MERGE inserts and what leaves its buffers."""
 
-    table: Buffer
-    rows: pa.Table  # the batch's arrivals of the relation the table holds that it keeps (and a store's marks)
-    eviction: Eviction | None  # the cutoff after the batch
-    moved: bool  # the cutoff moved since before the batch
+    table: StateTable
+    rows: pa.Table  # the batch's arrivals of the relation that some buffer keeps, with their membership columns (and a store's marks)
+    eviction: Memberships  # each buffer's cutoff after the batch
+    moved: bool  # some cutoff moved since before the batch
     exists: bool  # the table existed before the batch
     on_match: OnMatch | None = None  # what rows of ``rows`` for records the table holds do to them (state/final.py)
 
     @property
     def needed(self) -> bool:
-        """A table that gains nothing and whose cutoff did not move is left alone."""
+        """A table that gains nothing and whose cutoffs did not move is left alone."""
         return self.rows.num_rows > 0 or self.moved
 
+    @property
+    def store_cutoff(self) -> Eviction | None:
+        """The cutoff of the relation's own store after the batch."""
+        return self.eviction.cutoffs[IN_STORE]
 
-# What a state table may evict under a batch's watermarks.
+
+# What a buffer may evict under a batch's watermarks.
 EvictionRule = Callable[[Buffer, Watermarks], "Eviction | None"]
 
 
 def buffer_updates(
     plan: BatchPlan,
-    tables: Sequence[Buffer],
+    tables: Sequence[StateTable],
     arrivals: dict[Relation, pa.Table],
     marks: tuple[Watermarks, Watermarks],
     rule: EvictionRule,
 ) -> dict[str, BufferUpdate]:
-    """For each table, ``table ∪= the arrivals of the relation it holds`` (``X_store ∪= ΔX``, ``X's buffer of Y ∪=
-    ΔY``), with the eviction ``rule`` allows under the watermarks after the batch, keyed by the name the batch log
-    records the table under."""
+    """For each relation's table, ``X_store ∪= ΔX`` and ``Y's probe buffer of X ∪= ΔX`` for every other Y, with what
+    ``rule`` evicts from each buffer under the watermarks after the batch, keyed by the name the batch log records
+    the table under."""
     before, after = marks
     updates = {}
     for table in tables:
-        eviction, was = rule(table, after), rule(table, before)
+        eviction = Memberships({buffer.column: rule(buffer, after) for buffer in table.buffers})
+        was = Memberships({buffer.column: rule(buffer, before) for buffer in table.buffers})
         exists = table.name in plan.state_versions
-        kept = _not_evictable(arrivals[table.holds], eviction)
-        moved = exists and eviction is not None and eviction != was
-        updates[table.name] = BufferUpdate(table, kept, eviction, moved, exists)
+        moved = exists and any(cut is not None for cut in eviction.cutoffs.values()) and eviction != was
+        updates[table.name] = BufferUpdate(table, kept_by_buffers(arrivals[table.relation], eviction), eviction, moved, exists)
     return updates
 
 
 def store_probe_rule(relations: Sequence[Relation], window: int | None) -> EvictionRule:
     """The store/probe model's eviction (state/bounds.py): a store's rule for its own records, else a probe buffer's."""
 
-    def rule(table: Buffer, marks: Watermarks) -> Eviction | None:
-        if table.kind == "store":
-            return store_eviction(table.store, relations, marks, window)
-        return probe_eviction(table.store, table.holds, relations, marks, window)
+    def rule(buffer: Buffer, marks: Watermarks) -> Eviction | None:
+        if buffer.kind == "store":
+            return store_eviction(buffer.store, relations, marks, window)
+        return probe_eviction(buffer.store, buffer.holds, relations, marks, window)
 
     return rule
 
@@ -132,13 +182,19 @@ def _update_buffer(engine: DeltaEngine, plan: BatchPlan, name: str, update: Buff
         merged = engine.merge(update.table.path, update.rows, BUFFER_KEY, update.eviction, txn_for(update.table.path), ALIGNED, update.on_match)
     if merged is not None:
         return merged.evicted
-    if not update.exists or update.eviction is None:
-        return 0  # the committed MERGE created the table or had no cutoff: it evicted nothing
-    return engine.read(update.table.path, plan.state_versions[name], update.eviction.sql()).count()
+    gone = update.eviction.gone()
+    if not update.exists or gone is None:
+        return 0  # the committed MERGE created the table or could delete nothing: it evicted nothing
+    return engine.read(update.table.path, plan.state_versions[name], gone).count()
 
 
-def _not_evictable(arrivals: pa.Table, eviction: Eviction | None) -> pa.Table:
-    """Arrivals the eviction would remove at once are never stored (they can meet no future arrival)."""
-    if eviction is None or len(arrivals) == 0:
-        return arrivals
-    return arrivals.filter(pc.greater_equal(arrivals[eviction.column], eviction.below))
+def kept_by_buffers(arrivals: pa.Table, eviction: Memberships) -> pa.Table:
+    """The arrivals, each with a column per buffer saying whether it keeps them (at or above its cutoff), less those no
+    buffer keeps: they can meet no future arrival, so they are never stored."""
+    flagged = arrivals
+    for column, cutoff in eviction.cutoffs.items():
+        kept = pa.array([True] * arrivals.num_rows, pa.bool_()) if cutoff is None else pc.greater_equal(arrivals[cutoff.column], cutoff.below)
+        flagged = flagged.append_column(column, kept)
+    if not eviction.cutoffs or arrivals.num_rows == 0:
+        return flagged
+    return flagged.filter(reduce(pc.or_, [flagged[column] for column in eviction.cutoffs]))

@@ -15,12 +15,12 @@ from pyspark.sql.types import StructType
 from state.batch_log import BatchLog, LogTail
 from state.engines import DeltaEngine
 from state.errors import LakejoinError
-from state.layout import Warehouse
+from state.layout import IN_STORE, Warehouse
 from state.lock import is_local
 from state.joiner import identity_column
 from state.relations import ID, TS, relation
 
-STATE_COLUMNS = (ID, TS, "_arrival_seq")
+STATE_COLUMNS = (ID, TS, "_arrival_seq", IN_STORE)
 GOLD_COLUMNS = ("owner", "batch_id")  # and each member's id: _r_id, _s_id, …
 LATE_COLUMNS = ("relation", ID, TS, "reason", "watermark", "batch_id")
 LOG_COLUMNS = ("batch_id", "phase", "seq_from", "seq_to", "bronze_versions", "state_versions")
@@ -65,6 +65,12 @@ def _listdir(root: str) -> list[str]:
 def check_consistency(engine: DeltaEngine, warehouse: Warehouse, pipeline: str) -> LogTail:
     """The batch log's tail, once every silver and gold table is shown to be what the log says it is."""
     require_warehouse(engine, warehouse)
+    legacy = [path for path in warehouse.legacy_state() if engine.version(path) is not None]
+    if legacy:
+        raise LakejoinError(
+            f"{warehouse.name_of(legacy[0])} is a state table of lakejoin's earlier layout (a table per buffer; state "
+            f"is now one table per relation): {_rebuild(warehouse)}"
+        )
     _require_columns(warehouse, warehouse.batches, engine.schema(warehouse.batches), LOG_COLUMNS)
     tail = BatchLog(engine, warehouse.batches, warehouse.app_id(pipeline, warehouse.batches)).tail()
     recorded = tail.newest.state_versions if tail.newest else {}

@@ -26,10 +26,10 @@ from pyspark.sql import functions as F
 from state import asof
 from state.batch_log import BatchPlan
 from state.bounds import Watermarks, store_eviction
-from state.buffers import BufferUpdate, EvictionRule, buffer_updates, store_probe_rule
+from state.buffers import BufferUpdate, EvictionRule, StateTable, buffer_updates, state_tables, store_probe_rule
 from state.engines import Eviction, OnMatch
 from state.joiner import Projection, Side, identity_column
-from state.layout import Buffer, Warehouse
+from state.layout import Warehouse
 from state.relations import ID, TS, Relation
 
 MATCHED = "_matched"  # a store's column: the record has been a member of some tuple
@@ -110,9 +110,9 @@ class JoinSpec:
         eviction with the kind's horizon."""
         return {rel: store_eviction(rel, relations, marks, self.kind.horizon(self.window)) for rel in self.kind.waiting(relations)}
 
-    def state_tables(self, warehouse: Warehouse) -> list[Buffer]:
-        """The state tables a batch MERGEs: every store and probe buffer, or an as-of join's two stores."""
-        return [table for table in warehouse.buffer_tables() if table.kind == "store" or not self.kind.as_of]
+    def state_tables(self, warehouse: Warehouse) -> list[StateTable]:
+        """The state tables a batch MERGEs, one per relation: its store and probe buffers, or an as-of join's store."""
+        return state_tables(warehouse, probes=not self.kind.as_of)
 
     def eviction_rule(self, relations: Sequence[Relation]) -> EvictionRule:
         return asof.eviction_rule(relations, self.window) if self.kind.as_of else store_probe_rule(relations, self.window)
@@ -239,8 +239,8 @@ def marked(updates: dict[str, BufferUpdate], newly: dict[Relation, pa.Table]) ->
     """The batch's state updates, each tracked store's with ``_matched`` on its arrivals and the marks of its stored
     records newly matched (``with_matched``)."""
     return {
-        name: replace(update, rows=with_matched(update.rows, newly[update.table.store], update.eviction), on_match=OnMatch(MATCHED))
-        if update.table.kind == "store" and update.table.store in newly
+        name: replace(update, rows=with_matched(update.rows, newly[update.table.relation], update.store_cutoff), on_match=OnMatch(MATCHED))
+        if update.table.relation in newly
         else update
         for name, update in updates.items()
     }
@@ -257,6 +257,6 @@ def dropping(updates: dict[str, BufferUpdate], dropped: dict[Relation, pa.Table]
         return replace(update, rows=rows, on_match=OnMatch(None, delete=True))
 
     return {
-        name: without(update, dropped[update.table.store]) if update.table.kind == "store" and update.table.store in dropped else update
+        name: without(update, dropped[update.table.relation]) if update.table.relation in dropped else update
         for name, update in updates.items()
     }

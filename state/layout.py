@@ -1,8 +1,8 @@
 """Where every table of a warehouse lives (README "Tables" documents the columns).
 
 A warehouse is a folder (local, DBFS, Volumes, cloud storage) holding one Delta table per sub-folder,
-e.g. ``DIR/silver/r_store``, or a Unity Catalog schema ``catalog.schema`` holding one table per name,
-e.g. ``main.lakejoin.silver_r_store``.
+e.g. ``DIR/silver/r_state``, or a Unity Catalog schema ``catalog.schema`` holding one table per name,
+e.g. ``main.lakejoin.silver_r_state``.
 """
 
 from __future__ import annotations
@@ -23,17 +23,25 @@ def is_catalog_schema(root: str) -> bool:
 
 @dataclass(frozen=True)
 class Buffer:
-    """One state table: the store of ``store`` holds ``holds``'s records (its own, or a probe buffer)."""
+    """One buffer of the store/probe model: the store of ``store`` holding ``holds``'s records (its own, or a probe
+    buffer). Buffers are not tables: every buffer holding X's records is a membership column of X's state table."""
 
-    name: str  # how the batch log records its version: r_store, r_probes, trades_probes_news
     store: Relation
     holds: Relation
-    path: str
 
     @property
     def kind(self) -> str:
-        """``store`` or ``probes``: which rules check its rows (expectations/suites)."""
+        """``store`` or ``probes``."""
         return "store" if self.holds == self.store else "probes"
+
+    @property
+    def column(self) -> str:
+        """The boolean column of ``holds``'s state table saying a record is in this buffer: ``_in_store`` for its own
+        store, ``_in_<store>_probes`` for another relation's probe buffer."""
+        return IN_STORE if self.kind == "store" else f"_in_{self.store.name}_probes"
+
+
+IN_STORE = "_in_store"
 
 
 @dataclass(frozen=True)
@@ -51,7 +59,7 @@ class Warehouse:
         return os.path.join(self.root, *parts)
 
     def name_of(self, path: str) -> str:
-        """A table's name within the warehouse, e.g. ``silver/r_store`` (``silver_r_store`` in a catalog)."""
+        """A table's name within the warehouse, e.g. ``silver/r_state`` (``silver_r_state`` in a catalog)."""
         if self.in_catalog:
             return path.removeprefix(f"{self.root}.")
         return os.path.relpath(path, self.root)
@@ -79,17 +87,18 @@ class Warehouse:
         """Records that arrived below their relation's watermark: kept with the reason, never joined."""
         return self._path("quarantine", "late_arrivals")
 
-    def store(self, rel: Relation) -> str:
-        """The store buffer of ``rel``: its own records."""
-        return self._path("silver", f"{rel.name}_store")
+    def state(self, rel: Relation) -> str:
+        """The state table of ``rel``: each of its records kept by some buffer, once, with a membership column per
+        buffer (its own store, each other relation's probe buffer)."""
+        return self._path("silver", f"{rel.name}_state")
 
-    def probes(self, rel: Relation, of: Relation) -> str:
-        """The probe buffer of ``rel``'s store holding ``of``'s records that probed it (``r_probes`` when two
-        relations are joined: there is one other; ``trades_probes_news`` with more)."""
-        return self._path("silver", self._probes_name(rel, of))
-
-    def _probes_name(self, rel: Relation, of: Relation) -> str:
-        return f"{rel.name}_probes" if len(self.relations) == 2 else f"{rel.name}_probes_{of.name}"
+    def legacy_state(self) -> list[str]:
+        """The state tables of lakejoin's earlier layout (a table per buffer: ``r_store``, ``r_probes``, …), which
+        ``reset`` drops and a run refuses to read."""
+        names = [f"{rel.name}_store" for rel in self.relations]
+        for rel in self.relations:
+            names += [f"{rel.name}_probes" if len(self.relations) == 2 else f"{rel.name}_probes_{of.name}" for of in others(rel, self.relations)]
+        return [self._path("silver", name) for name in names]
 
     @property
     def dq_quarantine(self) -> str:
@@ -116,21 +125,13 @@ class Warehouse:
         """One row per joined pair."""
         return self._path("gold", "join_results")
 
-    def buffer_tables(self) -> list[Buffer]:
-        """Every state table: per relation, its store, then a probe buffer per other relation (docs/design.md 2.8)."""
-        tables = []
-        for rel in self.relations:
-            tables.append(Buffer(f"{rel.name}_store", rel, rel, self.store(rel)))
-            tables += [Buffer(self._probes_name(rel, of), rel, of, self.probes(rel, of)) for of in others(rel, self.relations)]
-        return tables
-
     def buffers(self) -> dict[str, str]:
-        """Every state table by the name the batch log records its version under (``r_store``, …)."""
-        return {table.name: table.path for table in self.buffer_tables()}
+        """Every state table by the name the batch log records its version under (``r_state``, …)."""
+        return {f"{rel.name}_state": self.state(rel) for rel in self.relations}
 
     def derived_tables(self) -> list[str]:
         """What the joiner builds from bronze (``lakejoin reset`` drops these): gold, then silver, the batch log last."""
-        return [self.gold, self.late_arrivals, self.dq_quarantine, self.dq_results, *self.buffers().values(), self.batches]
+        return [self.gold, self.late_arrivals, self.dq_quarantine, self.dq_results, *self.buffers().values(), *self.legacy_state(), self.batches]
 
     def tables(self) -> list[str]:
         """Every table, in the order data flows through them."""

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import pytest
+from pyspark.sql import functions as F
 
 from pipelines.config import Config
 from pipelines.spark import DELTA_JARS
@@ -20,7 +21,7 @@ from pipelines.silver import BatchReport, run
 from pipelines.sources import ingest_sources
 from state.engines import DeltaEngine
 from state.faults import CRASH_AT, InjectedCrash
-from state.layout import Warehouse
+from state.layout import IN_STORE, Warehouse
 from state.relations import relation
 from tests.reference import Match, Pair, Record
 
@@ -115,8 +116,22 @@ class Pipeline:
         return Counter(Match(tuple((name, row[f"_{name}_id"]) for name in names), row["owner"].lower()) for row in self.gold_rows())
 
     def state_rows(self) -> int:
-        """The rows every state table holds."""
-        return sum(0 if (rows := self.engine.read(path)) is None else rows.count() for path in self.warehouse.buffers().values())
+        """The records every buffer holds (a record in two buffers counts twice, as the model keeps two copies)."""
+        return sum(self.buffer_rows().values())
+
+    def buffer_rows(self) -> dict[str, int]:
+        """Rows per buffer, each a membership column of a state table: ``r_store`` (R's records in R's store),
+        ``r_probes_s`` (S's records in R's probe buffer)."""
+        counts = {}
+        for rel in self.config.joined:
+            rows = self.engine.read(self.warehouse.state(rel))
+            columns = [] if rows is None else [column for column in rows.columns if column.startswith("_in_")]
+            if not columns:
+                continue
+            sums = rows.agg(*[F.count(F.when(F.col(column), 1)).alias(column) for column in columns]).first()
+            for column in columns:
+                counts[f"{rel.name}_store" if column == IN_STORE else f"{column[4:-7]}_probes_{rel.name}"] = sums[column]
+        return counts
 
     def versions(self) -> dict[str, int | None]:
         """Every table's Delta version: what a refused command must leave unchanged."""
@@ -130,7 +145,7 @@ class Pipeline:
         tables = {"gold": gold}
         for name, path in warehouse.buffers().items():
             rows = engine.read(path)  # None until the relation it holds has arrived
-            kept = ["id", "ts", "key", "payload", "_arrival_seq", *(["_matched"] if rows is not None and "_matched" in rows.columns else [])]
+            kept = ["id", "ts", "key", "payload", "_arrival_seq", *(c for c in (rows.columns if rows is not None else []) if c == "_matched" or c.startswith("_in_"))]
             tables[name] = Counter() if rows is None else Counter(tuple(row) for row in rows.select(*kept).collect())
         late = engine.read(warehouse.late_arrivals)
         late_columns = ("relation", "id", "ts", "reason", "watermark", "batch_id")

@@ -109,12 +109,12 @@ def test_the_readmes_three_way_example_runs_through_the_cli(tmp_path):
     status = lakejoin("status", "--warehouse", "wh", "--json", cwd=str(tmp_path))  # the recorded definition
     assert status.returncode == 0, status.stderr[-2000:]
     tables = {table["name"] for table in json.loads(status.stdout)["tables"]}
-    assert {"silver/trades_store", "silver/quotes_probes_news", "silver/news_probes_trades"} <= tables
+    assert {"silver/trades_state", "silver/quotes_state", "silver/news_state"} <= tables
     validated = lakejoin("validate", "--warehouse", "wh", cwd=str(tmp_path))
     assert validated.returncode == 0, validated.stdout[-2000:] + validated.stderr[-2000:]
     assert "PASS: gold equals the batch SQL join" in validated.stdout
     reset = lakejoin("reset", "--warehouse", "wh", "--yes", cwd=str(tmp_path))
-    assert reset.returncode == 0 and "silver/news_probes_quotes" in reset.stdout, reset.stderr[-2000:]
+    assert reset.returncode == 0 and "silver/news_state" in reset.stdout, reset.stderr[-2000:]
 
 
 def test_the_three_way_demo_prints_pass(tmp_path):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pyarrow as pa
 import pytest
 
@@ -22,11 +24,11 @@ def foreign(columns: dict[str, list]) -> pa.Table:
 DAMAGES = {
     "batch log deleted": (
         lambda p: p.engine.drop(p.warehouse.batches),
-        "silver/r_store holds batch 2, but the batch log ends at batch 0",
+        "silver/r_state holds batch 2, but the batch log ends at batch 0",
     ),
     "state table deleted": (
-        lambda p: p.engine.drop(p.warehouse.store(R)),
-        "silver/r_store is missing, but batch 2 read its version 0",
+        lambda p: p.engine.drop(p.warehouse.state(R)),
+        "silver/r_state is missing, but batch 2 read its version 0",
     ),
     "gold deleted": (
         lambda p: p.engine.drop(p.warehouse.gold),
@@ -37,8 +39,12 @@ DAMAGES = {
         r"gold/join_results was not written by lakejoin \(no column _r_id\)",
     ),
     "state table rewritten by something else": (
-        lambda p: (p.engine.drop(p.warehouse.probes(R, S)), p.engine.append(p.warehouse.probes(R, S), p.engine.read(p.warehouse.bronze(R)))),
-        "silver/r_probes was not written by pipeline 'lakejoin'",
+        lambda p: (rows := p.engine.rows(p.warehouse.state(S)), p.engine.drop(p.warehouse.state(S)), p.engine.append(p.warehouse.state(S), rows)),
+        "silver/s_state was not written by pipeline 'lakejoin'",
+    ),
+    "a state table of the earlier layout (a table per buffer)": (
+        lambda p: p.engine.append(os.path.join(p.warehouse.root, "silver", "r_probes"), p.engine.rows(p.warehouse.bronze(R))),
+        "silver/r_probes is a state table of lakejoin's earlier layout",
     ),
     "batch log replaced by another table": (
         lambda p: (p.engine.drop(p.warehouse.batches), p.engine.append(p.warehouse.batches, foreign({"batch_id": [1]}))),
@@ -71,7 +77,7 @@ def test_a_damaged_warehouse_is_refused_and_nothing_is_written(joined, damage):
 def test_a_run_under_another_pipeline_name_is_refused(joined):
     joined.config = Config(pipeline="nightly")
     before = joined.versions()
-    with pytest.raises(LakejoinError, match="silver/r_store was not written by pipeline 'nightly'"):
+    with pytest.raises(LakejoinError, match="silver/r_state was not written by pipeline 'nightly'"):
         joined.run()
     assert joined.versions() == before
 

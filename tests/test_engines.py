@@ -11,7 +11,7 @@ import pytest
 from chispa import assert_df_equality
 
 from pipelines.spark import DELTA_JARS, delta_jars
-from state.engines import Eviction, Merged, OnMatch, Txn
+from state.engines import Eviction, Memberships, Merged, OnMatch, Txn
 from state.engines.base import applied
 from tests.conftest import SPARK_DELTA_SKIP
 from tests.helpers import REPO
@@ -100,7 +100,7 @@ def test_an_aligned_merge_finds_every_match_within_the_source_range_and_still_ev
     assert engine.merge(path, rows, "id", aligned="ts") == Merged(1, 0)  # b and c matched inside ts 5..9
     assert engine.merge(path, rows, "id", aligned="ts") == Merged(0, 0)
     late = pa.table({"id": ["e"], "ts": pa.array([8], pa.int64())})
-    assert engine.merge(path, late, "id", Eviction("ts", 6), aligned="ts") == Merged(1, 2)  # a and b, outside the range
+    assert engine.merge(path, late, "id", only(Eviction("ts", 6)), aligned="ts") == Merged(1, 2)  # a and b, outside the range
     assert sorted(row.id for row in engine.read(path).collect()) == ["c", "d", "e"]
 
 
@@ -120,11 +120,35 @@ def test_merge_evicts_rows_below_the_cutoff_in_the_same_commit(engine, spark, tm
     path = str(tmp_path / "t")
     engine.merge(path, frame(spark, [("a", 1), ("b", 5), ("c", 9)]), "id")
     version = engine.version(path)
-    assert engine.merge(path, frame(spark, [("d", 2)]), "id", Eviction("ts", 6)) == Merged(1, 2)
+    assert engine.merge(path, frame(spark, [("d", 2)]), "id", only(Eviction("ts", 6))) == Merged(1, 2)
     assert engine.version(path) == version + 1
     assert sorted(row.id for row in engine.read(path).collect()) == ["c", "d"]
-    assert engine.merge(path, frame(spark, []), "id", Eviction("ts", 9)) == Merged(0, 1)
+    assert engine.merge(path, frame(spark, []), "id", only(Eviction("ts", 9))) == Merged(0, 1)
     assert [row.id for row in engine.read(path).collect()] == ["c"]
+
+
+def only(cutoff: Eviction) -> Memberships:
+    """A table of one buffer, whose rows below ``cutoff`` leave it."""
+    return Memberships({"_in_store": cutoff})
+
+
+def test_a_merge_clears_the_buffers_a_row_leaves_and_deletes_the_rows_no_buffer_keeps(engine, spark, tmp_path):
+    """One state table, two buffers: a row leaving one buffer stays, with that buffer's column cleared (a row its
+    source names too); a row below both cutoffs is deleted."""
+    path = str(tmp_path / "t")
+
+    def rows(ids: list[str], times: list[int], **columns: list[bool]) -> pa.Table:
+        return pa.table({"id": pa.array(ids, pa.string()), "ts": pa.array(times, pa.int64()), **{name: pa.array(values, pa.bool_()) for name, values in columns.items()}})
+
+    engine.merge(path, rows(["a", "b", "c", "d"], [1, 3, 5, 7], _in_store=[True] * 4, _in_s_probes=[True] * 4, _matched=[False] * 4), "id")
+    named = rows(["b", "e"], [3, 8], _in_store=[None, True], _in_s_probes=[None, True], _matched=[True, False])
+    cutoffs = Memberships({"_in_store": Eviction("ts", 2), "_in_s_probes": Eviction("ts", 6)})
+    assert engine.merge(path, named, "id", cutoffs, aligned="ts", on_match=OnMatch("_matched")) == Merged(1, 1)
+    stored = {row.id: (row._in_store, row._in_s_probes, row._matched) for row in engine.read(path).collect()}
+    assert stored == {"b": (True, False, True), "c": (True, False, False), "d": (True, True, False), "e": (True, True, False)}
+    never = Memberships({"_in_store": None, "_in_s_probes": Eviction("ts", 8)})
+    assert engine.merge(path, rows([], [], _in_store=[], _in_s_probes=[], _matched=[]), "id", never) == Merged(0, 0)  # a store without a window keeps every row
+    assert {row.id for row in engine.read(path).collect() if row._in_s_probes} == {"e"}
 
 
 def test_time_travel_reads_the_snapshot_at_a_version(engine, spark, tmp_path):

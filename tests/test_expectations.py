@@ -12,6 +12,7 @@ from expectations.frames import with_pair_checks, with_state_checks_local
 from expectations.rules import RULES
 from expectations.runner import Validator
 from pipelines.config import Config
+from state.engines import Eviction, Memberships
 from state.errors import LakejoinError
 from state.joiner import Projection
 from state.relations import RELATIONS
@@ -31,7 +32,10 @@ def bronze(*changes: dict, schema: pa.Schema | None = None) -> pa.Table:
 
 
 def state(rows: pa.Table, late_ids: list[str] = (), watermark: int | None = None) -> pa.Table:
-    return with_state_checks_local(rows, pa.table({"_id": pa.array(list(late_ids), pa.string())}), watermark)
+    """A state table's rows, each in its store (no cutoff) and in R's probe buffer (cutoff ``watermark``)."""
+    in_buffers = rows.append_column("_in_store", pa.array([True] * rows.num_rows)).append_column("_in_r_probes", pa.array([True] * rows.num_rows))
+    cutoffs = Memberships({"_in_store": None, "_in_r_probes": None if watermark is None else Eviction("_ts", watermark)})
+    return with_state_checks_local(in_buffers, pa.table({"_id": pa.array(list(late_ids), pa.string())}), cutoffs)
 
 
 def gold(spark, *changes: dict) -> pa.Table:
@@ -54,10 +58,9 @@ CASES = {
     "bronze_ts_not_null": ("bronze", KEYS, lambda s: bronze(), lambda s: bronze({"_ts": None}), 1),
     "bronze_id_unique": ("bronze", KEYS, lambda s: bronze(), lambda s: bronze({"_id": "x1"}), 2),
     "bronze_ts_plausible": ("bronze", KEYS, lambda s: bronze(), lambda s: bronze({"_ts": -5}, {"_ts": 5_000}), 2),
-    "store_id_unique": ("store", KEYS, lambda s: state(bronze()), lambda s: state(bronze({"_id": "x2"})), 2),
-    "store_not_late": ("store", KEYS, lambda s: state(bronze(), ["elsewhere"]), lambda s: state(bronze(), ["x2"]), 1),
-    "probe_id_unique": ("probes", KEYS, lambda s: state(bronze()), lambda s: state(bronze({"_id": "x1"})), 2),
-    "probe_above_watermark": ("probes", KEYS, lambda s: state(bronze(), watermark=10), lambda s: state(bronze({"_ts": 9}), watermark=10), 1),
+    "state_id_unique": ("state", KEYS, lambda s: state(bronze()), lambda s: state(bronze({"_id": "x2"})), 2),
+    "state_not_late": ("state", KEYS, lambda s: state(bronze(), ["elsewhere"]), lambda s: state(bronze(), ["x2"]), 1),
+    "state_above_cutoff": ("state", KEYS, lambda s: state(bronze(), watermark=10), lambda s: state(bronze({"_ts": 9}), watermark=10), 1),
     "gold_pair_unique": ("gold", PAIR_KEYS, lambda s: gold(s), lambda s: gold(s, {"_s_id": "s1", "_s_ts": 2}), 2),
     "gold_predicate_true": ("gold", PAIR_KEYS, lambda s: gold(s), lambda s: gold(s, {"s_key": "b"}), 1),
     "gold_owner_consistent": ("gold", PAIR_KEYS, lambda s: gold(s), lambda s: gold(s, {"owner": "S"}), 1),
@@ -148,5 +151,5 @@ def test_row_level_rules_get_only_the_columns_they_read_and_table_level_rules_th
     from expectations.runner import _needed
 
     rows = state(bronze().append_column("_source_file", pa.array(["f"] * 2)))
-    assert _needed(rows, KEYS, bound_rules(CONFIG, "probes")).column_names == ["_id", "_ts", "_dq_watermark"]
+    assert _needed(rows, KEYS, bound_rules(CONFIG, "state")).column_names == ["_id", "_ts", "_dq_late", "_dq_watermark"]
     assert _needed(rows, KEYS, bound_rules(CONFIG, "bronze", "r")).column_names == rows.column_names

@@ -56,7 +56,7 @@ def test_the_worked_example_as_a_left_join_writes_r4_with_s7s_batch_and_nothing_
     assert rows_by_batch(pipeline) == {2: {Pair("r2", "s1", "S")}, 4: {Pair("r4", None, "R")}, 5: {Pair("r8", "s7", "S")}}
     unmatched = next(row for row in pipeline.gold_rows() if row["_s_id"] is None)
     assert (unmatched["r_id"], unmatched["r_ts"], unmatched["s_id"], unmatched["s_ts"], unmatched["owner"]) == ("r4", 4, None, None, "R")
-    stored = {row["id"]: row["_matched"] for row in deltars.read(pipeline.warehouse.buffers()["r_store"]).collect()}
+    stored = {row["id"]: row["_matched"] for row in deltars.read(pipeline.warehouse.buffers()["r_state"]).where("_in_store").collect()}
     assert stored == {"r8": True}  # r2 and r4 evicted once final; r8 matched s7 and waits only to be evicted
 
 
@@ -97,7 +97,7 @@ def test_a_left_join_run_dying_at_each_write_in_turn_resumes_to_the_uninterrupte
     for pipeline in (uninterrupted, crashed):
         pipeline.land(order)
     uninterrupted.run(max_batch_rows=2)
-    steps = ["plan", "dq_quarantine", "dq_results", "gold", "late_arrivals", "r_store", "r_probes", "s_store", "s_probes", "commit"]
+    steps = ["plan", "dq_quarantine", "dq_results", "gold", "late_arrivals", "r_state", "s_state", "commit"]
     crash_at_each(crashed, monkeypatch, [f"{moment}:{step}" for step in steps for moment in ("before", "after")], max_batch_rows=2)
     assert crashed.snapshot() == uninterrupted.snapshot()
     assert Pair("r4", None, "R") in rows(uninterrupted) and Pair("r8", "s7", "S") in rows(uninterrupted)

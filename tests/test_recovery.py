@@ -12,7 +12,7 @@ from state.faults import CRASH_AT, InjectedCrash
 from tests.helpers import Pipeline, crash_at_each
 from tests.reference import Pair, Record, batch_join
 
-STEPS = ["plan", "dq_quarantine", "dq_results", "gold", "late_arrivals", "r_store", "r_probes", "s_store", "s_probes", "commit"]
+STEPS = ["plan", "dq_quarantine", "dq_results", "gold", "late_arrivals", "r_state", "s_state", "commit"]
 POINTS = [f"{moment}:{step}" for step in STEPS for moment in ("before", "after")]
 
 FIRST = [Record("s", "s1", 1, "a"), Record("r", "r2", 2, "a"), Record("r", "r3", 3, "b"), Record("s", "s4", 4, "b")]
@@ -69,7 +69,7 @@ def test_without_a_window_a_run_dying_right_after_a_state_merge_resumes_to_the_u
     for pipeline in (uninterrupted, crashed):
         first_part_joined(pipeline)
     uninterrupted.run(max_batch_rows=3)
-    crash_at_each(crashed, monkeypatch, ["after:s_probes"], max_batch_rows=3)
+    crash_at_each(crashed, monkeypatch, ["after:s_state"], max_batch_rows=3)
     assert crashed.snapshot() == uninterrupted.snapshot()
 
 
@@ -88,9 +88,10 @@ def test_the_uninterrupted_run_is_the_batch_join_of_what_was_on_time(uninterrupt
     assert {late[1] for late in uninterrupted["late_arrivals"]} == LATE
     assert {(row[1], row[3]) for row in uninterrupted["dq_quarantine"]} == {("bronze_ts_plausible", "r99")}
     evicted = [count for batch in uninterrupted["batches"] for _, count in batch[-1] or ()]
-    # Batch 3 moves both watermarks (R 3, S 7): r2 leaves r_store, s1 r_probes, r2 and r3 s_probes; its own
-    # arrivals already below a cutoff (r1 for r_store, r1 and r5 for s_probes) are never stored.
-    assert sum(evicted) == 4
+    # Batch 3 moves both watermarks (R 3, S 7): r2 leaves R's store and S's probe buffer, so r_state deletes it; s1
+    # leaves R's probe buffer and r3 S's, each staying in its own store (their columns are cleared); its own arrivals
+    # already below every cutoff (r1) are never stored.
+    assert sum(evicted) == 1
 
 
 def test_an_ingest_that_dies_before_its_log_entry_is_not_joined_until_retried(deltars, tmp_path, monkeypatch):

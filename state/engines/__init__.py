@@ -11,7 +11,7 @@ import os
 
 from pyspark.sql import SparkSession
 
-from state.engines.base import Actions, Data, DeltaEngine, Eviction, Merged, OnMatch, Txn
+from state.engines.base import Actions, Data, DeltaEngine, Eviction, Memberships, Merged, OnMatch, Txn
 from state.errors import LakejoinError
 
 ENGINE_NAMES = ("auto", "delta-rs", "spark")
@@ -53,4 +53,4 @@ def make_engine(spark: SparkSession, name: str = "auto") -> DeltaEngine:
     return DeltaRsEngine(spark)
 
 
-__all__ = ["Data", "DeltaEngine", "Eviction", "Merged", "OnMatch", "Txn", "make_engine", "session_has_delta", "ENGINE_NAMES"]
+__all__ = ["Data", "DeltaEngine", "Eviction", "Memberships", "Merged", "OnMatch", "Txn", "make_engine", "session_has_delta", "ENGINE_NAMES"]

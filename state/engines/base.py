@@ -45,6 +45,45 @@ class Eviction:
 
 
 @dataclass(frozen=True)
+class Memberships:
+    """Where a state table's rows stand after a batch: per buffer, the boolean column saying a row is in it and the
+    cutoff below which rows leave it (None: they never do). A buffer holds exactly its rows at or above its cutoff
+    (cutoffs only move up), so a row below every cutoff is in no buffer: the MERGE deletes it; a row leaving some
+    buffers but not all has their columns cleared."""
+
+    cutoffs: dict[str, Eviction | None]  # membership column -> cutoff
+
+    def gone(self, alias: str | None = None) -> str | None:
+        """Rows no buffer keeps: below every cutoff (none while some buffer keeps everything)."""
+        lowest = self.lowest()
+        return None if lowest is None else lowest.sql(alias)
+
+    def leaving(self, alias: str | None = None) -> str | None:
+        """Rows that leave some buffer they are in but stay in the table (their column still set, now below its
+        cutoff); None when no such row can exist, as with one buffer."""
+        parts = [f"({_column(column, alias)} AND {cut.sql(alias)})" for column, cut in self._clearing().items()]
+        return " OR ".join(parts) or None
+
+    def cleared(self, alias: str | None = None) -> dict[str, str]:
+        """The update of a row that stays: each buffer's column, unset where the row is now below its cutoff."""
+        return {column: f"{_column(column, alias)} AND NOT ({cut.sql(alias)})" for column, cut in self._clearing().items()}
+
+    def lowest(self) -> Eviction | None:
+        """The cutoff below which no buffer keeps a row (None while some buffer keeps everything)."""
+        cuts = list(self.cutoffs.values())
+        return None if not cuts or None in cuts else min(cuts, key=lambda cut: cut.below)  # type: ignore[union-attr]
+
+    def _clearing(self) -> dict[str, Eviction]:
+        """The buffers a row can leave while another keeps it: those whose cutoff is above the lowest."""
+        lowest = self.lowest()
+        return {column: cut for column, cut in self.cutoffs.items() if cut is not None and (lowest is None or cut.below > lowest.below)}
+
+
+def _column(name: str, alias: str | None) -> str:
+    return f"`{name}`" if alias is None else f"{alias}.`{name}`"
+
+
+@dataclass(frozen=True)
 class OnMatch:
     """What a MERGE does to a stored row whose key a source row names again (a batch's arrivals never do: ingest
     gives each record a new id), where that source row's ``when`` column is true (any such row when None): set
@@ -57,6 +96,11 @@ class OnMatch:
     @property
     def condition(self) -> str | None:
         return None if self.when is None else f"source.`{self.when}`"
+
+    def updates(self, evict: Memberships | None) -> dict[str, str]:
+        """The update of a stored row the source names: ``when`` set, and, since the row is matched (so no
+        not-matched-by-source clause reaches it), the columns of the buffers it leaves cleared."""
+        return {self.when: "true", **({} if evict is None else evict.cleared("target"))}  # type: ignore[dict-item] - an update names its column
 
 
 @dataclass(frozen=True)
@@ -71,7 +115,7 @@ class TableInfo:
 @dataclass(frozen=True)
 class Merged:
     inserted: int
-    evicted: int
+    evicted: int  # rows deleted: in no buffer any more
 
 
 class DeltaEngine(Protocol):
@@ -121,13 +165,14 @@ class DeltaEngine(Protocol):
         path: str,
         df: Data,
         key: str,
-        evict: Eviction | None = None,
+        evict: Memberships | None = None,
         txn: Txn | None = None,
         aligned: str | None = None,
         on_match: OnMatch | None = None,
     ) -> Merged | None:
-        """One MERGE: insert the rows of ``df`` whose ``key`` is not in the table yet, and delete the
-        table's rows that ``evict`` selects (unless ``df`` holds their key). Creates the table if needed.
+        """One MERGE: insert the rows of ``df`` whose ``key`` is not in the table yet, and, among the table's rows
+        ``df`` does not name, delete those ``evict`` puts in no buffer and clear the membership columns of the
+        buffers the others leave. Creates the table if needed.
         ``on_match`` says what a row of ``df`` whose key the table holds does to the table's row.
         ``aligned`` names a column that rows with equal keys share (a record's ``ts``): matches are then
         looked for only within the range ``df`` spans of it, so the target scan skips the rest (see

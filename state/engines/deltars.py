@@ -21,7 +21,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
-from state.engines.base import Actions, Data, Eviction, Merged, OnMatch, TableInfo, Txn, covers, marked_version, marker, match_condition
+from state.engines.base import Actions, Data, Memberships, Merged, OnMatch, TableInfo, Txn, covers, marked_version, marker, match_condition
 from state.errors import LakejoinError
 
 
@@ -189,7 +189,7 @@ class DeltaRsEngine:
         path: str,
         df: Data,
         key: str,
-        evict: Eviction | None = None,
+        evict: Memberships | None = None,
         txn: Txn | None = None,
         aligned: str | None = None,
         on_match: OnMatch | None = None,
@@ -212,9 +212,11 @@ class DeltaRsEngine:
             if on_match is not None and on_match.delete:
                 merger = merger.when_matched_delete(predicate=on_match.condition)
             elif on_match is not None and on_match.when is not None:
-                merger = merger.when_matched_update(updates={on_match.when: "true"}, predicate=on_match.condition)
-            if evict is not None:
-                merger = merger.when_not_matched_by_source_delete(evict.sql("target"))
+                merger = merger.when_matched_update(updates=on_match.updates(evict), predicate=on_match.condition)
+            if evict is not None and (gone := evict.gone("target")) is not None:
+                merger = merger.when_not_matched_by_source_delete(gone)
+            if evict is not None and (leaving := evict.leaving("target")) is not None:
+                merger = merger.when_not_matched_by_source_update(updates=evict.cleared("target"), predicate=leaving)
             metrics = merger.execute()
         except DeltaError as exc:
             raise LakejoinError(f"cannot merge into {path}: {_first_line(exc)}") from exc

@@ -22,7 +22,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from state.engines.base import Actions, Data, Eviction, Merged, OnMatch, TableInfo, Txn, covers, marked_version, marker, match_condition
+from state.engines.base import Actions, Data, Memberships, Merged, OnMatch, TableInfo, Txn, covers, marked_version, marker, match_condition
 from state.errors import LakejoinError
 from state.layout import is_catalog_schema
 
@@ -240,7 +240,7 @@ class SparkDeltaEngine:
         path: str,
         df: Data,
         key: str,
-        evict: Eviction | None = None,
+        evict: Memberships | None = None,
         txn: Txn | None = None,
         aligned: str | None = None,
         on_match: OnMatch | None = None,
@@ -266,9 +266,11 @@ class SparkDeltaEngine:
         if on_match is not None and on_match.delete:
             merger = merger.whenMatchedDelete(condition=on_match.condition)
         elif on_match is not None and on_match.when is not None:
-            merger = merger.whenMatchedUpdate(condition=on_match.condition, set={on_match.when: "true"})
-        if evict is not None:
-            merger = merger.whenNotMatchedBySourceDelete(evict.sql("target"))
+            merger = merger.whenMatchedUpdate(condition=on_match.condition, set=on_match.updates(evict))
+        if evict is not None and (gone := evict.gone("target")) is not None:
+            merger = merger.whenNotMatchedBySourceDelete(gone)
+        if evict is not None and (leaving := evict.leaving("target")) is not None:
+            merger = merger.whenNotMatchedBySourceUpdate(condition=leaving, set=evict.cleared("target"))
         # The MERGE's own counts: a MERGE that changes nothing commits nothing, so the history's latest
         # entry would be an earlier commit's.
         counts = merger.execute().first()
