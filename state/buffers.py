@@ -22,7 +22,7 @@ from pyspark.sql import functions as F
 
 from state.batch_log import BatchPlan
 from state.bounds import Watermarks, probe_eviction, store_eviction
-from state.engines import DeltaEngine, Eviction, Memberships, OnMatch, Txn
+from state.engines import DeltaEngine, Eviction, Memberships, Merged, OnMatch, Txn
 from state.faults import step
 from state.joiner import Side
 from state.layout import IN_STORE, Buffer, Warehouse
@@ -120,6 +120,11 @@ class BufferUpdate:
         return self.rows.num_rows > 0 or self.moved
 
     @property
+    def inserts_only(self) -> bool:
+        """Nothing stored changes: no cutoff moved and no stored record is marked or deleted."""
+        return not self.moved and self.on_match is None
+
+    @property
     def store_cutoff(self) -> Eviction | None:
         """The cutoff of the relation's own store after the batch."""
         return self.eviction.cutoffs[IN_STORE]
@@ -179,13 +184,23 @@ def _update_buffer(engine: DeltaEngine, plan: BatchPlan, name: str, update: Buff
     with step(name):
         if not update.needed:
             return None
-        merged = engine.merge(update.table.path, update.rows, BUFFER_KEY, update.eviction, txn_for(update.table.path), ALIGNED, update.on_match)
+        merged = _insert(engine, update, txn_for(update.table.path)) if update.inserts_only else engine.merge(
+            update.table.path, update.rows, BUFFER_KEY, update.eviction, txn_for(update.table.path), ALIGNED, update.on_match
+        )
     if merged is not None:
         return merged.evicted
     gone = update.eviction.gone()
     if not update.exists or gone is None:
         return 0  # the committed MERGE created the table or could delete nothing: it evicted nothing
     return engine.read(update.table.path, plan.state_versions[name], gone).count()
+
+
+def _insert(engine: DeltaEngine, update: BufferUpdate, txn: Txn) -> Merged | None:
+    """An update that only inserts is an append (one write, where a MERGE also scans the table for the keys): a
+    batch's arrivals are new ids (ingest quarantines or skips an id seen before), and the app transaction makes a
+    replayed append a no-op."""
+    written = engine.append(update.table.path, update.rows, txn)
+    return None if written is None else Merged(written, 0)
 
 
 def kept_by_buffers(arrivals: pa.Table, eviction: Memberships) -> pa.Table:

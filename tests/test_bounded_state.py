@@ -6,12 +6,14 @@ import random
 from collections import Counter
 
 import pytest
+from deltalake import DeltaTable
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipelines.config import Config
 from pipelines.silver import summarize
 from pipelines.status import warehouse_status
+from state.relations import R
 from tests.helpers import Pipeline
 from tests.reference import Record, batch_join, late_in_batches, respects_lateness, within
 from tests.strategies import split
@@ -122,3 +124,18 @@ def test_state_stays_bounded_with_a_window_and_grows_without_one(deltars, tmp_pa
         store_bound = lateness + window + disorder + chunk // 2
         assert largest["r_store"] <= store_bound and largest["s_store"] <= store_bound
     assert pipeline.gold_pairs() == Counter(batch_join(records, within(window)))
+
+
+def test_a_state_table_is_appended_to_while_nothing_leaves_it_and_merged_once_a_cutoff_moves(deltars, tmp_path):
+    """A MERGE scans the table for the batch's keys; with no cutoff moving and nothing to mark, the batch's arrivals
+    are new ids, so the state write is an append. Once a watermark moves a cutoff, the MERGE evicts."""
+    pipeline = Pipeline(deltars, str(tmp_path), Config(allowed_lateness=1, window=1))
+    pipeline.land([Record("r", "r1", 1, "a"), Record("s", "s1", 1, "a")])
+    pipeline.run()
+    pipeline.land([Record("r", "r2", 1, "a")])  # R's newest stays 1: no watermark moves
+    pipeline.run()
+    pipeline.land([Record("r", "r9", 9, "a"), Record("s", "s9", 9, "a")])  # both watermarks move to 8
+    pipeline.run()
+    operations = [commit["operation"] for commit in reversed(DeltaTable(pipeline.warehouse.state(R)).history())]
+    assert operations == ["WRITE", "WRITE", "MERGE"]
+    assert pipeline.gold_pairs() == Counter(batch_join([Record("r", "r1", 1, "a"), Record("s", "s1", 1, "a"), Record("r", "r2", 1, "a"), Record("r", "r9", 9, "a"), Record("s", "s9", 9, "a")], within(1)))
