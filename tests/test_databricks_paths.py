@@ -28,7 +28,7 @@ def test_a_catalog_schema_warehouse_names_one_table_per_layer_and_role():
     assert names[:3] == ["bronze_r", "bronze_s", "bronze_ingests"]
     assert warehouse.gold == "main.lakejoin.gold_join_results" and is_table_name(warehouse.gold)
     assert len(set(names)) == len(names) and all(name.isidentifier() for name in names)
-    assert warehouse.app_id("lakejoin", warehouse.store(R)) == "lakejoin:silver_r_store"
+    assert warehouse.app_id("lakejoin", warehouse.state(R)) == "lakejoin:silver_r_state"
 
 
 @pytest.mark.parametrize("root", ["/tmp/wh", "./main.lakejoin", "s3://bucket/wh", "/Volumes/main/lakejoin/wh"])

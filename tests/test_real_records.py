@@ -165,10 +165,11 @@ def test_timestamp_lateness_quarantines_late_rows_with_their_watermark_as_a_time
     ]
     assert late[0]["watermark"] == int((START + timedelta(minutes=90)).timestamp() * 1_000_000)
     # After batch 1, S's watermark is 13:10 (13:20 minus 10 minutes): o1 (10:00) and o2 (11:40) are more than the
-    # hour's window before it, so r_store never keeps them. Batch 2 moves R's to 13:05, and s_store evicts p3 (10:30).
-    stored = {rel.name: sorted(row["_id"] for row in deltars.read(pipeline.warehouse.store(rel)).collect()) for rel in (R, S)}
+    # hour's window before it, so R's store never keeps them. Batch 2 moves R's to 13:05, and s_state evicts p3 (10:30):
+    # below S's store cutoff and R's probe buffer's.
+    stored = {rel.name: sorted(row["_id"] for row in deltars.read(pipeline.warehouse.state(rel)).where("_in_store").collect()) for rel in (R, S)}
     assert stored == {"r": ["o6"], "s": ["p4"]}
-    assert reports[-1].evicted.get("s_store") == 1
+    assert reports[-1].evicted.get("s_state") == 1
     assert gold(pipeline) == Counter({("o1", "p3", "R", 11.5, "cash"): 1, ("o6", "p4", "R", 16.5, "card"): 1})
 
 
