@@ -22,7 +22,7 @@ from state.final import JOIN_KINDS, JoinKind, row_of
 from state.joiner import Projection, data_columns, identity_column, joined, owner_label
 from state.layout import Warehouse
 from state.names import column
-from state.relations import ID, TS, Relation, RelationSpec
+from state.relations import ID, Relation, RelationSpec
 
 BOOKKEEPING = ("batch_id", "produced_at")
 

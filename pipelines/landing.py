@@ -11,7 +11,8 @@ from collections.abc import Callable
 
 from pyspark.sql import DataFrame
 
-from pipelines.ingest import FORMATS, IngestResult, ingest_or_refuse
+from pipelines.ingest import IngestResult, ingest_or_refuse
+from pipelines.parse import FORMATS
 from state.engines import DeltaEngine
 from state.layout import Warehouse
 from state.relations import Relation, RelationSpec

@@ -25,7 +25,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from pipelines.ingest import Parsed, Provenance, classify, land, last_arrival_seq, log_ingest
+from pipelines.classify import classify
+from pipelines.ingest import Provenance, land, last_arrival_seq, log_ingest
+from pipelines.parse import Parsed
 from state.engines import Actions, DeltaEngine
 from state.errors import LakejoinError
 from state.layout import Warehouse

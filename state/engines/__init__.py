@@ -53,4 +53,4 @@ def make_engine(spark: SparkSession, name: str = "auto") -> DeltaEngine:
     return DeltaRsEngine(spark)
 
 
-__all__ = ["Data", "DeltaEngine", "Eviction", "Memberships", "Merged", "OnMatch", "Txn", "make_engine", "session_has_delta", "ENGINE_NAMES"]
+__all__ = ["Actions", "Data", "DeltaEngine", "Eviction", "Memberships", "Merged", "OnMatch", "Txn", "make_engine", "session_has_delta", "ENGINE_NAMES"]

@@ -1,0 +1,251 @@
+"""Typing and classifying parsed rows: each data column gets the type bronze established for it, else the
+configured one, else the file's own; the event time gets its kind's type (state/event_time.py); every row is
+accepted, a duplicate (skipped) or quarantined with a reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ArrayType,
+    ByteType,
+    DataType,
+    DateType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    MapType,
+    ShortType,
+    StringType,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
+
+from pipelines.parse import Parsed
+from state.engines import DeltaEngine
+from state.errors import FileRefused, LakejoinError
+from state.event_time import INTEGER, INTEGER_TEXT, STORED_TYPE, TIMESTAMP, as_event_time, kind_of, on_axis
+from state.layout import Warehouse
+from state.names import column
+from state.relations import ID, TS, Relation, RelationSpec, others
+
+def classify(
+    engine: DeltaEngine, warehouse: Warehouse, rel: Relation, specs: dict[str, RelationSpec], parsed: Parsed, configured: dict[str, DataType]
+) -> DataFrame:
+    """``parsed``'s rows typed, with ``_id`` and ``_ts``, each with its ``_outcome`` (accepted, duplicate, quarantined)
+    and reason. Bronze is read at one version: its schema types the rows, its ids find conflicts, in the count and
+    each write that follow."""
+    bronze = warehouse.bronze(rel)
+    established = engine.read(bronze, engine.version(bronze))
+    bronze_schema = StructType() if established is None else established.schema
+    spelled = _in_bronze_spelling(parsed, bronze_schema)
+    layout = _layout(engine, warehouse, rel, specs, spelled, {**configured, **{f.name: f.dataType for f in bronze_schema.fields}})
+    return _classify(_normalize(spelled, layout), established)
+
+
+
+# Typing: each data column gets the type bronze established for it, else the configured one, else the file's own;
+# the event time gets its kind's type (state/event_time.py). A value that fits no type is named in a reason.
+
+# Parquet types that convert to an established type without losing anything.
+_WIDENS = {
+    (ByteType, ShortType), (ByteType, IntegerType), (ByteType, LongType), (ShortType, IntegerType), (ShortType, LongType),
+    (IntegerType, LongType), (FloatType, DoubleType), (ByteType, DoubleType), (ShortType, DoubleType), (IntegerType, DoubleType),
+    (DateType, TimestampType), (TimestampNTZType, TimestampType),
+}
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """What a file's rows must become: the relation's column mapping, the event time's kind, each column's type."""
+
+    spec: RelationSpec
+    kind: str
+    types: dict[str, DataType]
+
+
+def configured_types(rel: Relation, spec: RelationSpec) -> dict[str, DataType]:
+    try:
+        return {name: DataType.fromDDL(ddl) for name, ddl in spec.columns.items()}
+    except Exception as exc:  # noqa: BLE001 - Spark's parse errors have many types; the message names the setting
+        raise LakejoinError(f"config: relations.{rel.name}.columns has a type Spark does not know ({spec.columns}): {str(exc).splitlines()[0]}") from exc
+
+
+def _in_bronze_spelling(parsed: Parsed, bronze_schema: StructType) -> Parsed:
+    """The file's columns under bronze's spelling where they differ only in case: Delta holds one column per
+    name whatever its case, so ``Amount`` lands in bronze's ``amount``."""
+    spelling = {f.name.lower(): f.name for f in bronze_schema.fields}
+    renames = {name: spelling[name.lower()] for name in parsed.types if spelling.get(name.lower(), name) != name}
+    if not renames:
+        return parsed
+    return Parsed(parsed.frame.withColumnsRenamed(renames), {renames.get(n, n): t for n, t in parsed.types.items()}, parsed.text)
+
+
+def _layout(
+    engine: DeltaEngine, warehouse: Warehouse, rel: Relation, specs: dict[str, RelationSpec], parsed: Parsed, settled: dict[str, DataType]
+) -> _Layout:
+    """``settled``: the types the config and bronze give (bronze's win)."""
+    spec = specs[rel.name]
+    kind = _event_time_kind(engine, warehouse, rel, specs, parsed, settled)
+    types = {**_nested_that_fit(parsed, settled), **settled, spec.event_time: STORED_TYPE[kind]}
+    for name, given in ({} if parsed.text else parsed.types).items():
+        wanted = types[name]
+        text_time = name == spec.event_time and isinstance(given, StringType)
+        if given != wanted and not text_time and (type(given), type(wanted)) not in _WIDENS:
+            raise FileRefused(
+                f"column {name} is {given.simpleString()} there but {wanted.simpleString()} in "
+                f"bronze/{rel.name} (or the config), and does not widen to it: convert it, or land it under another name"
+            )
+    return _Layout(spec, kind, types)
+
+
+def _nested_that_fit(parsed: Parsed, settled: dict[str, DataType]) -> dict[str, DataType]:
+    """The file's own types, with a nested type JSON inferred kept only where every value parses into it, else
+    the column kept as its JSON text. Spark infers an empty string as null, so ``["", []]`` is inferred as an
+    array of arrays that its own ``""`` does not fit: no row is quarantined for what the file's inference got wrong."""
+    inferred = [
+        name for name, given in parsed.types.items() if parsed.text and name not in settled and isinstance(given, (StructType, ArrayType, MapType))
+    ]
+    if not inferred:
+        return parsed.types
+    misfit = [F.max((column(name).isNotNull() & F.from_json(column(name), parsed.types[name]).isNull()).cast("int")) for name in inferred]
+    fits = parsed.frame.where(~F.col("_unparsable")).agg(*misfit).first()
+    return {**parsed.types, **{name: StringType() for name, broken in zip(inferred, fits) if broken}}
+
+
+def _event_time_kind(
+    engine: DeltaEngine, warehouse: Warehouse, rel: Relation, specs: dict[str, RelationSpec], parsed: Parsed, settled: dict[str, DataType]
+) -> str:
+    """The kind of ``rel``'s event time: as bronze or the config has it, else as the other relations' (all share one
+    axis), else as the file gives it — text is timestamps when some value reads as one, else integers."""
+    event_time = specs[rel.name].event_time
+    ours = kind_of(settled[event_time]) if event_time in settled else None
+    if event_time in settled and ours is None:
+        raise LakejoinError(f"event time {event_time} of {rel.name} is {settled[event_time].simpleString()}: use a timestamp, a date or an integer column")
+    for other in others(rel, warehouse.relations):
+        schema, theirs_column = engine.schema(warehouse.bronze(other)), specs[other.name].event_time
+        theirs = kind_of(schema[theirs_column].dataType) if schema is not None and theirs_column in schema.fieldNames() else None
+        if ours is not None and theirs is not None and ours != theirs:
+            raise LakejoinError(
+                f"event time {event_time} of {rel.name} is a {ours} but {theirs_column} of {other.name} is a {theirs}: "
+                "both relations' event times must be of one kind"
+            )
+        ours = ours or theirs
+    if ours is not None or event_time not in parsed.types:
+        return ours or INTEGER
+    given = parsed.types[event_time]
+    if not parsed.text and not isinstance(given, StringType):
+        if kind_of(given) is None:
+            raise FileRefused(f"event time {event_time} of {rel.name} is {given.simpleString()} there: use a timestamp, a date or an integer column")
+        return kind_of(given)  # type: ignore[return-value]
+    text = F.trim(column(event_time).cast("string"))
+    looks_like_time = ~F.col("_unparsable") & ~text.rlike(INTEGER_TEXT) & text.try_cast(TimestampType()).isNotNull()
+    return TIMESTAMP if parsed.frame.where(looks_like_time).limit(1).count() else INTEGER
+
+
+def _typed(parsed: Parsed, layout: _Layout) -> list[tuple[str, Column, Column | None]]:
+    """Each data column as (name, typed value, the reason when its value fits no type)."""
+    typed = []
+    for name, declared in parsed.types.items():
+        given = StringType() if parsed.text else declared  # text formats hold every value as its text until here
+        value, wanted = column(name), layout.types[name]
+        if name == layout.spec.event_time:
+            converted = as_event_time(value, layout.kind)
+            description = f"{'an' if layout.kind == INTEGER else 'a'} {layout.kind}"
+        elif given == wanted:
+            typed.append((name, value, None))
+            continue
+        elif parsed.text and isinstance(wanted, (StructType, ArrayType, MapType)):
+            converted, description = F.from_json(value, wanted), wanted.simpleString()
+        else:
+            converted, description = value.try_cast(wanted), wanted.simpleString()
+        text = F.trim(value.cast("string"))
+        misfit = F.when(value.isNotNull() & (text != "") & converted.isNull(), F.concat(F.lit(f"{name} is not {description}: "), text))
+        typed.append((name, converted, misfit))
+    return typed
+
+
+# Classification: every parsed row is accepted, a duplicate (skipped) or quarantined with a reason.
+
+
+def _normalize(parsed: Parsed, layout: _Layout) -> DataFrame:
+    """Data columns typed, plus ``_id`` and ``_ts`` (state/relations.py), and the reason for what fails."""
+    spec = layout.spec
+    present = set(parsed.types)
+    typed = _typed(parsed, layout)
+    values = {name: value for name, value, _ in typed}
+    present_ids = [values[c].cast("string") for c in spec.id if c in present]
+    if len(present_ids) < len(spec.id):  # a file without an id column: every row is quarantined for it
+        record_id = F.lit(None).cast("string")
+    else:
+        record_id = present_ids[0] if len(spec.id) == 1 else F.to_json(F.array(*present_ids))
+    reason = F.coalesce(
+        F.when(F.col("_unparsable"), F.lit("unparsable line")),
+        *[_missing(name, present) for name in spec.record_columns],
+        *[misfit for name, _, misfit in typed if misfit is not None and name == spec.event_time],
+        *[misfit for name, _, misfit in typed if misfit is not None and name != spec.event_time],
+    )
+    axis = on_axis(values[spec.event_time], layout.kind) if spec.event_time in present else F.lit(None)
+    whence = [name for name in parsed.frame.columns if name.startswith("_source_")]  # a line; a table's file and version too
+    return parsed.frame.select(
+        *whence,
+        "_raw",
+        reason.alias("_reason"),
+        *[value.alias(name) for name, value in values.items()],
+        record_id.alias(ID),
+        axis.cast("long").alias(TS),
+    )
+
+
+def _missing(name: str, present: set[str]) -> Column:
+    if name not in present:
+        return F.lit(f"missing column {name}")
+    value = column(name)
+    return F.when(value.isNull() | (F.trim(value.cast("string")) == ""), F.lit(f"missing {name}"))
+
+
+def _classify(normalized: DataFrame, bronze: DataFrame | None) -> DataFrame:
+    data_columns = sorted(name for name in normalized.columns if not name.startswith("_"))
+    hashed = normalized.withColumn("_content_hash", F.sha2(F.to_json(F.struct(*[column(name) for name in data_columns])), 256))
+    valid = F.col("_reason").isNull()
+    by_id = Window.partitionBy(valid, ID).orderBy("_source_line")
+    ranked = hashed.withColumns(
+        {
+            "_nth": F.when(valid, F.row_number().over(by_id)),
+            "_first_hash": F.when(valid, F.first("_content_hash").over(by_id)),
+            "_first_line": F.when(valid, F.first("_source_line").over(by_id)),
+        }
+    )
+    if bronze is None:
+        ranked = ranked.withColumn("_existing_hash", F.lit(None).cast("string"))
+    else:
+        # Bronze outgrows any file: find the file's ids in it with the ids broadcast (a scan, no shuffle of
+        # bronze), then join back the few it holds.
+        file_ids = F.broadcast(normalized.select(F.col(ID).alias("_existing_id")).where(F.col("_existing_id").isNotNull()))
+        existing = bronze.select(F.col(ID).alias("_existing_id"), F.col("_content_hash").alias("_existing_hash"))
+        held = existing.join(file_ids, "_existing_id", "left_semi")
+        ranked = ranked.join(F.broadcast(held), valid & (F.col(ID) == F.col("_existing_id")), "left").drop("_existing_id")
+    seen_in_file = F.col("_nth") > 1
+    reason = F.coalesce(
+        F.col("_reason"),
+        F.when(
+            seen_in_file & (F.col("_content_hash") != F.col("_first_hash")),
+            F.concat(F.lit("id conflict: same id with other content at line "), F.col("_first_line").cast("string")),
+        ),
+        F.when(
+            F.col("_existing_hash").isNotNull() & (F.col("_existing_hash") != F.col("_content_hash")),
+            F.lit("id conflict: id already in bronze with other content"),
+        ),
+    )
+    duplicate = seen_in_file | (F.col("_existing_hash") == F.col("_content_hash"))
+    outcome = F.when(reason.isNotNull(), "quarantined").when(duplicate, "duplicate").otherwise("accepted")
+    return ranked.select(
+        *[column(name) for name in hashed.columns if name != "_reason"],
+        reason.alias("_reason"),
+        outcome.alias("_outcome"),
+    )
