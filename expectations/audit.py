@@ -35,10 +35,16 @@ class Audit:
     docs: str  # the Data Docs index page
 
     @property
-    def passed(self) -> bool:
+    def success(self) -> bool:
         """Fail-policy rules hold on every table and gold reconciles; warn/quarantine findings are reported only."""
-        rules_hold = all(result.passed for result in self.results if result.policy == "fail")
-        return rules_hold and (self.reconciliation is None or self.reconciliation.passed)
+        return not self.failures
+
+    @property
+    def failures(self) -> list[RuleResult | Reconciliation]:
+        """What makes the audit fail: each fail-policy rule broken somewhere, and the reconciliation when gold does
+        not match the batch join of bronze."""
+        broken: list[RuleResult | Reconciliation] = [result for result in self.results if result.policy == "fail" and not result.passed]
+        return broken + ([self.reconciliation] if self.reconciliation is not None and not self.reconciliation.passed else [])
 
     def describe(self) -> str:
         lines = []

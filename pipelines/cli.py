@@ -4,20 +4,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-from collections.abc import Callable, Sequence
-from dataclasses import replace
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from pipelines.config import Config, load_config
 from state.errors import LakejoinError
 
 if TYPE_CHECKING:  # Spark loads only for the commands that need it, so --help and argument errors stay fast
+    from pipelines.api import Pipeline
     from pipelines.ingest import IngestResult
     from pipelines.silver import BatchReport
-    from state.engines import DeltaEngine
-    from state.layout import Warehouse
 
 
 DEFAULT_TRIGGER = 10.0  # seconds between two looks for new arrivals of 'run --follow'
@@ -129,27 +126,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _on_warehouse(args: argparse.Namespace, given: Config | None) -> int:
-    """Commands on one warehouse: cheap argument checks first, then Spark, the definition, then the command.
-
-    ingest, run and maintain record the config they are given as the warehouse's definition (pipelines/definition.py):
-    ingest before it lands anything, run right before its first write or once it succeeded (a run killed after some
-    batches leaves them under the definition they were joined with; one stopped by a rule first leaves the warehouse
-    as it was), maintain once it succeeded. The others
-    check it against the recorded one and change nothing."""
-    from pipelines.definition import Settled, in_force, record, recorded, recorder, settle
-    from pipelines.spark import get_spark
-    from state.checks import check_ingest_target, require_engine_for, require_warehouse
-    from state.engines import make_engine
-    from state.layout import Warehouse
-    from state.lock import is_local
-    from state.relations import relation
+    """Commands on one warehouse: cheap argument checks first, then Spark and the command, through ``Pipeline``
+    (pipelines/api.py), which checks the definition and records the config given as the command needs."""
+    from pipelines.api import Pipeline
 
     if args.command == "run" and args.trigger is not None and not args.follow:
         raise LakejoinError("--trigger sets how often 'run --follow' looks for new arrivals: add --follow, or drop --trigger")
-    # ingest creates a warehouse; so does a run whose relations read source tables (it ingests their versions)
-    creates = args.command == "ingest" or (args.command == "run" and (given or Config()).reads_tables)
-    if not creates and is_local(args.warehouse) and not os.path.isdir(args.warehouse):
-        raise LakejoinError(f"no warehouse at {args.warehouse}: land files there first with 'lakejoin ingest'")
     if args.command == "ingest" and bool(args.files) == bool(args.landing):
         raise LakejoinError("ingest takes FILEs or --landing DIR (one of the two)")
     if args.command == "reset" and not args.yes:
@@ -157,49 +139,12 @@ def _on_warehouse(args: argparse.Namespace, given: Config | None) -> int:
             f"reset drops silver and gold of {args.warehouse} (bronze stays) and nothing was changed: "
             "rerun with --yes to confirm"
         )
-    spark = get_spark(verbose=args.verbose)
-    try:
-        commands = {"ingest": _ingest, "status": _status, "validate": _validate, "maintain": _maintain, "reset": _reset}
-        warehouse, engine = Warehouse(args.warehouse, (given or Config()).joined), make_engine(spark, (given or Config()).engine)
-        require_engine_for(warehouse, engine)
-        if creates:  # before the definition is recorded: a warehouse is created in an empty folder only
-            check_ingest_target(engine, warehouse)
-        else:
-            require_warehouse(engine, warehouse)
-        if args.command == "reset":  # drops the tables of the definition in force; a given config takes over after
-            current = in_force(recorded(engine, warehouse))
-            settled = Settled(given or current)
-            warehouse = replace(warehouse, relations=current.joined)
-        else:
-            settled = settle(engine, warehouse, given, args.command)
-            warehouse = replace(warehouse, relations=settled.config.joined)
-        if settled.config.engine not in ("auto", engine.name):
-            engine = make_engine(spark, settled.config.engine)
-            require_engine_for(warehouse, engine)
-        if args.command == "ingest":  # an unknown relation is refused before anything is recorded
-            relation(args.relation or args.side, warehouse.relations)
-        if creates:  # bronze's _id and _ts are derived under it: recorded before any row lands
-            record(engine, warehouse, settled)
-        if args.command == "run":
-            return _run(args, settled.config, engine, warehouse, recorder(engine, warehouse, settled))
-        code = commands[args.command](args, settled.config, engine, warehouse)
-        if args.command == "maintain":  # a maintain that fails leaves the definition as it was
-            record(engine, warehouse, settled)
-        return code
-    finally:
-        spark.stop()
+    commands = {"ingest": _ingest, "run": _run, "status": _status, "validate": _validate, "maintain": _maintain, "reset": _reset}
+    with Pipeline(args.warehouse, given, verbose=args.verbose) as pipeline:
+        return commands[args.command](args, pipeline)
 
 
-def _ingest(args: argparse.Namespace, config: Config, engine: DeltaEngine, warehouse: Warehouse) -> int:
-    from pipelines.ingest import ingest_files
-    from pipelines.landing import ingest_landing
-    from state.lock import INGEST, hold
-    from state.relations import relation
-
-    rel = relation(args.relation or args.side, warehouse.relations)
-    table = config.spec(rel.name).table
-    if table is not None:
-        raise LakejoinError(f"relation {rel.name} reads table {table} in place and takes no files: 'lakejoin run' joins what the table gains")
+def _ingest(args: argparse.Namespace, pipeline: Pipeline) -> int:
     refused: list[IngestResult] = []
 
     def show(result: IngestResult) -> None:
@@ -210,102 +155,48 @@ def _ingest(args: argparse.Namespace, config: Config, engine: DeltaEngine, wareh
             print(f"lakejoin: error: {result.describe()}", file=sys.stderr, flush=True)
             refused.append(result)
 
-    with hold(warehouse.root, INGEST, wait_seconds=None):  # ingests queue: each is short
-        if args.landing:
-            ingest_landing(engine, warehouse, rel, args.landing, args.checkpoint, show, config.relations)
-        else:
-            for result in ingest_files(engine.spark, engine, warehouse, rel, args.files, config.relations):
-                show(result)
+    relation = args.relation or args.side
+    if args.landing:
+        pipeline.ingest_landing(relation, args.landing, args.checkpoint, progress=show)
+    else:
+        pipeline.ingest(relation, args.files, progress=show)
     return 2 if refused else 0
 
 
-def _run(args: argparse.Namespace, config: Config, engine: DeltaEngine, warehouse: Warehouse, record: Callable[[], None]) -> int:
-    from pipelines.follow import StopSignal
-    from pipelines.silver import summarize
-    from state.lock import JOIN, hold
+def _run(args: argparse.Namespace, pipeline: Pipeline) -> int:
+    def show(batch: BatchReport) -> None:
+        print(batch.describe(), flush=True)
 
-    config = config.with_overrides(max_batch_rows=args.max_batch_rows)
-    committed: list[BatchReport] = []
-    with hold(warehouse.root, JOIN, args.wait):
-        if not args.follow:
-            _join_pending(engine, warehouse, config, committed.append, lambda: False, record)
-        else:
-            with StopSignal() as stop:
-                try:
-                    while True:
-                        _join_pending(engine, warehouse, config, committed.append, stop.asked, record)
-                        if stop.wait(args.trigger or DEFAULT_TRIGGER):
-                            break
-                except KeyboardInterrupt:  # a second signal: the work under way is abandoned
-                    print("stopped before the work under way finished: the next run resumes an unfinished batch", flush=True)
-        record()  # a run with nothing to write records the config it was given too
-    print(summarize(committed) if committed else "nothing pending: every arrival is already joined")
+    follow = (args.trigger or DEFAULT_TRIGGER) if args.follow else None
+    report = pipeline.run(args.max_batch_rows, follow=follow, wait=args.wait, progress=show)
+    if report.interrupted:
+        print("stopped before the work under way finished: the next run resumes an unfinished batch", flush=True)
+    print(report.describe())
     return 0
 
 
-def _join_pending(
-    engine: DeltaEngine,
-    warehouse: Warehouse,
-    config: Config,
-    committed: Callable[[BatchReport], None],
-    stop: Callable[[], bool],
-    record: Callable[[], None],
-) -> None:
-    """Ingest the source tables' new versions, then join every pending arrival (unless ``stop`` says so), printing
-    each batch and handing it to ``committed`` as it commits; ``record`` records the definition before the first
-    write."""
-    from pipelines.silver import run
-    from pipelines.sources import ingest_sources
-    from state.lock import INGEST, hold
-
-    def report(batch: BatchReport) -> None:
-        print(batch.describe(), flush=True)
-        committed(batch)
-
-    if config.reads_tables:
-        record()
-        with hold(warehouse.root, INGEST, wait_seconds=None):  # a source's rows take places in the arrival order
-            for result in ingest_sources(engine, warehouse, config.relations):
-                print(result.describe(), flush=True)
-    run(engine, warehouse, config, progress=report, stop=stop, before_writing=record)
-
-
-def _status(args: argparse.Namespace, config: Config, engine: DeltaEngine, warehouse: Warehouse) -> int:
-    from pipelines.status import warehouse_status
-
-    status = warehouse_status(engine, warehouse, config)
+def _status(args: argparse.Namespace, pipeline: Pipeline) -> int:
+    status = pipeline.status_report()
     print(json.dumps(status.as_dict(), indent=2) if args.json else status.describe())
     return 0 if status.problem is None else 1
 
 
-def _validate(args: argparse.Namespace, config: Config, engine: DeltaEngine, warehouse: Warehouse) -> int:
-    from expectations.audit import audit
-
-    if args.docs is None and warehouse.in_catalog:
-        raise LakejoinError("a Unity Catalog warehouse has no folder for Data Docs: pass --docs DIR (e.g. a Volumes path)")
-    result = audit(engine, warehouse, config, args.docs or os.path.join(warehouse.root, "quality", "gx"))
+def _validate(args: argparse.Namespace, pipeline: Pipeline) -> int:
+    result = pipeline.validate(args.docs)
     print(result.describe())
-    return 0 if result.passed else 1
+    return 0 if result.success else 1
 
 
-def _maintain(args: argparse.Namespace, config: Config, engine: DeltaEngine, warehouse: Warehouse) -> int:
-    from pipelines.maintain import maintain
-    from state.lock import JOIN, hold
-
-    with hold(warehouse.root, JOIN, wait_seconds=None):  # a rewrite must not race a batch's MERGE: queue behind runs
-        maintained = maintain(engine, warehouse, args.retention_hours)
+def _maintain(args: argparse.Namespace, pipeline: Pipeline) -> int:
+    maintained = pipeline.maintain(args.retention_hours)
     print(f"optimized and vacuumed (retention {args.retention_hours} h): {', '.join(maintained)}")
     return 0
 
 
-def _reset(args: argparse.Namespace, config: Config, engine: DeltaEngine, warehouse: Warehouse) -> int:
-    from pipelines.reset import reset
-    from state.lock import JOIN, hold
-
-    with hold(warehouse.root, JOIN):
-        dropped = reset(engine, warehouse)
+def _reset(args: argparse.Namespace, pipeline: Pipeline) -> int:
+    dropped = pipeline.reset()
     print(f"dropped {', '.join(dropped)}" if dropped else "nothing to drop: silver and gold are empty")
-    print(f"bronze is kept; 'lakejoin run --warehouse {warehouse.root}' rebuilds silver and gold from it")
+    print(f"bronze is kept; 'lakejoin run --warehouse {args.warehouse}' rebuilds silver and gold from it")
     return 0
 
 

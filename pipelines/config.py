@@ -298,10 +298,15 @@ def load_config(path: str | None) -> Config:
         raise LakejoinError(f"cannot read config {path}: {exc.strerror}") from exc
     except yaml.YAMLError as exc:
         raise LakejoinError(f"config {path} is not valid YAML: {str(exc).splitlines()[0]}") from exc
+    return config_from(raw, f"config {path}")
+
+
+def config_from(raw: object, where: str = "config") -> Config:
+    """The config a mapping of settings gives (a YAML file's, a caller's dict); ``where`` names it in errors."""
     if not isinstance(raw, dict):
-        raise LakejoinError(f"config {path} must be a mapping of settings")
+        raise LakejoinError(f"{where} must be a mapping of settings")
     known = {f.name for f in fields(Config)}
     unknown = sorted(set(raw) - known)
     if unknown:
-        raise LakejoinError(f"config {path}: unknown setting {unknown[0]!r}; known settings: {', '.join(sorted(known))}")
+        raise LakejoinError(f"{where}: unknown setting {unknown[0]!r}; known settings: {', '.join(sorted(known))}")
     return Config(**raw)

@@ -67,14 +67,35 @@ class BatchReport:
         return f"batch {self.batch_id}{again}: {arrived} arrivals, {self.pairs} pairs{extra}, {self.seconds:.2f} s"
 
 
-def summarize(reports: list[BatchReport]) -> str:
-    """One line for a whole run: what it joined, what it set aside as late, what it evicted."""
-    arrivals = sum(sum(report.arrivals.values()) for report in reports)
-    late = sum(sum(report.late.values()) for report in reports)
-    evicted = sum(sum(report.evicted.values()) for report in reports)
-    pairs = sum(report.pairs for report in reports)
-    where = " (quarantine/late_arrivals)" if late else ""
-    return f"{len(reports)} batches: {arrivals} arrivals, {pairs} pairs, {late} late{where}, {evicted} evicted from state"
+@dataclass(frozen=True)
+class RunReport:
+    """What a run did: each batch it committed, in order, and the totals."""
+
+    batches: list[BatchReport]
+    interrupted: bool = False  # a follow stopped by a second signal, the batch under way abandoned
+
+    @property
+    def arrivals(self) -> int:
+        return sum(sum(batch.arrivals.values()) for batch in self.batches)
+
+    @property
+    def pairs(self) -> int:
+        return sum(batch.pairs for batch in self.batches)
+
+    @property
+    def late(self) -> int:
+        return sum(sum(batch.late.values()) for batch in self.batches)
+
+    @property
+    def evicted(self) -> int:
+        return sum(sum(batch.evicted.values()) for batch in self.batches)
+
+    def describe(self) -> str:
+        """One line for the whole run: what it joined, what it set aside as late, what it evicted."""
+        if not self.batches:
+            return "nothing pending: every arrival is already joined"
+        where = " (quarantine/late_arrivals)" if self.late else ""
+        return f"{len(self.batches)} batches: {self.arrivals} arrivals, {self.pairs} pairs, {self.late} late{where}, {self.evicted} evicted from state"
 
 
 def run(

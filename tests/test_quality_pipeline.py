@@ -96,7 +96,7 @@ def test_the_audit_finds_a_gold_row_corrupted_after_it_was_written(deltars, tmp_
     pipeline.run()
     config = Config()
     clean = audit(deltars, pipeline.warehouse, config, str(tmp_path / "docs"))
-    assert clean.passed and os.path.isfile(clean.docs)
+    assert clean.success and os.path.isfile(clean.docs)
 
     gold_path = pipeline.warehouse.gold
     (row,) = [row for row in read(gold_path) if row["r_id"] == "r1"]
@@ -105,7 +105,7 @@ def test_the_audit_finds_a_gold_row_corrupted_after_it_was_written(deltars, tmp_
     write_deltalake(gold_path, pa.Table.from_pylist([corrupted], schema), mode="append")
 
     found = audit(deltars, pipeline.warehouse, config, str(tmp_path / "docs"))
-    assert not found.passed
+    assert not found.success
     failed = {result.rule.name: result for result in found.results if not result.passed}
     assert set(failed) == {"gold_pair_unique", "gold_predicate_true", "gold_owner_consistent"}
     assert failed["gold_owner_consistent"].failing == ({"_r_id": "r1", "_s_id": "s1"},)

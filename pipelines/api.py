@@ -1,0 +1,375 @@
+"""lakejoin as a library: a ``Pipeline`` does in a caller's Spark session (a notebook's, a job's) what each ``lakejoin``
+command does in a session of its own. The CLI is a thin layer over it.
+
+Every method opens the warehouse afresh, as a command does: it checks the given config against the warehouse's
+recorded definition (pipelines/definition.py), picks the engine, then works. Errors are ``LakejoinError``: one line
+saying what is wrong and what to do, with nothing written. With a caller's session, the session's settings are as
+they were when each method returns.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from pipelines.config import Config, config_from, load_config
+from state.errors import LakejoinError
+
+if TYPE_CHECKING:  # Spark loads when a Pipeline is made, not when the CLI parses its arguments
+    from pyspark.sql import DataFrame, SparkSession
+
+    from expectations.audit import Audit
+    from pipelines.definition import Settled
+    from pipelines.ingest import IngestResult
+    from pipelines.silver import BatchReport, RunReport
+    from pipelines.status import WarehouseStatus
+    from state.engines import DeltaEngine
+    from state.layout import Warehouse
+    from state.relations import Relation
+
+# Set by Structured Streaming on the thread that runs a foreachBatch function: the query's id, which stays the same
+# across restarts from one checkpoint.
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+MIN_RETENTION_HOURS = 168
+# Calls in one process take turns (two streams' foreachBatch functions run on threads of their own): a call's session
+# settings, set and then put back, must not interleave with another's.
+_ONE_CALL_AT_A_TIME = threading.RLock()
+
+
+@dataclass(frozen=True)
+class _Opened:
+    """A warehouse opened for one call: its engine, its tables under the config in force, and that config."""
+
+    engine: DeltaEngine
+    warehouse: Warehouse
+    settled: Settled
+
+    @property
+    def config(self) -> Config:
+        return self.settled.config
+
+
+class Pipeline:
+    """A lakejoin warehouse and how it joins: the tables under ``warehouse`` (a folder, or a Unity Catalog schema
+    ``catalog.schema``), joined as ``config`` says.
+
+    ``config``: a YAML file's path, a mapping of the same settings, a ``Config``, or None for the warehouse's recorded
+    definition (the first config a warehouse is given is recorded; a later one that would change gold is refused).
+    ``spark``: the caller's session, used as it is; None uses the active session, else starts a local one, which
+    ``close`` (or leaving a ``with`` block) stops.
+    """
+
+    def __init__(self, warehouse: str, config: str | os.PathLike | Mapping | Config | None = None, spark: SparkSession | None = None, *, verbose: bool = False) -> None:
+        self.root = os.fspath(warehouse)
+        self._given = _config(config)
+        self._spark, self._verbose, self._owns_session = spark, verbose, False
+
+    @property
+    def spark(self) -> SparkSession:
+        """The session lakejoin computes with: the caller's, else the active one, else a local one started on first use."""
+        if self._spark is None:
+            from pyspark.sql import SparkSession
+
+            from pipelines.spark import get_spark
+
+            self._owns_session = SparkSession.getActiveSession() is None
+            self._spark = get_spark(verbose=self._verbose)
+        return self._spark
+
+    def __enter__(self) -> Pipeline:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the session lakejoin started for this pipeline; a caller's session is left running."""
+        if self._owns_session and self._spark is not None:
+            self._spark.stop()
+            self._spark, self._owns_session = None, False
+
+    def ingest(
+        self,
+        relation: str,
+        source: str | os.PathLike | Sequence[str | os.PathLike] | DataFrame,
+        *,
+        progress: Callable[[IngestResult], None] | None = None,
+    ) -> list[IngestResult]:
+        """Append raw arrivals to ``relation``'s bronze table: files (.jsonl, .csv, .parquet) in the order given, or a
+        Spark DataFrame of records (typed as it declares them, in its row order). A file ingested before adds nothing;
+        a file that cannot be read as a whole is refused in its result (``.refused``) and the next goes on."""
+        from pyspark.sql import DataFrame
+
+        if isinstance(source, DataFrame):
+            return [self._ingest_frame(relation, source)]
+        files = [os.fspath(source)] if isinstance(source, (str, os.PathLike)) else [os.fspath(file) for file in source]
+        if not files:
+            raise LakejoinError(f"nothing to ingest into {relation}: pass files or a DataFrame")
+        return self._ingesting(relation, lambda opened, rel: _files(opened, rel, files, progress))
+
+    def ingest_landing(
+        self, relation: str, folder: str, checkpoint: str | None = None, *, progress: Callable[[IngestResult], None] | None = None
+    ) -> list[IngestResult]:
+        """Ingest every file under ``folder`` not ingested yet (Auto Loader on Databricks, its checkpoint by default
+        under ``folder/_lakejoin_checkpoint``). A file refused as a whole is recorded and not tried again."""
+        from pipelines.landing import ingest_landing
+
+        def ingest(opened: _Opened, rel: Relation) -> list[IngestResult]:
+            results: list[IngestResult] = []
+            ingest_landing(opened.engine, opened.warehouse, rel, folder, checkpoint, _reporting(results, progress), opened.config.relations)
+            return results
+
+        return self._ingesting(relation, ingest)
+
+    def foreach_batch(self, relation: str) -> Callable[[DataFrame, int], None]:
+        """A function for ``writeStream.foreachBatch`` that lands each micro-batch of any Structured Streaming source
+        in ``relation``'s bronze, exactly once: a micro-batch replayed after a restart (same query, same batch id)
+        adds nothing. ``run`` joins what landed."""
+
+        def land_micro_batch(batch: DataFrame, batch_id: int) -> None:
+            query = batch.sparkSession.sparkContext.getLocalProperty(QUERY_ID_PROPERTY)
+            if query is None:
+                raise LakejoinError(f"foreach_batch({relation!r}) lands a stream's micro-batches: pass it to writeStream.foreachBatch")
+            label = f"stream:{query}/{batch_id}"
+            self._ingest_frame(relation, batch, label, hashlib.sha256(label.encode()).hexdigest())
+
+        return land_micro_batch
+
+    def run(
+        self,
+        max_batch_rows: int | None = None,
+        *,
+        follow: float | None = None,
+        wait: float = 0.0,
+        progress: Callable[[BatchReport], None] | None = None,
+    ) -> RunReport:
+        """Join every pending arrival in micro-batches of at most ``max_batch_rows`` (config ``max_batch_rows``), then
+        return what the batches did. Source tables' new versions are ingested first. ``follow``: keep looking for new
+        arrivals every so many seconds until SIGTERM or Ctrl-C, which let the batch under way commit. ``wait``: how
+        long to wait for another run holding the warehouse before raising ``WarehouseBusy``. A second signal abandons
+        the batch under way (the next run resumes it): the report says ``interrupted``."""
+        from pipelines.definition import recorder
+        from pipelines.follow import StopSignal
+        from pipelines.silver import RunReport
+        from state.lock import JOIN, hold
+
+        committed: list[BatchReport] = []
+        report, interrupted = _reporting(committed, progress), False
+        with self._session_kept("run"):
+            opened = self._open("run")
+            record = recorder(opened.engine, opened.warehouse, opened.settled)
+            config = opened.config.with_overrides(max_batch_rows=max_batch_rows)
+            with hold(opened.warehouse.root, JOIN, wait):
+                if follow is None:
+                    _join_pending(opened, config, report, lambda: False, record)
+                else:
+                    with StopSignal() as stop:
+                        try:
+                            while True:
+                                _join_pending(opened, config, report, stop.asked, record)
+                                if stop.wait(follow):
+                                    break
+                        except KeyboardInterrupt:  # a second signal: the work under way is abandoned
+                            interrupted = True
+                record()  # a run with nothing to write records the config it was given too
+        return RunReport(committed, interrupted)
+
+    def status(self) -> dict:
+        """Every table's version and rows, the last batch, pending arrivals and watermarks (``lakejoin status --json``)."""
+        return self.status_report().as_dict()
+
+    def status_report(self) -> WarehouseStatus:
+        """``status`` as an object: ``describe()`` is what ``lakejoin status`` prints, ``problem`` what is wrong."""
+        from pipelines.status import warehouse_status
+
+        with self._session_kept("status"):
+            opened = self._open("status")
+            return warehouse_status(opened.engine, opened.warehouse, opened.config)
+
+    def validate(self, docs: str | None = None) -> Audit:
+        """Every data-quality suite over the whole tables and gold reconciled against the batch join of bronze
+        (``lakejoin validate``); Data Docs go under ``docs`` (default ``<warehouse>/quality/gx``). The result has
+        ``success`` and ``failures``."""
+        from expectations.audit import audit
+
+        with self._session_kept("validate"):
+            opened = self._open("validate")
+            if docs is None and opened.warehouse.in_catalog:
+                raise LakejoinError("a Unity Catalog warehouse has no folder for Data Docs: pass docs= (e.g. a Volumes path)")
+            return audit(opened.engine, opened.warehouse, opened.config, docs or os.path.join(opened.warehouse.root, "quality", "gx"))
+
+    def table(self, name: str) -> DataFrame:
+        """A DataFrame of one of the warehouse's tables, by its name: ``gold``, ``bronze/r``, ``silver/r_state``,
+        ``quarantine/ingest``, ... (``gold`` is ``gold/join_results``)."""
+        with self._session_kept("status"):
+            opened = self._open("status")
+            tables = {opened.warehouse.name_of(path): path for path in opened.warehouse.tables()}
+            wanted = opened.warehouse.name_of(opened.warehouse.gold) if name == "gold" else name.replace("/", "_") if opened.warehouse.in_catalog else name
+            if wanted not in tables:
+                raise LakejoinError(f"no table {name!r} in {self.root}: use one of gold, {', '.join(sorted(tables))}")
+            frame = opened.engine.read(tables[wanted])
+            if frame is None:
+                raise LakejoinError(f"table {name!r} of {self.root} does not exist yet: it is written by the first ingest or run that has rows for it")
+            return frame
+
+    def maintain(self, retention_hours: int = MIN_RETENTION_HOURS) -> list[str]:
+        """OPTIMIZE every table (bronze sorted on arrival order), then VACUUM files no version of the last
+        ``retention_hours`` needs (at least 168); returns the tables maintained."""
+        from pipelines.definition import record
+        from pipelines.maintain import maintain
+        from state.lock import JOIN, hold
+
+        with self._session_kept("maintain"):
+            opened = self._open("maintain")
+            with hold(opened.warehouse.root, JOIN, wait_seconds=None):  # a rewrite must not race a batch's MERGE
+                maintained = maintain(opened.engine, opened.warehouse, retention_hours)
+            record(opened.engine, opened.warehouse, opened.settled)  # a maintain that fails leaves the definition as it was
+            return maintained
+
+    def reset(self) -> list[str]:
+        """Drop silver and gold (bronze stays) so the next run rebuilds them from bronze; returns the tables dropped."""
+        from pipelines.reset import reset
+        from state.lock import JOIN, hold
+
+        with self._session_kept("reset"):
+            opened = self._open("reset")
+            with hold(opened.warehouse.root, JOIN):
+                return reset(opened.engine, opened.warehouse)
+
+    def _ingest_frame(self, relation: str, frame: DataFrame, label: str | None = None, digest: str | None = None) -> IngestResult:
+        from pipelines.ingest import ingest_frame
+
+        def ingest(opened: _Opened, rel: Relation) -> list[IngestResult]:
+            table = opened.config.spec(rel.name).table
+            if table is not None:
+                raise LakejoinError(f"relation {rel.name} reads table {table} in place and takes no other records")
+            return [ingest_frame(opened.engine, opened.warehouse, rel, frame, opened.config.relations, label, digest)]
+
+        (result,) = self._ingesting(relation, ingest)
+        return result
+
+    def _ingesting(self, relation: str, ingest: Callable[[_Opened, Relation], list[IngestResult]]) -> list[IngestResult]:
+        """Run ``ingest`` on the opened warehouse under the ingest lock (ingests queue: each takes the next places in
+        the arrival order), the definition recorded before any row lands."""
+        from pipelines.definition import record
+        from state.lock import INGEST, hold
+        from state.relations import relation as named
+
+        with self._session_kept("ingest"), hold(self.root, INGEST, wait_seconds=None):
+            opened = self._open("ingest")
+            rel = named(relation, opened.warehouse.relations)  # an unknown relation is refused before anything is recorded
+            record(opened.engine, opened.warehouse, opened.settled)  # bronze's _id and _ts are derived under it
+            return ingest(opened, rel)
+
+    def _open(self, command: str) -> _Opened:
+        """The warehouse checked for ``command`` and the config in force: the one given, checked against the recorded
+        definition (which it may extend), else the recorded one. ``reset`` drops the tables of the recorded one."""
+        from pipelines.definition import Settled, in_force, recorded, settle
+        from state.checks import check_ingest_target, require_engine_for, require_warehouse
+        from state.engines import make_engine
+        from state.layout import Warehouse
+
+        given = self._given or Config()
+        creates = _creates(command, given)
+        warehouse, engine = Warehouse(self.root, given.joined), make_engine(self.spark, given.engine)
+        require_engine_for(warehouse, engine)
+        if creates:  # a warehouse is created in an empty folder only
+            check_ingest_target(engine, warehouse)
+        else:
+            require_warehouse(engine, warehouse)
+        if command == "reset":
+            current = in_force(recorded(engine, warehouse))
+            settled = Settled(self._given or current)
+            warehouse = replace(warehouse, relations=current.joined)
+        else:
+            settled = settle(engine, warehouse, self._given, command)
+            warehouse = replace(warehouse, relations=settled.config.joined)
+        if settled.config.engine not in ("auto", engine.name):
+            engine = make_engine(self.spark, settled.config.engine)
+            require_engine_for(warehouse, engine)
+        return _Opened(engine, warehouse, settled)
+
+    def _require_folder(self, command: str) -> None:
+        from state.lock import is_local
+
+        if not _creates(command, self._given or Config()) and is_local(self.root) and not os.path.isdir(self.root):
+            raise LakejoinError(f"no warehouse at {self.root}: land files there first with 'lakejoin ingest'")
+
+    @contextmanager
+    def _session_kept(self, command: str) -> Iterator[None]:
+        """A call's frame: a warehouse folder that is not there is refused before Spark starts; the session's settings
+        are as they were once the call returns (the Spark engine sets Delta's table defaults); a lakejoin error is
+        raised without the chain of Spark errors behind it."""
+        try:
+            self._require_folder(command)
+            spark = self.spark
+        except LakejoinError as exc:
+            raise exc.with_traceback(None) from None
+        with _ONE_CALL_AT_A_TIME:
+            before = dict(spark.conf.getAll)
+            try:
+                yield
+            except LakejoinError as exc:
+                exc.__cause__, exc.__suppress_context__ = None, True
+                raise exc.with_traceback(None) from None
+            finally:
+                after = dict(spark.conf.getAll)
+                for name in after.keys() - before.keys():
+                    spark.conf.unset(name)
+                for name, value in before.items():
+                    if after.get(name) != value:
+                        spark.conf.set(name, value)
+
+
+def _creates(command: str, config: Config) -> bool:
+    """Whether ``command`` may create the warehouse: an ingest, or a run whose relations read source tables (it
+    ingests their versions)."""
+    return command == "ingest" or (command == "run" and config.reads_tables)
+
+
+def _config(config: str | os.PathLike | Mapping | Config | None) -> Config | None:
+    if config is None or isinstance(config, Config):
+        return config
+    if isinstance(config, Mapping):
+        return config_from(dict(config), "config")
+    return load_config(os.fspath(config))
+
+
+def _reporting(into: list, progress: Callable | None) -> Callable:
+    """Collects what a step reports into ``into``, handing each to ``progress`` too."""
+
+    def report(item: object) -> None:
+        into.append(item)
+        if progress is not None:
+            progress(item)
+
+    return report
+
+
+def _files(opened: _Opened, rel: Relation, files: list[str], progress: Callable[[IngestResult], None] | None) -> list[IngestResult]:
+    from pipelines.ingest import ingest_files
+
+    table = opened.config.spec(rel.name).table
+    if table is not None:
+        raise LakejoinError(f"relation {rel.name} reads table {table} in place and takes no files: 'lakejoin run' joins what the table gains")
+    return ingest_files(opened.engine.spark, opened.engine, opened.warehouse, rel, files, opened.config.relations, progress or (lambda _: None))
+
+
+def _join_pending(opened: _Opened, config: Config, report: Callable, stop: Callable[[], bool], record: Callable[[], None]) -> None:
+    """Ingest the source tables' new versions, then join every pending arrival (unless ``stop`` says so); ``record``
+    records the definition before the first write."""
+    from pipelines.silver import run
+    from pipelines.sources import ingest_sources
+    from state.lock import INGEST, hold
+
+    if config.reads_tables:
+        record()
+        with hold(opened.warehouse.root, INGEST, wait_seconds=None):  # a source's rows take places in the arrival order
+            for result in ingest_sources(opened.engine, opened.warehouse, config.relations):
+                print(result.describe(), flush=True)
+    run(opened.engine, opened.warehouse, config, progress=report, stop=stop, before_writing=record)
