@@ -4,7 +4,7 @@ PYTHON ?= python3.11
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench-state bench-dq bench-peers bench-engines bench-memory bench-commit bench-sources bench-floors bench-nway bench-final
+.PHONY: demo test bench-state bench-dq bench-peers bench-engines bench-memory bench-commit bench-sources bench-floors bench-nway bench-final bench-api
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is required: install it, or pass PYTHON=/path/to/python3.11"; exit 1; }
@@ -48,6 +48,9 @@ bench-nway: $(STAMP)
 
 bench-final: $(STAMP)
 	$(VENV)/bin/python -m benchmarks.final
+
+bench-api: $(STAMP)
+	$(VENV)/bin/python -m benchmarks.api_vs_cli
 
 bench-commit: $(STAMP)
 	$(VENV)/bin/python -m benchmarks.delta_commit

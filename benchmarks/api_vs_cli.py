@@ -65,7 +65,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=200, help="records per relation (default 200)")
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds of each (default 3)")
-    parser.add_argument("--out", default="benchmarks/results/api_vs_cli.json")
+    parser.add_argument("--out", help="default benchmarks/results/api_vs_cli_<engine>.json")
     args = parser.parse_args()
 
     spark = get_spark()
@@ -92,7 +92,7 @@ def main() -> None:
         "cli_over_api": statistics.median(cli) / statistics.median(api),
     }
     print(f"{engine}: ingest of two files + run, CLI {result['cli_median_s']:.2f} s, API {result['api_median_s']:.2f} s (x{result['cli_over_api']:.1f})")
-    write_json(args.out, result)
+    write_json(args.out or f"benchmarks/results/api_vs_cli_{engine.replace('-', '')}.json", result)
 
 
 if __name__ == "__main__":
