@@ -86,7 +86,7 @@ def test_with_a_tolerance_the_left_variant_keeps_a_trade_without_a_recent_quote(
     unmatched = next(row for row in pipeline.gold_rows() if row["_r_id"] == "r4")
     assert (unmatched["r_id"], unmatched["s_id"], unmatched["s_ts"]) == ("r4", None, None)
     validated = audit(deltars, pipeline.warehouse, pipeline.config, str(tmp_path / "docs"))  # every rule and the reconciliation
-    assert validated.passed, validated.describe()
+    assert validated.success, validated.describe()
 
 
 @PROPERTY

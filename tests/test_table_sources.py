@@ -263,7 +263,7 @@ def test_a_five_line_config_joins_two_tables_from_the_command_line_then_status_a
     assert f"source S: {payments}: read up to version 1, 1 versions pending, 1 rows" in status, status
     # gold is reconciled with the tables at the versions joined: p3, not read yet, is not expected
     audited = audit(deltars, warehouse, given, str(tmp_path / "docs"))
-    assert audited.reconciliation is not None and audited.reconciliation.passed and audited.passed, audited.describe()
+    assert audited.reconciliation is not None and audited.reconciliation.passed and audited.success, audited.describe()
     assert audited.reconciliation.expected == 2
 
 
