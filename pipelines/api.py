@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from pipelines.config import Config, config_from, load_config
+from pipelines.maintain import SAFE_RETENTION_HOURS
 from state.errors import LakejoinError
 
 if TYPE_CHECKING:  # Spark loads when a Pipeline is made, not when the CLI parses its arguments
@@ -27,6 +28,7 @@ if TYPE_CHECKING:  # Spark loads when a Pipeline is made, not when the CLI parse
     from pipelines.definition import Settled
     from pipelines.ingest import IngestResult
     from pipelines.silver import BatchReport, RunReport
+    from pipelines.sources import SourceResult
     from pipelines.status import WarehouseStatus
     from state.engines import DeltaEngine
     from state.layout import Warehouse
@@ -35,10 +37,6 @@ if TYPE_CHECKING:  # Spark loads when a Pipeline is made, not when the CLI parse
 # Set by Structured Streaming on the thread that runs a foreachBatch function: the query's id, which stays the same
 # across restarts from one checkpoint.
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
-MIN_RETENTION_HOURS = 168
-# Calls in one process take turns (two streams' foreachBatch functions run on threads of their own): a call's session
-# settings, set and then put back, must not interleave with another's.
-_ONE_CALL_AT_A_TIME = threading.RLock()
 
 
 @dataclass(frozen=True)
@@ -73,12 +71,15 @@ class Pipeline:
     def spark(self) -> SparkSession:
         """The session lakejoin computes with: the caller's, else the active one, else a local one started on first use."""
         if self._spark is None:
+            from pyspark import SparkContext
             from pyspark.sql import SparkSession
 
             from pipelines.spark import get_spark
 
-            self._owns_session = SparkSession.getActiveSession() is None
-            self._spark = get_spark(verbose=self._verbose)
+            if SparkContext._active_spark_context is None:  # no Spark in this process yet, on any thread: lakejoin's own
+                self._spark, self._owns_session = get_spark(verbose=self._verbose), True
+            else:  # the process's session (another thread's), its settings untouched
+                self._spark = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
         return self._spark
 
     def __enter__(self) -> Pipeline:
@@ -136,7 +137,7 @@ class Pipeline:
             if query is None:
                 raise LakejoinError(f"foreach_batch({relation!r}) lands a stream's micro-batches: pass it to writeStream.foreachBatch")
             label = f"stream:{query}/{batch_id}"
-            self._ingest_frame(relation, batch, label, hashlib.sha256(label.encode()).hexdigest())
+            self._ingest_frame(relation, batch, label, hashlib.sha256(label.encode()).hexdigest(), batch.sparkSession)
 
         return land_micro_batch
 
@@ -146,21 +147,25 @@ class Pipeline:
         *,
         follow: float | None = None,
         wait: float = 0.0,
-        progress: Callable[[BatchReport], None] | None = None,
+        progress: Callable[[BatchReport | SourceResult], None] | None = None,
     ) -> RunReport:
         """Join every pending arrival in micro-batches of at most ``max_batch_rows`` (config ``max_batch_rows``), then
-        return what the batches did. Source tables' new versions are ingested first. ``follow``: keep looking for new
+        return what the batches did. Source tables' new versions are ingested first. ``progress`` hears of each source's
+        ingest and each batch as it commits. ``follow``: keep looking for new
         arrivals every so many seconds until SIGTERM or Ctrl-C, which let the batch under way commit. ``wait``: how
         long to wait for another run holding the warehouse before raising ``WarehouseBusy``. A second signal abandons
         the batch under way (the next run resumes it): the report says ``interrupted``."""
         from pipelines.definition import recorder
         from pipelines.follow import StopSignal
-        from pipelines.silver import RunReport
+        from pipelines.silver import BatchReport, RunReport
+        from pipelines.sources import SourceResult
         from state.lock import JOIN, hold
 
-        committed: list[BatchReport] = []
-        report, interrupted = _reporting(committed, progress), False
-        with self._session_kept("run"):
+        if follow is not None and not follow > 0:
+            raise LakejoinError(f"follow is the seconds between looks for new arrivals: a positive number, got {follow!r}")
+        done: list[BatchReport | SourceResult] = []
+        report, interrupted = _reporting(done, progress), False
+        with self._call("run"):
             opened = self._open("run")
             record = recorder(opened.engine, opened.warehouse, opened.settled)
             config = opened.config.with_overrides(max_batch_rows=max_batch_rows)
@@ -177,7 +182,7 @@ class Pipeline:
                         except KeyboardInterrupt:  # a second signal: the work under way is abandoned
                             interrupted = True
                 record()  # a run with nothing to write records the config it was given too
-        return RunReport(committed, interrupted)
+        return RunReport([item for item in done if isinstance(item, BatchReport)], interrupted, [item for item in done if isinstance(item, SourceResult)])
 
     def status(self) -> dict:
         """Every table's version and rows, the last batch, pending arrivals and watermarks (``lakejoin status --json``)."""
@@ -187,7 +192,7 @@ class Pipeline:
         """``status`` as an object: ``describe()`` is what ``lakejoin status`` prints, ``problem`` what is wrong."""
         from pipelines.status import warehouse_status
 
-        with self._session_kept("status"):
+        with self._call("status"):
             opened = self._open("status")
             return warehouse_status(opened.engine, opened.warehouse, opened.config)
 
@@ -197,7 +202,7 @@ class Pipeline:
         ``success`` and ``failures``."""
         from expectations.audit import audit
 
-        with self._session_kept("validate"):
+        with self._call("validate"):
             opened = self._open("validate")
             if docs is None and opened.warehouse.in_catalog:
                 raise LakejoinError("a Unity Catalog warehouse has no folder for Data Docs: pass docs= (e.g. a Volumes path)")
@@ -206,7 +211,7 @@ class Pipeline:
     def table(self, name: str) -> DataFrame:
         """A DataFrame of one of the warehouse's tables, by its name: ``gold``, ``bronze/r``, ``silver/r_state``,
         ``quarantine/ingest``, ... (``gold`` is ``gold/join_results``)."""
-        with self._session_kept("status"):
+        with self._call("status"):
             opened = self._open("status")
             tables = {opened.warehouse.name_of(path): path for path in opened.warehouse.tables()}
             wanted = opened.warehouse.name_of(opened.warehouse.gold) if name == "gold" else name.replace("/", "_") if opened.warehouse.in_catalog else name
@@ -217,14 +222,14 @@ class Pipeline:
                 raise LakejoinError(f"table {name!r} of {self.root} does not exist yet: it is written by the first ingest or run that has rows for it")
             return frame
 
-    def maintain(self, retention_hours: int = MIN_RETENTION_HOURS) -> list[str]:
+    def maintain(self, retention_hours: int = SAFE_RETENTION_HOURS) -> list[str]:
         """OPTIMIZE every table (bronze sorted on arrival order), then VACUUM files no version of the last
         ``retention_hours`` needs (at least 168); returns the tables maintained."""
         from pipelines.definition import record
         from pipelines.maintain import maintain
         from state.lock import JOIN, hold
 
-        with self._session_kept("maintain"):
+        with self._call("maintain"):
             opened = self._open("maintain")
             with hold(opened.warehouse.root, JOIN, wait_seconds=None):  # a rewrite must not race a batch's MERGE
                 maintained = maintain(opened.engine, opened.warehouse, retention_hours)
@@ -236,33 +241,37 @@ class Pipeline:
         from pipelines.reset import reset
         from state.lock import JOIN, hold
 
-        with self._session_kept("reset"):
+        with self._call("reset"):
             opened = self._open("reset")
             with hold(opened.warehouse.root, JOIN):
                 return reset(opened.engine, opened.warehouse)
 
-    def _ingest_frame(self, relation: str, frame: DataFrame, label: str | None = None, digest: str | None = None) -> IngestResult:
+    def _ingest_frame(
+        self, relation: str, frame: DataFrame, label: str | None = None, digest: str | None = None, stream_session: SparkSession | None = None
+    ) -> IngestResult:
+        """``ingest_frame`` under the ingest lock; a stream's micro-batch is written through the stream's own session
+        (``stream_session``), which gets the engine's settings too."""
         from pipelines.ingest import ingest_frame
 
         def ingest(opened: _Opened, rel: Relation) -> list[IngestResult]:
-            table = opened.config.spec(rel.name).table
-            if table is not None:
-                raise LakejoinError(f"relation {rel.name} reads table {table} in place and takes no other records")
             return [ingest_frame(opened.engine, opened.warehouse, rel, frame, opened.config.relations, label, digest)]
 
-        (result,) = self._ingesting(relation, ingest)
+        (result,) = self._ingesting(relation, ingest, *([] if stream_session is None else [stream_session]))
         return result
 
-    def _ingesting(self, relation: str, ingest: Callable[[_Opened, Relation], list[IngestResult]]) -> list[IngestResult]:
+    def _ingesting(self, relation: str, ingest: Callable[[_Opened, Relation], list[IngestResult]], *more_sessions: SparkSession) -> list[IngestResult]:
         """Run ``ingest`` on the opened warehouse under the ingest lock (ingests queue: each takes the next places in
         the arrival order), the definition recorded before any row lands."""
         from pipelines.definition import record
         from state.lock import INGEST, hold
         from state.relations import relation as named
 
-        with self._session_kept("ingest"), hold(self.root, INGEST, wait_seconds=None):
+        with self._call("ingest", *more_sessions), hold(self.root, INGEST, wait_seconds=None):
             opened = self._open("ingest")
             rel = named(relation, opened.warehouse.relations)  # an unknown relation is refused before anything is recorded
+            table = opened.config.spec(rel.name).table
+            if table is not None:
+                raise LakejoinError(f"relation {rel.name} reads table {table} in place and takes no files: 'lakejoin run' joins what the table gains")
             record(opened.engine, opened.warehouse, opened.settled)  # bronze's _id and _ts are derived under it
             return ingest(opened, rel)
 
@@ -301,29 +310,61 @@ class Pipeline:
             raise LakejoinError(f"no warehouse at {self.root}: land files there first with 'lakejoin ingest'")
 
     @contextmanager
-    def _session_kept(self, command: str) -> Iterator[None]:
-        """A call's frame: a warehouse folder that is not there is refused before Spark starts; the session's settings
-        are as they were once the call returns (the Spark engine sets Delta's table defaults); a lakejoin error is
-        raised without the chain of Spark errors behind it."""
+    def _call(self, command: str, *more_sessions: SparkSession) -> Iterator[None]:
+        """A call's frame: a warehouse folder that is not there is refused before Spark starts; the engine's settings
+        are on the session (and ``more_sessions``, a stream's) while the call runs and put back after the last call
+        in progress ends; a lakejoin error is raised without the chain of Spark errors behind it."""
         try:
             self._require_folder(command)
-            spark = self.spark
+            sessions = (self.spark, *more_sessions)
         except LakejoinError as exc:
-            raise exc.with_traceback(None) from None
-        with _ONE_CALL_AT_A_TIME:
-            before = dict(spark.conf.getAll)
+            raise exc from None
+        with _BORROWED.lent(sessions):
             try:
                 yield
             except LakejoinError as exc:
-                exc.__cause__, exc.__suppress_context__ = None, True
-                raise exc.with_traceback(None) from None
-            finally:
-                after = dict(spark.conf.getAll)
-                for name in after.keys() - before.keys():
-                    spark.conf.unset(name)
-                for name, value in before.items():
-                    if after.get(name) != value:
-                        spark.conf.set(name, value)
+                raise exc from None
+
+
+class _Borrowed:
+    """The engine's session settings (state/engines/spark_delta.py) on the sessions lakejoin borrows, while any call
+    uses them: set by the first call in progress, the caller's values put back by the last. Calls from several threads
+    (two streams' foreachBatch functions, a run) neither wait for each other nor undo each other's settings."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lent: dict[int, tuple[int, dict[str, str | None]]] = {}  # id(session) -> calls in progress, the caller's values
+
+    @contextmanager
+    def lent(self, sessions: Sequence[SparkSession]) -> Iterator[None]:
+        from state.engines.spark_delta import SESSION_SETTINGS
+
+        distinct = list({id(session): session for session in sessions}.values())
+        with self._lock:
+            for session in distinct:
+                calls, before = self._lent.get(id(session), (0, {}))
+                if not calls:
+                    before = {name: session.conf.get(name, None) for name in SESSION_SETTINGS}
+                    for name, value in SESSION_SETTINGS.items():
+                        session.conf.set(name, value)
+                self._lent[id(session)] = (calls + 1, before)
+        try:
+            yield
+        finally:
+            with self._lock:
+                for session in distinct:
+                    calls, before = self._lent.pop(id(session))
+                    if calls > 1:
+                        self._lent[id(session)] = (calls - 1, before)
+                        continue
+                    for name, value in before.items():
+                        if value is None:
+                            session.conf.unset(name)
+                        else:
+                            session.conf.set(name, value)
+
+
+_BORROWED = _Borrowed()
 
 
 def _creates(command: str, config: Config) -> bool:
@@ -354,15 +395,12 @@ def _reporting(into: list, progress: Callable | None) -> Callable:
 def _files(opened: _Opened, rel: Relation, files: list[str], progress: Callable[[IngestResult], None] | None) -> list[IngestResult]:
     from pipelines.ingest import ingest_files
 
-    table = opened.config.spec(rel.name).table
-    if table is not None:
-        raise LakejoinError(f"relation {rel.name} reads table {table} in place and takes no files: 'lakejoin run' joins what the table gains")
     return ingest_files(opened.engine.spark, opened.engine, opened.warehouse, rel, files, opened.config.relations, progress or (lambda _: None))
 
 
 def _join_pending(opened: _Opened, config: Config, report: Callable, stop: Callable[[], bool], record: Callable[[], None]) -> None:
-    """Ingest the source tables' new versions, then join every pending arrival (unless ``stop`` says so); ``record``
-    records the definition before the first write."""
+    """Ingest the source tables' new versions, then join every pending arrival (unless ``stop`` says so), handing
+    ``report`` each source's result and each batch's; ``record`` records the definition before the first write."""
     from pipelines.silver import run
     from pipelines.sources import ingest_sources
     from state.lock import INGEST, hold
@@ -371,5 +409,5 @@ def _join_pending(opened: _Opened, config: Config, report: Callable, stop: Calla
         record()
         with hold(opened.warehouse.root, INGEST, wait_seconds=None):  # a source's rows take places in the arrival order
             for result in ingest_sources(opened.engine, opened.warehouse, config.relations):
-                print(result.describe(), flush=True)
+                report(result)
     run(opened.engine, opened.warehouse, config, progress=report, stop=stop, before_writing=record)

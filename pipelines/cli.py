@@ -15,6 +15,7 @@ if TYPE_CHECKING:  # Spark loads only for the commands that need it, so --help a
     from pipelines.api import Pipeline
     from pipelines.ingest import IngestResult
     from pipelines.silver import BatchReport
+    from pipelines.sources import SourceResult
 
 
 DEFAULT_TRIGGER = 10.0  # seconds between two looks for new arrivals of 'run --follow'
@@ -164,8 +165,8 @@ def _ingest(args: argparse.Namespace, pipeline: Pipeline) -> int:
 
 
 def _run(args: argparse.Namespace, pipeline: Pipeline) -> int:
-    def show(batch: BatchReport) -> None:
-        print(batch.describe(), flush=True)
+    def show(done: BatchReport | SourceResult) -> None:
+        print(done.describe(), flush=True)
 
     follow = (args.trigger or DEFAULT_TRIGGER) if args.follow else None
     report = pipeline.run(args.max_batch_rows, follow=follow, wait=args.wait, progress=show)

@@ -1,4 +1,4 @@
-"""Bronze ingest: raw files (JSON Lines, CSV, Parquet) appended to ``bronze/<relation>``.
+"""Bronze ingest: raw files (JSON Lines, CSV, Parquet) or a DataFrame's records appended to ``bronze/<relation>``.
 
 Bronze keeps the user's columns, typed, and adds what lakejoin derives: each record's id as text (``_id``,
 from the configured id columns), its event time on the integer axis (``_ts``), its place in the global
@@ -6,7 +6,8 @@ arrival order (``_arrival_seq``, across all relations) and where it came from (f
 the mapping or a column's type go to the quarantine table with a reason; the rest of the file still lands.
 A file already ingested adds nothing, and a record whose id exists with other content is quarantined as a
 conflict. A file that cannot be read as a whole (not the format its name says, a header naming a column twice)
-is refused in one line with nothing of it written; column names are data (state/names.py).
+is refused in one line with nothing of it written; column names are data (state/names.py). Parsing is
+pipelines/parse.py, typing and classifying pipelines/classify.py; this module writes and logs.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from pyspark.sql import functions as F
 
 from pipelines.classify import classify, configured_types
 from pipelines.parse import Parsed, check_format, firsts, format_of, numbered, parse_file, parse_frame, stored_columns
-from state.engines import DeltaEngine
+from state.engines import DeltaEngine, Txn
 from state.errors import FileRefused, LakejoinError
 from state.faults import step
 from state.layout import Warehouse
@@ -297,8 +298,9 @@ def land(
             engine.append(warehouse.bronze(source.relation), _bronze_rows(classified, source, accepted_blocks, first_seq))
         except _UNREADABLE + (LakejoinError,) as exc:
             raise refuse(exc) from exc
-    if quarantined:
-        engine.append(warehouse.quarantine, _quarantine_rows(classified, source))
+    if quarantined:  # once per input: a retry of an ingest that died before its log row finds this write recorded
+        txn = None if digest is None else Txn(f"lakejoin-ingest:{source.relation.name}:{digest}", 1)
+        engine.append(warehouse.quarantine, _quarantine_rows(classified, source), txn)
     with step("ingest_log"):
         log_ingest(engine, warehouse, source, digest, landed, quarantined, duplicates, first_seq, skipped=skipped)
     return landed, quarantined, duplicates

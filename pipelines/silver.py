@@ -73,6 +73,7 @@ class RunReport:
 
     batches: list[BatchReport]
     interrupted: bool = False  # a follow stopped by a second signal, the batch under way abandoned
+    sources: list = field(default_factory=list)  # each source table's ingest (pipelines/sources.py SourceResult)
 
     @property
     def arrivals(self) -> int:

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipelines.config import Config
-from pipelines.silver import summarize
+from pipelines.silver import RunReport
 from pipelines.status import warehouse_status
 from state.relations import R
 from tests.helpers import Pipeline
@@ -81,7 +81,7 @@ def test_a_late_record_is_kept_with_its_reason_watermark_and_batch(deltars, tmp_
     assert (late["id"], late["ts"], late["relation"], late["watermark"], late["batch_id"]) == ("r14", 14, "r", 15, 2)
     assert late["reason"] == "ts below the watermark of R (newest R ts seen minus allowed lateness 5)"
     assert reports[-1].late == {"r": 1, "s": 0}  # S has no lateness: s0 is never late
-    assert "1 late" in summarize(reports)
+    assert "1 late" in RunReport(reports).describe()
     status = warehouse_status(pipeline.engine, pipeline.warehouse, pipeline.config)
     assert (status.late, status.watermarks, status.bounded) == (1, {"r": 15}, False)
     assert "stores keep full history" in status.describe()

@@ -10,6 +10,7 @@ from pyspark.sql import DataFrame
 
 from pipelines import ingest
 from state.errors import LakejoinError
+from state.faults import CRASH_AT, InjectedCrash
 from tests.helpers import Pipeline
 
 
@@ -122,6 +123,23 @@ def test_ingesting_the_same_file_twice_adds_nothing(pipeline):
     assert (first.landed, first.quarantined) == (1, 1)
     assert second.already_ingested and "nothing added" in second.describe()
     assert {p: pipeline.engine.version(p) for p in versions} == versions
+
+
+def test_an_ingest_that_died_before_its_log_row_lands_what_is_missing_when_tried_again(pipeline, monkeypatch):
+    """Bronze and the quarantine are written before the ingest log: a retry skips the rows bronze has as duplicates
+    and finds its quarantine write recorded, so each row is kept once."""
+    path = pipeline.write_file([{"id": "a", "ts": 1, "key": "k"}, "garbage", {"id": "b", "ts": 2, "key": "k"}])
+    monkeypatch.setenv(CRASH_AT, "before:ingest_log")
+    with pytest.raises(InjectedCrash):
+        pipeline.ingest("r", path)
+    monkeypatch.delenv(CRASH_AT)
+    again = pipeline.ingest("r", path)
+
+    assert (again.landed, again.quarantined, again.duplicates) == (0, 1, 2)
+    assert sorted(row.id for row in bronze(pipeline, "r").collect()) == ["a", "b"]
+    assert quarantined(pipeline) == [(2, "unparsable line")]
+    (logged,) = pipeline.engine.read(pipeline.warehouse.ingest_log).collect()
+    assert (logged.seq_from, logged.seq_to) == (3, 2)  # it covers the places its first try took: 1 and 2
 
 
 def test_repeated_records_are_skipped_and_conflicting_ids_quarantined(pipeline):

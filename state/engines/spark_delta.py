@@ -42,6 +42,8 @@ MATERIALIZE_SOURCE = "spark.databricks.delta.merge.materializeSource"
 AUTO_MERGE = "spark.databricks.delta.schema.autoMerge.enabled"
 # Tables must stay writable by delta-rs too (docs/design.md section 5): no deletion vectors.
 NO_DELETION_VECTORS = "spark.databricks.delta.properties.defaults.enableDeletionVectors"
+# What the engine sets on the session it is given (pipelines/api.py puts a caller's values back once its calls end).
+SESSION_SETTINGS = {NO_DELETION_VECTORS: "false"}
 
 
 class SparkDeltaEngine:
@@ -57,7 +59,8 @@ class SparkDeltaEngine:
         # (table, column) -> (table id, version, maximum): the last aggregate asked of each table. A snapshot never
         # changes, so asking again at the same version (each batch's plan, each ingest) needs no Spark job.
         self._maxima: dict[tuple[str, str], tuple[str, int, int | None]] = {}
-        spark.conf.set(NO_DELETION_VECTORS, "false")
+        for name, value in SESSION_SETTINGS.items():
+            spark.conf.set(name, value)
 
     def _exists(self, table: str) -> bool:
         return self._snapshot(table) is not None
@@ -293,7 +296,7 @@ class SparkDeltaEngine:
         """A session of its own for one command's settings (a MERGE's app transaction is a session setting), so
         commands on different tables can run at once without seeing each other's settings."""
         session = self.spark.newSession()
-        for name, value in {NO_DELETION_VECTORS: "false", **confs}.items():
+        for name, value in {**SESSION_SETTINGS, **confs}.items():
             session.conf.set(name, value)
         return session
 
