@@ -3,13 +3,12 @@ command does in a session of its own. The CLI is a thin layer over it.
 
 Every method opens the warehouse afresh, as a command does: it checks the given config against the warehouse's
 recorded definition (pipelines/definition.py), picks the engine, then works. Errors are ``LakejoinError``: one line
-saying what is wrong and what to do, with nothing written. With a caller's session, the session's settings are as
-they were when each method returns.
+saying what is wrong and what to do, with nothing written. With a caller's session, the one setting the engine needs
+is lent while calls are in progress and the caller's value put back after the last.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -34,10 +33,6 @@ if TYPE_CHECKING:  # Spark loads when a Pipeline is made, not when the CLI parse
     from state.layout import Warehouse
     from state.relations import Relation
 
-# Set by Structured Streaming on the thread that runs a foreachBatch function: the query's id, which stays the same
-# across restarts from one checkpoint.
-QUERY_ID_PROPERTY = "sql.streaming.queryId"
-
 
 @dataclass(frozen=True)
 class _Opened:
@@ -58,7 +53,7 @@ class Pipeline:
 
     ``config``: a YAML file's path, a mapping of the same settings, a ``Config``, or None for the warehouse's recorded
     definition (the first config a warehouse is given is recorded; a later one that would change gold is refused).
-    ``spark``: the caller's session, used as it is; None uses the active session, else starts a local one, which
+    ``spark``: the caller's session, used as it is; None uses the process's session, else starts a local one, which
     ``close`` (or leaving a ``with`` block) stops.
     """
 
@@ -129,15 +124,12 @@ class Pipeline:
 
     def foreach_batch(self, relation: str) -> Callable[[DataFrame, int], None]:
         """A function for ``writeStream.foreachBatch`` that lands each micro-batch of any Structured Streaming source
-        in ``relation``'s bronze, exactly once: a micro-batch replayed after a restart (same query, same batch id)
-        adds nothing. ``run`` joins what landed."""
+        in ``relation``'s bronze, exactly once: a micro-batch replayed after a restart holds the same records, and a
+        DataFrame whose records were ingested before adds nothing (as a file whose content was). ``run`` joins what
+        landed."""
 
         def land_micro_batch(batch: DataFrame, batch_id: int) -> None:
-            query = batch.sparkSession.sparkContext.getLocalProperty(QUERY_ID_PROPERTY)
-            if query is None:
-                raise LakejoinError(f"foreach_batch({relation!r}) lands a stream's micro-batches: pass it to writeStream.foreachBatch")
-            label = f"stream:{query}/{batch_id}"
-            self._ingest_frame(relation, batch, label, hashlib.sha256(label.encode()).hexdigest(), batch.sparkSession)
+            self._ingest_frame(relation, batch, f"foreachBatch:{relation}/{batch_id}", batch.sparkSession)
 
         return land_micro_batch
 
@@ -246,15 +238,13 @@ class Pipeline:
             with hold(opened.warehouse.root, JOIN):
                 return reset(opened.engine, opened.warehouse)
 
-    def _ingest_frame(
-        self, relation: str, frame: DataFrame, label: str | None = None, digest: str | None = None, stream_session: SparkSession | None = None
-    ) -> IngestResult:
+    def _ingest_frame(self, relation: str, frame: DataFrame, label: str | None = None, stream_session: SparkSession | None = None) -> IngestResult:
         """``ingest_frame`` under the ingest lock; a stream's micro-batch is written through the stream's own session
         (``stream_session``), which gets the engine's settings too."""
         from pipelines.ingest import ingest_frame
 
         def ingest(opened: _Opened, rel: Relation) -> list[IngestResult]:
-            return [ingest_frame(opened.engine, opened.warehouse, rel, frame, opened.config.relations, label, digest)]
+            return [ingest_frame(opened.engine, opened.warehouse, rel, frame, opened.config.relations, label)]
 
         (result,) = self._ingesting(relation, ingest, *([] if stream_session is None else [stream_session]))
         return result

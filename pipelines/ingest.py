@@ -213,34 +213,46 @@ def ingest_frame(
     frame: DataFrame,
     specs: dict[str, RelationSpec] | None = None,
     label: str | None = None,
-    digest: str | None = None,
 ) -> IngestResult:
     """Ingest the records of a DataFrame (a notebook's, a stream's micro-batch) as those of a Parquet file: typed as
-    it declares them, arriving in its own row order, quarantined and skipped as duplicates by the same rules.
+    it declares them, arriving in its own row order, quarantined and skipped as duplicates by the same rules; and, as
+    a file whose content was ingested before, a frame whose records were (a micro-batch replayed after a restart)
+    adds nothing.
 
-    ``label`` is the source bronze and the quarantine record for its rows (default ``dataframe:<ingest id>``).
-    ``digest`` names the frame's content in the ingest log: a frame with a digest logged before adds nothing (a
-    replayed micro-batch). The frame is cached for the ingest, so its rows are numbered and classified once
-    whatever its source computes: it should be a batch's worth, as a stream's micro-batch is."""
+    ``label`` is the source bronze and the quarantine record for its rows (default ``dataframe:<ingest id>``). The
+    frame is cached for the ingest, so its rows are fingerprinted, numbered and classified once whatever its source
+    computes: it should be a batch's worth, as a stream's micro-batch is."""
     specs = specs or default_specs()
-    if digest is not None:
-        logged = _logged(engine, warehouse, rel, digest)
-        if logged is not None and logged.ingested:
-            return IngestResult(label or "dataframe", rel.name, already_ingested=True)
-    ingest_id = str(uuid.uuid4())
-    label = label or f"dataframe:{ingest_id}"
-    source = Provenance(rel, label, ingest_id, datetime.now(timezone.utc), F.lit(label), F.col("_source_line"), F.lit(None).cast("long"))
     columns = frame.columns
     cached = frame.persist(StorageLevel.MEMORY_AND_DISK)
     try:
+        stored_columns(columns)  # a reserved or repeated name is refused before the frame is read
+        digest = frame_digest(cached)
+        logged = _logged(engine, warehouse, rel, digest)
+        if logged is not None and logged.ingested:
+            return IngestResult(label or "dataframe", rel.name, already_ingested=True)
+        ingest_id = str(uuid.uuid4())
+        label = label or f"dataframe:{ingest_id}"
+        source = Provenance(rel, label, ingest_id, datetime.now(timezone.utc), F.lit(label), F.col("_source_line"), F.lit(None).cast("long"))
+
         def parsed() -> Parsed:
-            stored_columns(columns)  # a reserved or repeated name is refused before the frame is read
             return parse_frame(numbered(cached, FRAME_ROW), columns, F.col(FRAME_ROW) + 1)
 
         landed, quarantined, duplicates = _classify_and_land(engine, warehouse, rel, specs, parsed, source, digest, label, False)
     finally:
         cached.unpersist()
     return IngestResult(label, rel.name, landed, quarantined, duplicates)
+
+
+def frame_digest(frame: DataFrame) -> str:
+    """What the ingest log names a DataFrame's content by, as a file's SHA-256 names a file's: the SHA-256 of its
+    records' count and two sums of per-record hashes, so the same records give the same digest whatever their order
+    or partitioning (a micro-batch replayed after a restart). One small job over the frame."""
+    record = F.to_json(F.struct(*[column(name) for name in frame.columns]))  # JSON: hashable whatever the types (maps too)
+    fingerprint = frame.agg(
+        F.count(F.lit(1)), F.sum(F.xxhash64(record).cast("decimal(38,0)")), F.sum(F.hash(record).cast("decimal(38,0)"))
+    ).first()
+    return hashlib.sha256(f"dataframe {list(frame.columns)} {[str(value) for value in fingerprint]}".encode()).hexdigest()
 
 
 def _classify_and_land(
