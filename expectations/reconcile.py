@@ -9,8 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import reduce
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import ArrayType, DataType, MapType, StructType
 
 from expectations.batch import row_key
 from pipelines.config import Config
@@ -147,5 +148,34 @@ def reconcile(expected: DataFrame, gold: DataFrame) -> Reconciliation:
     types = dict(expected.dtypes)
     actual = actual.select(*[column(name) if name in actual.columns else F.lit(None).cast(types[name]).alias(name) for name in expected.columns],
                            *[column(name) for name in actual.columns if name not in types])
+    expected, actual = comparable(expected), comparable(actual)
     missing, extra = expected.exceptAll(actual), actual.exceptAll(expected)
     return Reconciliation(expected.count(), actual.count(), missing, extra, missing.count(), extra.count())
+
+
+def comparable(frame: DataFrame) -> DataFrame:
+    """``frame`` with each map (at any depth) as the sorted array of its entries: Spark compares no maps in set
+    operations, and two maps of the same entries are equal whatever order they were built in."""
+    if not any(_holds_map(field.dataType) for field in frame.schema.fields):
+        return frame
+    return frame.select(*[_map_free(column(field.name), field.dataType).alias(field.name) for field in frame.schema.fields])
+
+
+def _holds_map(kind: DataType) -> bool:
+    if isinstance(kind, MapType):
+        return True
+    if isinstance(kind, ArrayType):
+        return _holds_map(kind.elementType)
+    return isinstance(kind, StructType) and any(_holds_map(field.dataType) for field in kind.fields)
+
+
+def _map_free(value: Column, kind: DataType) -> Column:
+    if not _holds_map(kind):
+        return value
+    if isinstance(kind, MapType):
+        entries = F.map_entries(F.transform_values(value, lambda _, inner: _map_free(inner, kind.valueType)))
+        return F.array_sort(entries)
+    if isinstance(kind, ArrayType):
+        return F.transform(value, lambda inner: _map_free(inner, kind.elementType))
+    fields = [_map_free(value.getField(field.name), field.dataType).alias(field.name) for field in kind.fields]  # type: ignore[attr-defined]
+    return F.when(value.isNull(), F.lit(None)).otherwise(F.struct(*fields))
