@@ -20,7 +20,7 @@ from expectations.frames import DERIVED_PREFIX, without_checks
 from expectations.rules import RULES, Rule
 from expectations.runner import RuleResult, Validator
 from pipelines.config import Config
-from state.engines import Data
+from state.engines import Data, as_frame
 from state.errors import LakejoinError
 from state.names import column
 from state.phases import timed
@@ -96,7 +96,7 @@ class BatchChecks:
         """``rows`` without those ``result`` names, and those rows as ``quarantine/expectations`` keeps them.
         Done in Spark whatever ``rows`` are: it only happens when a rule breaks."""
         spark = self.validator.spark
-        frame = rows if isinstance(rows, DataFrame) else spark.createDataFrame(rows)
+        frame = as_frame(spark, rows)
         keyed = frame.withColumn(ROW_KEY, row_key(keys))
         failing = [("|".join(NULL_KEY if row[key] is None else str(row[key]) for key in keys),) for row in result.failing]
         wanted = F.broadcast(spark.createDataFrame(failing, f"{ROW_KEY} string"))

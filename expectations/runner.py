@@ -21,6 +21,7 @@ from great_expectations.expectations.expectation_configuration import Expectatio
 from pyspark.sql import DataFrame, SparkSession
 
 from expectations.rules import Rule
+from state.engines import as_frame
 
 EXAMPLES = 5  # failing row keys kept per rule in dq_results and error messages
 
@@ -122,7 +123,7 @@ def _needed(rows: pa.Table | DataFrame, keys: list[str], rules: list[tuple[Rule,
 def _frame(spark: SparkSession, rows: pa.Table | DataFrame, engine: str) -> Any:
     if engine == "pandas":
         return rows.to_pandas() if isinstance(rows, pa.Table) else rows.toArrow().to_pandas()
-    return spark.createDataFrame(rows) if isinstance(rows, pa.Table) else rows
+    return as_frame(spark, rows)
 
 
 def _result(rule: Rule, table: str, policy: str, result: Any, keys: list[str], total: int) -> RuleResult:

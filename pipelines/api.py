@@ -66,12 +66,12 @@ class Pipeline:
     def spark(self) -> SparkSession:
         """The session lakejoin computes with: the caller's, else the active one, else a local one started on first use."""
         if self._spark is None:
-            from pyspark import SparkContext
             from pyspark.sql import SparkSession
 
             from pipelines.spark import get_spark
+            from state.engines.jvm import classic_spark_running
 
-            if SparkContext._active_spark_context is None:  # no Spark in this process yet, on any thread: lakejoin's own
+            if not classic_spark_running():  # no Spark in this process yet, on any thread: lakejoin's own (or a Connect client)
                 self._spark, self._owns_session = get_spark(verbose=self._verbose), True
             else:  # the process's session (another thread's), its settings untouched
                 self._spark = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()

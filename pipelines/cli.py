@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -36,6 +37,14 @@ def _parser() -> argparse.ArgumentParser:
             help="YAML config (README: Config); the first one given is kept in the warehouse and used when none is given",
         )
         sub.add_argument("--verbose", action="store_true", help="show Spark's start-up lines and PySpark's error log")
+        sub.add_argument(
+            "--master", metavar="URL",
+            help="the Spark master to start lakejoin's session on (spark://host:7077; default: LAKEJOIN_MASTER, else local[2])",
+        )
+        sub.add_argument(
+            "--remote", metavar="URL",
+            help="run as a client of the Spark Connect server at URL (sc://host:15002; default: SPARK_REMOTE, else a local Spark)",
+        )
         return sub
 
     ingest = command("ingest", "append raw arrivals (.jsonl, .csv, .parquet) to a relation's bronze table (bronze/NAME)")
@@ -113,6 +122,10 @@ def _seconds(text: str) -> float:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.remote:
+        os.environ["SPARK_REMOTE"] = args.remote  # where pipelines/spark.py, and PySpark itself, look for the server
+    if args.master:
+        os.environ["LAKEJOIN_MASTER"] = args.master  # where pipelines/spark.py looks for it
     try:
         given = load_config(args.config) if args.config else None  # a bad config fails before Spark starts
         if args.command == "demo":

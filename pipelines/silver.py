@@ -29,7 +29,7 @@ from state.batch_log import BatchLog, BatchOutcome, BatchPlan, LogTail
 from state.bounds import advance, late_rows, split_late
 from state.buffers import BufferUpdate, read_sides, update_buffers
 from state.checks import check_consistency
-from state.engines import Data, DeltaEngine, Txn
+from state.engines import Data, DeltaEngine, Txn, as_frame
 from state.errors import LakejoinError
 from state.event_time import render_span
 from state.faults import step
@@ -198,7 +198,7 @@ def _execute(
     late = {rel: parts[1] for rel, parts in split.items()}
     # Local relations: Spark knows their size and broadcasts them into the joins.
     spec = config.join_spec
-    sides = read_sides(engine, plan, spec.state_tables(warehouse), {rel: engine.spark.createDataFrame(t) for rel, t in on_time.items()})
+    sides = read_sides(engine, plan, spec.state_tables(warehouse), {rel: as_frame(engine.spark, t) for rel, t in on_time.items()})
     projection = Projection({rel.name: data_columns(arrived[rel].column_names) for rel in relations}, config.select)
     after = advance(plan.watermarks, on_time, config.allowed_lateness)
     tuples = _pairs(sides, config.join_condition, projection, plan)  # a plan: an as-of join never runs it

@@ -15,20 +15,19 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from pipelines.classify import classify
 from pipelines.ingest import Provenance, land, last_arrival_seq, log_ingest
 from pipelines.parse import Parsed
-from state.engines import Actions, DeltaEngine
+from state.engines import Actions, DeltaEngine, as_frame
+from state.engines.delta_log import data_file
 from state.errors import LakejoinError
 from state.layout import Warehouse
 from state.names import column
@@ -206,11 +205,11 @@ def _file_rows(engine: DeltaEngine, root: str, schema: StructType, files: list[t
     stored = StructType([field for field in kept if field.name not in partitions])
     catalog = spark.createDataFrame(
         [(path.rsplit("/", 1)[-1], ordinal, version, path, *[(add.get("partitionValues") or {}).get(p) for p in partitions])
-         for ordinal, (version, add) in enumerate(files) for path in [_full_path(root, add["path"])]],
+         for ordinal, (version, add) in enumerate(files) for path in [data_file(root, add["path"])]],
         StructType([StructField("_file_name", StringType()), StructField("_ordinal", LongType()), StructField("_source_version", LongType()),
                     StructField("_source_file", StringType()), *[StructField(f"_partition_{i}", StringType()) for i in range(len(partitions))]]),
     )
-    read = spark.read.schema(stored).parquet(*[_full_path(root, add["path"]) for _, add in files])
+    read = spark.read.schema(stored).parquet(*[data_file(root, add["path"]) for _, add in files])
     located = read.select("*", F.col("_metadata.file_name").alias("_file_name"), F.col("_metadata.row_index").alias("_row_index"))
     joined = located.join(F.broadcast(catalog), "_file_name")
     values = [
@@ -260,8 +259,7 @@ def arrivals_with_source_columns(engine: DeltaEngine, table: str, pointers: pa.T
     files = sorted(set(pointers.column("_source_file").to_pylist())) if pointers.num_rows else []
     _require_distinct_names(table, files)
     try:
-        frame = engine.spark.createDataFrame(pointers) if pointers.num_rows else engine.spark.createDataFrame([], from_arrow_schema(pointers.schema))
-        rows = with_source_columns(engine, table, frame, max(versions, default=None), files).toArrow()
+        rows = with_source_columns(engine, table, as_frame(engine.spark, pointers), max(versions, default=None), files).toArrow()
     except (PySparkException, Py4JJavaError) as exc:
         raise _read_failure(table)(exc) from exc
     if rows.num_rows != pointers.num_rows:  # every pointer names one row: anything else would join a row twice, or not at all
@@ -278,11 +276,6 @@ def _schema_at(engine: DeltaEngine, table: str, version: int | None) -> StructTy
     if schema is None:
         raise LakejoinError(f"source table {table} does not exist any more")
     return schema
-
-
-def _full_path(root: str, path: str) -> str:
-    """A data file named in the log (relative or an absolute URI, percent-encoded either way) as Spark reads it."""
-    return unquote(path) if urlparse(path).scheme else f"{root.rstrip('/')}/{unquote(path)}"
 
 
 def _require_distinct_names(table: str, paths: list[str]) -> None:

@@ -1,8 +1,9 @@
-"""The Spark session lakejoin computes with: the ambient one on a cluster, else a local one.
+"""The Spark session lakejoin computes with: the ambient one on a cluster, a Spark Connect server's, else a local one.
 
 A local session gets Delta Lake (for the ``spark`` engine) from a folder of its JVM jars named by
 ``LAKEJOIN_DELTA_JARS``; without one it has no Delta and lakejoin uses delta-rs. On Databricks the
-runtime's session already has Delta and is used as it is.
+runtime's session already has Delta and is used as it is. ``SPARK_REMOTE`` (or ``remote``) names a Spark Connect
+server (``sc://host:15002``; Databricks Connect's URL): lakejoin is then its client and starts no JVM.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from state.errors import LakejoinError
 
 MIN_JAVA = 17
 DELTA_JARS = "LAKEJOIN_DELTA_JARS"
+REMOTE = "SPARK_REMOTE"
+MASTER = "LAKEJOIN_MASTER"  # the master lakejoin starts its session on: local[2] by default, spark://host:7077 for a cluster
+LOCAL = "local[2]"
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 # The driver JVM's log4j2 configuration unless get_spark(verbose=True): errors only, no start-up chatter.
 QUIET_LOG4J = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2-quiet.properties")
@@ -57,10 +61,13 @@ def delta_jars(folder: str | None) -> list[str]:
     return jars
 
 
-def local_conf(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """A local session's settings: lakejoin's defaults, Delta on the driver class path when its jars are named."""
+def local_conf(extra: dict[str, str] | None = None, master: str = LOCAL) -> dict[str, str]:
+    """The settings of a session lakejoin starts: its defaults, and Delta when its jars are named: on the driver's class
+    path in local mode, shipped to the executors with ``spark.jars`` on a cluster (as ``spark-submit --jars`` does)."""
     jars = delta_jars(os.environ.get(DELTA_JARS))
-    delta = {"spark.driver.extraClassPath": os.pathsep.join(jars), **DELTA_CONF} if jars else {}
+    on_cluster = not master.startswith("local")
+    placed = {"spark.jars": ",".join(jars)} if on_cluster else {"spark.driver.extraClassPath": os.pathsep.join(jars)}
+    delta = {**placed, **DELTA_CONF} if jars else {}
     return {**LOCAL_CONF, **delta, **(extra or {})}
 
 
@@ -96,23 +103,44 @@ def _quiet_python_loggers() -> None:
         PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
 
 
-def get_spark(master: str = "local[2]", conf: dict[str, str] | None = None, app_name: str = "lakejoin", verbose: bool = False) -> SparkSession:
-    """The active session if there is one (Databricks, tests), else a local one tuned for small batches.
+def get_spark(
+    master: str | None = None, conf: dict[str, str] | None = None, app_name: str = "lakejoin", verbose: bool = False, remote: str | None = None
+) -> SparkSession:
+    """The active session if there is one (Databricks, tests), else a Spark Connect session when ``remote`` or
+    ``SPARK_REMOTE`` names a server, else one lakejoin starts on ``master`` (default ``LAKEJOIN_MASTER``, else
+    local[2]) tuned for small batches.
 
     A local session's JVM logs only errors unless ``verbose``, which leaves Spark's default logging (its start-up lines).
     """
     if not verbose:
         _quiet_python_loggers()
+    remote = remote or os.environ.get(REMOTE)
+    if remote:
+        return connect(remote)
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
     check_java()
-    settings = local_conf(conf)
+    master = master or os.environ.get(MASTER) or LOCAL
+    settings = local_conf(conf, master)
     if not verbose:
         settings = quiet_conf(settings)
     builder = SparkSession.builder.master(master).appName(app_name)
     for name, value in settings.items():
         builder = builder.config(name, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    return builder.getOrCreate()
+
+
+def connect(url: str) -> SparkSession:
+    """A Spark Connect session on the server at ``url``; one line naming the server when it cannot be reached."""
+    from pyspark.errors import PySparkException
+
+    try:
+        spark = SparkSession.builder.remote(url).getOrCreate()
+        spark.sql("SELECT 1").collect()  # the first call reaches the server
+    except ImportError as exc:
+        raise LakejoinError(f"Spark Connect needs its client libraries: pip install 'pyspark[connect]' ({exc})") from None
+    except (PySparkException, ValueError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise LakejoinError(f"cannot reach the Spark Connect server at {url}: {first}") from None
     return spark

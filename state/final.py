@@ -27,7 +27,7 @@ from state import asof
 from state.batch_log import BatchPlan
 from state.bounds import Watermarks, store_eviction
 from state.buffers import BufferUpdate, EvictionRule, StateTable, buffer_updates, state_tables, store_probe_rule
-from state.engines import Eviction, OnMatch
+from state.engines import Eviction, OnMatch, as_frame
 from state.joiner import Projection, Side, identity_column
 from state.layout import Warehouse
 from state.relations import ID, TS, Relation
@@ -147,13 +147,13 @@ def final_unmatched(side: Side, newly: pa.Table, cutoff: Eviction | None) -> Dat
     final = final_records(side, cutoff, unmatched(side))
     if final is None:
         return None
-    matched = side.arrivals.sparkSession.createDataFrame(newly.select([ID]), f"{ID} string")
+    matched = as_frame(side.arrivals.sparkSession, newly.select([ID]))
     return final.join(F.broadcast(matched), ID, "left_anti")
 
 
 def first_matches(side: Side, newly: pa.Table) -> DataFrame:
     """The relation's records first matched in this batch, with their columns (a semi join's rows)."""
-    matched = side.arrivals.sparkSession.createDataFrame(newly.select([ID]), f"{ID} string")
+    matched = as_frame(side.arrivals.sparkSession, newly.select([ID]))
     return unmatched(side).join(F.broadcast(matched), ID, "left_semi")
 
 

@@ -21,6 +21,11 @@ def is_catalog_schema(root: str) -> bool:
     return bool(_CATALOG_SCHEMA.match(root))
 
 
+def is_table_name(table: str) -> bool:
+    """``catalog.schema.table`` (a Unity Catalog table), not a path."""
+    return "/" not in table and is_catalog_schema(table.rpartition(".")[0])
+
+
 @dataclass(frozen=True)
 class Buffer:
     """One buffer of the store/probe model: the store of ``store`` holding ``holds``'s records (its own, or a probe

@@ -30,9 +30,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAKEJOIN = [sys.executable, "-m", "pipelines.cli"]
 
 
-def lakejoin(*args: str, cwd: str, engine: str = "delta-rs") -> subprocess.CompletedProcess:
-    """``lakejoin ARGS`` in a fresh process on ``engine``, to completion."""
-    return subprocess.run([*LAKEJOIN, *args], capture_output=True, text=True, cwd=cwd, env=_env(engine), timeout=600)
+def lakejoin(*args: str, cwd: str, engine: str = "delta-rs", env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``lakejoin ARGS`` in a fresh process on ``engine`` (and ``env`` added to its environment), to completion."""
+    return subprocess.run([*LAKEJOIN, *args], capture_output=True, text=True, cwd=cwd, env={**_env(engine), **(env or {})}, timeout=600)
 
 
 def start_lakejoin(*args: str, cwd: str, engine: str = "delta-rs") -> subprocess.Popen:

@@ -10,9 +10,8 @@ import pytest
 from pipelines.landing import ingest_landing, listed
 from pipelines.maintain import maintain
 from state.checks import require_engine_for
-from state.engines.spark_delta import is_table_name
 from state.errors import LakejoinError
-from state.layout import Warehouse
+from state.layout import Warehouse, is_table_name
 from state.lock import is_local
 from state.relations import R
 from tests.helpers import Pipeline

@@ -9,26 +9,38 @@ from __future__ import annotations
 
 import os
 
+from pyspark.errors import AnalysisException, PySparkException
 from pyspark.sql import SparkSession
 
-from state.engines.base import Actions, Data, DeltaEngine, Eviction, Memberships, Merged, OnMatch, Txn
+from state.engines.delta_log import is_connect
+from state.engines.base import Actions, Data, DeltaEngine, Eviction, Memberships, Merged, OnMatch, Txn, as_frame
 from state.errors import LakejoinError
 
 ENGINE_NAMES = ("auto", "delta-rs", "spark")
 
 
 def session_has_delta(spark: SparkSession) -> bool:
-    """True when Delta's classes load in the session's JVM and the session is set up for them: Delta's SQL
-    extension configured, or a Databricks runtime (which builds Delta in without that setting).
-
-    Spark's own class loader is asked, not the system one: it also sees jars added with ``spark.jars`` or
-    ``spark.jars.packages`` (how ``configure_spark_with_delta_pip`` and ``--packages`` load Delta)."""
+    """True when the session is set up for Delta and Delta is there: in a classic session, Delta's SQL extension
+    configured (or a Databricks runtime, which builds Delta in without that setting) and its classes loading in the
+    JVM; in a Spark Connect session, the server answering a Delta command as Delta does."""
+    if is_connect(spark):
+        return _server_knows_delta(spark)
     configured = "DeltaSparkSessionExtension" in (spark.conf.get("spark.sql.extensions", "") or "")
     if not configured and "DATABRICKS_RUNTIME_VERSION" not in os.environ:
         return False
+    from state.engines.jvm import has_delta_classes
+
+    return has_delta_classes(spark)
+
+
+def _server_knows_delta(spark: SparkSession) -> bool:
+    """``DESCRIBE HISTORY`` of a folder that holds no table: Delta says it is not a Delta table, Spark alone cannot
+    parse the command."""
     try:
-        spark._jvm.org.apache.spark.util.Utils.classForName("io.delta.tables.DeltaTable", True, False)  # type: ignore[union-attr]
-    except Exception:  # noqa: BLE001 - py4j raises a generic error for a missing class
+        spark.sql("DESCRIBE HISTORY delta.`/lakejoin-probe-of-delta/none`").collect()
+    except AnalysisException as exc:
+        return (exc.getCondition() or "").startswith("DELTA_")
+    except PySparkException:
         return False
     return True
 
@@ -53,4 +65,4 @@ def make_engine(spark: SparkSession, name: str = "auto") -> DeltaEngine:
     return DeltaRsEngine(spark)
 
 
-__all__ = ["Actions", "Data", "DeltaEngine", "Eviction", "Memberships", "Merged", "OnMatch", "Txn", "make_engine", "session_has_delta", "ENGINE_NAMES"]
+__all__ = ["as_frame", "Actions", "Data", "DeltaEngine", "Eviction", "Memberships", "Merged", "OnMatch", "Txn", "make_engine", "session_has_delta", "ENGINE_NAMES"]

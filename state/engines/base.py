@@ -10,6 +10,7 @@ from typing import Any, Protocol, TypeAlias
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
 # One commit of a table's Delta log: its actions as the log spells them ({"add": {...}}, {"commitInfo": {...}}).
@@ -232,6 +233,14 @@ class DeltaEngine(Protocol):
     def vacuum(self, path: str, retention_hours: int) -> None:
         """Delete data files no version younger than ``retention_hours`` needs (time travel stays possible within it)."""
         ...
+
+
+def as_frame(spark: SparkSession, data: Data) -> DataFrame:
+    """``data`` as a DataFrame of ``spark``: an Arrow table's rows, with its schema even when it holds none (a Spark
+    Connect session cannot infer a schema from no rows)."""
+    if isinstance(data, DataFrame):
+        return data
+    return spark.createDataFrame(data) if data.num_rows else spark.createDataFrame([], from_arrow_schema(data.schema))
 
 
 def match_condition(key: str, df: Data, aligned: str | None = None) -> str:

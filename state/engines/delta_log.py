@@ -1,0 +1,100 @@
+"""What the Delta-on-Spark engine reads of a table's log, and the two ways it reads it.
+
+The engine's writes and data reads are Spark SQL and the DataFrame API, which every session has. Its look-ups in a
+table's log (the latest version, the schema, which commit recorded an app's write, a source table's commits) have two
+readers behind one interface:
+
+- ``jvm.JvmLog``, in a classic session (local, a cluster's driver, a Databricks job): Delta's own log in the
+  driver's JVM, in milliseconds and without Spark jobs. It is the one place lakejoin reaches into the JVM.
+- ``sql_log.SqlLog``, in a Spark Connect session (Databricks serverless and Connect, a Connect server), where there is
+  no JVM on the client's side: ``DESCRIBE HISTORY``, ``DESCRIBE DETAIL`` and Spark reads of the ``_delta_log`` files,
+  so the plain Delta extension on the server is enough.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+from urllib.parse import unquote, urlparse
+
+from pyspark.sql import SparkSession
+from pyspark.sql.types import StructType
+
+from state.engines.base import Actions, Txn, covers
+from state.layout import is_table_name
+
+
+@dataclass(frozen=True)
+class Head:
+    """A table's latest commit as one read of its log found it."""
+
+    version: int
+    stamp: str  # with the version, tells this commit from one of a table recreated at the same path (``reset``)
+    handle: Any = None  # what the reader needs to answer more about this version (a JVM snapshot), or None
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """The last version of an app a table records, and whether a commit the log keeps says so (else the state)."""
+
+    version: int | None
+    in_commits: bool
+
+    def covers(self, txn: Txn) -> bool:
+        return covers(self.version, txn)
+
+
+class DeltaLogReader(Protocol):
+    def head(self, table: str) -> Head | None:
+        """The table's latest commit; None when there is no Delta table."""
+
+    def schema(self, table: str, head: Head) -> StructType: ...
+
+    def files(self, table: str, head: Head, version: int | None) -> tuple[list[str], StructType] | None:
+        """The data files of ``version`` (default: the head's) and its schema, when they can be read as plain Parquet
+        without planning a Delta read; None when the engine must read through Delta."""
+
+    def rows_committed(self, table: str, head: Head) -> int | None:
+        """The rows the append that made ``head`` committed, from the commit's metrics; None without them."""
+
+    def recorded(self, table: str, head: Head, app_id: str) -> Recorded:
+        """The newest commit's record of ``app_id`` (its marker, or an app transaction); else, once the commits the log
+        keeps are read, the state's app transaction."""
+
+    def table_id(self, table: str, head: Head) -> str:
+        """The table's Delta id (its metadata's), which a source table's ingests record."""
+
+    def source_root(self, table: str) -> str: ...
+
+    def source_snapshot(self, table: str, head: Head, version: int | None) -> tuple[int, Actions]: ...
+
+    def source_commits(self, table: str, after: int) -> Iterator[tuple[int, Actions]]: ...
+
+    def remove(self, path: str) -> None:
+        """Delete a path table's folder, so that a table created there again starts at version 0."""
+
+
+def is_connect(spark: SparkSession) -> bool:
+    """A Spark Connect client session: no JVM on this side."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def sql_name(table: str) -> str:
+    """``table`` in SQL: a catalog name as it is, a path as ``delta.`path```."""
+    return table if is_table_name(table) else "delta.`" + table.replace("`", "``") + "`"
+
+
+def data_file(root: str, path: str) -> str:
+    """A data file named in a Delta log (relative or an absolute URI, percent-encoded either way) as Spark reads it."""
+    return unquote(path) if urlparse(path).scheme else f"{root.rstrip('/')}/{unquote(path)}"
+
+
+def log_reader(spark: SparkSession) -> DeltaLogReader:
+    if is_connect(spark):
+        from state.engines.sql_log import SqlLog
+
+        return SqlLog(spark)
+    from state.engines.jvm import JvmLog
+
+    return JvmLog(spark)

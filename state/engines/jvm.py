@@ -1,0 +1,174 @@
+"""The one place lakejoin's Python reaches into Spark's JVM (``_jvm``, ``_jsparkSession``, ``SparkContext``): used only
+in a classic session, where the driver's JVM is beside the Python process (local mode, a cluster's driver, a Databricks
+job). A Spark Connect client has no JVM; tests/test_where_spark_runs.py fails if any other module reaches in.
+
+- ``JvmLog``: Delta's log read in the driver's JVM, the engine's log reader in a classic session
+  (state/engines/delta_log.py). Listing the log and reading the newest checksum file take milliseconds, where
+  ``DESCRIBE HISTORY`` or a read plan each run a Spark job or a round trip (state/engines/sql_log.py does that).
+- ``has_delta_classes``: whether Delta's classes load in the session's JVM.
+- ``classic_spark_running``: whether this process already runs a classic Spark, on any thread.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+from py4j.protocol import Py4JJavaError
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from state.engines.base import Actions, marked_version
+from state.engines.delta_log import Head, Recorded
+from state.errors import LakejoinError
+from state.layout import is_table_name
+
+
+def classic_spark_running() -> bool:
+    """A classic SparkContext is up in this process, whichever thread started it (``getActiveSession`` is per thread)."""
+    from pyspark import SparkContext
+
+    return SparkContext._active_spark_context is not None
+
+
+def has_delta_classes(spark: SparkSession) -> bool:
+    """Delta's classes load in the session's JVM. Spark's own class loader is asked, not the system one: it also sees
+    jars added with ``spark.jars`` or ``spark.jars.packages`` (how ``configure_spark_with_delta_pip`` loads Delta)."""
+    try:
+        spark._jvm.org.apache.spark.util.Utils.classForName("io.delta.tables.DeltaTable", True, False)  # type: ignore[union-attr]
+    except Exception:  # noqa: BLE001 - py4j raises a generic error for a missing class
+        return False
+    return True
+
+
+class JvmLog:
+    def __init__(self, spark: SparkSession) -> None:
+        self.spark = spark
+        self._jvm = spark._jvm  # type: ignore[attr-defined]
+        self._none = self._jvm.scala.Option.empty()
+
+    def _log(self, table: str):  # noqa: ANN202 - a JVM org.apache.spark.sql.delta.DeltaLog
+        if is_table_name(table):
+            from delta.tables import DeltaTable
+
+            return DeltaTable.forName(self.spark, table)._jdt.deltaLog()
+        return self._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(self.spark._jsparkSession, table)
+
+    def head(self, table: str) -> Head | None:
+        if is_table_name(table) and not self.spark.catalog.tableExists(table):
+            return None
+        snapshot = self._log(table).update(False, self._none, self._none)
+        if snapshot.version() < 0:
+            return None
+        return Head(int(snapshot.version()), str(snapshot.metadata().id()), snapshot)
+
+    def schema(self, table: str, head: Head) -> StructType:
+        return _schema(head.handle)
+
+    def table_id(self, table: str, head: Head) -> str:
+        return head.stamp
+
+    def files(self, table: str, head: Head, version: int | None) -> tuple[list[str], StructType] | None:
+        """As the version's checksum lists them (Delta on Spark writes the list for tables of few files), where plain
+        Parquet reads them: no partitions, column mapping or deletion vectors. Planning a Delta read of a new version
+        instead reconstructs the table's state, Spark jobs over its log."""
+        if is_table_name(table):
+            return None
+        log, snapshot = self._log(table), head.handle
+        if version is not None and version != head.version:
+            snapshot = log.getSnapshotAt(version, self._none, self._none, False)
+        checksum = snapshot.checksumOpt()
+        listed = checksum.get().allFiles() if checksum.isDefined() else None
+        metadata = snapshot.metadata()
+        if listed is None or not listed.isDefined() or not metadata.partitionColumns().isEmpty():
+            return None
+        mapping = metadata.configuration().get("delta.columnMapping.mode")
+        if mapping.isDefined() and mapping.get() != "none":
+            return None
+        adds = [listed.get().apply(i) for i in range(listed.get().size())]
+        if any(add.deletionVector() is not None for add in adds):
+            return None
+        return [str(add.absolutePath(log).toString()) for add in adds], _schema(snapshot)
+
+    def rows_committed(self, table: str, head: Head) -> int | None:
+        actions = self._log(table).getChanges(head.version, self._none, False).next()._2()
+        for index in range(actions.size()):
+            action = actions.apply(index)
+            if action.getClass().getSimpleName() == "CommitInfo" and action.operationMetrics().isDefined():
+                written = action.operationMetrics().get().get("numOutputRows")
+                if written.isDefined():
+                    return int(written.get())
+        return None
+
+    def recorded(self, table: str, head: Head, app_id: str) -> Recorded:
+        """Looked for from the head's commit back (one commit file in the usual case)."""
+        log = self._log(table)
+        for version in range(head.version, -1, -1):
+            changes = log.getChanges(version, self._none, False)
+            commit = changes.next() if changes.hasNext() else None
+            if commit is None or commit._1() != version:  # this commit has left the log, and so have older ones
+                break
+            found = _commit_record(commit._2(), app_id)
+            if found is not None:
+                return Recorded(found, in_commits=True)
+        return Recorded(_txn_version(head.handle, app_id), in_commits=False)
+
+    def source_root(self, table: str) -> str:
+        return str(self._log(table).dataPath().toString())
+
+    def source_snapshot(self, table: str, head: Head, version: int | None) -> tuple[int, Actions]:
+        snapshot = head.handle if version is None else self._log(table).getSnapshotAt(version, self._none, self._none, False)
+        # A snapshot's files are what it holds, each to be read: the state marks them dataChange = false, so that is left out.
+        files = DataFrame(snapshot.allFiles().toDF(), self.spark).select(
+            "path", "partitionValues", "modificationTime", F.col("deletionVector").isNotNull().alias("deletionVector")
+        )
+        adds = [{"add": json.loads(add)} for add in files.toJSON().collect()]
+        return int(snapshot.version()), [json.loads(snapshot.metadata().json()), json.loads(snapshot.protocol().json()), *adds]
+
+    def source_commits(self, table: str, after: int) -> Iterator[tuple[int, Actions]]:
+        try:
+            changes = self._log(table).getChanges(after + 1, self._none, True)
+            while changes.hasNext():
+                pair = changes.next()
+                actions = pair._2()
+                yield int(pair._1()), [json.loads(actions.apply(i).json()) for i in range(actions.size())]
+        except Py4JJavaError as exc:
+            reason = str(exc.java_exception.toString()).splitlines()[0]
+            raise LakejoinError(f"source table {table} no longer has the versions after {after} in its log ({reason})") from exc
+
+    def remove(self, path: str) -> None:
+        hadoop_path = self._jvm.org.apache.hadoop.fs.Path(path)
+        hadoop_path.getFileSystem(self.spark._jsc.hadoopConfiguration()).delete(hadoop_path, True)  # type: ignore[union-attr]
+        self._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
+
+
+def _schema(snapshot) -> StructType:  # noqa: ANN001 - a JVM Snapshot
+    return StructType.fromJson(json.loads(snapshot.schema().json()))
+
+
+def _commit_record(actions, app_id: str) -> int | None:  # noqa: ANN001 - a JVM Seq[Action]
+    """The version of ``app_id`` one commit records: its marker, or its app transaction."""
+    for index in range(actions.size()):
+        action = actions.apply(index)
+        kind = action.getClass().getSimpleName()
+        if kind == "CommitInfo" and action.userMetadata().isDefined():
+            found = marked_version(action.userMetadata().get(), app_id)
+            if found is not None:
+                return found
+        elif kind == "SetTransaction" and action.appId() == app_id:
+            return int(action.version())
+    return None
+
+
+def _txn_version(snapshot, app_id: str) -> int | None:  # noqa: ANN001 - a JVM Snapshot
+    """The app's last transaction version in the snapshot's state: from the version's checksum file where it lists
+    them (Delta on Spark writes it with each commit), else from the state itself (a Spark job over the log)."""
+    checksum = snapshot.checksumOpt()
+    listed = checksum.get().setTransactions() if checksum.isDefined() else None
+    if listed is not None and listed.isDefined():
+        transactions = listed.get()
+        versions = [transactions.apply(i) for i in range(transactions.size())]
+        return next((int(txn.version()) for txn in versions if txn.appId() == app_id), None)
+    recorded = snapshot.transactions().get(app_id)
+    return int(recorded.get()) if recorded.isDefined() else None

@@ -1,0 +1,182 @@
+"""lakejoin where its users run Spark: as a client of a Spark Connect server (Databricks serverless and Connect are
+ones), and as the driver of a standalone cluster whose executors are other JVMs. Both are started here from
+pyspark's own launcher and jars, with Delta's jars; the scenarios run in a process of their own
+(tests/where_spark_runs.py) and gold is checked here against the batch SQL join of the files they landed. And a guard:
+no module but state/engines/jvm.py reaches into the JVM, which a Connect client does not have."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyspark
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import SparkSession
+
+from expectations.reconcile import comparable
+from pipelines.spark import DELTA_CONF, DELTA_JARS, delta_jars
+from tests.helpers import REPO, lakejoin
+from tests.test_join_pipeline import ORDERS
+from tests.where_spark_runs import TYPED_CONFIG, TYPES, WORKED_ORDER
+
+SPARK_HOME = os.path.dirname(pyspark.__file__)
+JVM_SIDE = re.compile(r"\b(_jvm|_jsc|_jsparkSession|_jdf|_jdt|sparkContext|SparkContext|rdd)\b")
+THE_JVM_MODULE = Path(REPO, "state", "engines", "jvm.py")
+
+pytestmark = pytest.mark.spark_delta
+
+
+def test_no_module_but_one_reaches_into_the_jvm():
+    reaching = [
+        f"{path.relative_to(REPO)}:{number}: {line.strip()}"
+        for folder in ("pipelines", "state", "expectations")
+        for path in sorted(Path(REPO, folder).rglob("*.py"))
+        if path != THE_JVM_MODULE
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if JVM_SIDE.search(line.split("#")[0])
+    ]
+    assert reaching == [], "only state/engines/jvm.py may reach into Spark's JVM:\n" + "\n".join(reaching)
+
+
+def test_on_a_spark_connect_server_joins_are_exact_through_a_crash_and_the_cli_starts_no_jvm(connect_server, spark, tmp_path):
+    found = _scenarios(tmp_path, "--remote", connect_server)
+    assert (found["session"], found["engine"]) == ("pyspark.sql.connect.session", "spark")
+    _assert_exact(found, spark)
+    # the CLI as a new user tries it: SPARK_REMOTE names the server
+    records = tmp_path / "more.jsonl"
+    records.write_text(json.dumps({"id": "r99", "customer": "c1", "at": "2026-01-01T11:00:00Z"}) + "\n")
+    warehouse = os.path.join(str(tmp_path), "typed")
+    env = {"SPARK_REMOTE": connect_server}
+    ingested = lakejoin("ingest", "--warehouse", warehouse, "--relation", "r", str(records), cwd=str(tmp_path), env=env)
+    assert ingested.returncode == 0 and "1 rows to bronze/r" in ingested.stdout, ingested.stderr
+    ran = lakejoin("run", "--warehouse", warehouse, cwd=str(tmp_path), env=env)
+    assert ran.returncode == 0 and "1 arrivals" in ran.stdout, ran.stderr
+    status = lakejoin("status", "--warehouse", warehouse, "--json", cwd=str(tmp_path), env=env)
+    assert status.returncode == 0 and json.loads(status.stdout)["last_committed_batch"] == 2, status.stderr
+
+
+def test_on_a_standalone_cluster_joins_are_exact_through_a_crash(standalone_cluster, spark, tmp_path):
+    found = _scenarios(tmp_path, "--master", standalone_cluster)
+    assert (found["session"], found["engine"]) == ("pyspark.sql.session", "spark")
+    assert found["executors"] == 2, "the cluster's two workers ran the job"
+    _assert_exact(found, spark)
+
+
+def _scenarios(tmp_path: Path, *where: str) -> dict:
+    ran = subprocess.run(
+        [sys.executable, "-m", "tests.where_spark_runs", str(tmp_path), *where],
+        capture_output=True, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": REPO}, timeout=900,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    return json.loads(ran.stdout.strip().splitlines()[-1])
+
+
+def _assert_exact(found: dict, spark: SparkSession) -> None:
+    """The worked example's gold row by row; the typed join's gold equal to the batch SQL join of its two files,
+    after a run that died between gold's commit and the state's, and a rerun that finished the batch."""
+    _, expected = ORDERS[WORKED_ORDER]
+    assert {tuple(row) for row in found["worked"]} == expected and len(found["worked"]) == len(expected)
+    typed = found["typed"]
+    assert typed["crashed"] and typed["rerun_batches"] == 1 and typed["valid"]
+    for relation, path in typed["files"].items():
+        spark.read.parquet(path).createOrReplaceTempView(f"typed_{relation}")
+    names = TYPES.names
+    batch_join = spark.sql(
+        f"SELECT {', '.join(f'r.`{n}` AS `r_{n}`' for n in names)}, {', '.join(f's.`{n}` AS `s_{n}`' for n in names)}, "
+        f"CASE WHEN r.at <= s.at THEN 'R' ELSE 'S' END AS owner FROM typed_r r JOIN typed_s s ON {TYPED_CONFIG['predicate']}"
+    )
+    gold = spark.read.format("delta").load(typed["gold"]).select(*batch_join.columns)
+    assert gold.count() > 0
+    assert_df_equality(comparable(gold), comparable(batch_join), ignore_row_order=True, ignore_nullable=True)
+
+
+@pytest.fixture(scope="module")
+def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Spark Connect server from pyspark's own jars (spark-connect ships in pyspark), with Delta's jars and its two
+    settings, as a user starts one; lakejoin's local tuning (few shuffle partitions, one task per snapshot) too."""
+    jars = _jars()
+    port = _free_port()
+    conf = {
+        **DELTA_CONF, "spark.connect.grpc.binding.port": str(port), "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4",
+        "spark.sql.session.timeZone": "UTC",
+    }  # fmt: skip
+    command = [
+        f"{SPARK_HOME}/bin/spark-submit", "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
+        "--master", "local[2]", "--jars", ",".join(jars), *[arg for item in conf.items() for arg in ("--conf", "=".join(item))], "spark-internal",
+    ]  # fmt: skip
+    log = tmp_path_factory.mktemp("connect") / "server.log"
+    with _started(command, log, "Spark Connect server started", 1):
+        yield f"sc://127.0.0.1:{port}"
+
+
+@pytest.fixture(scope="module")
+def standalone_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A standalone master and two workers of one core each on 127.0.0.1, from pyspark's ``spark-class``."""
+    _jars()
+    folder = tmp_path_factory.mktemp("cluster")
+    port = _free_port()
+    master = f"spark://127.0.0.1:{port}"
+    spark_class = f"{SPARK_HOME}/bin/spark-class"
+    master_command = [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port), "--webui-port", "0"]
+    with _started(master_command, folder / "master.log", "Starting Spark master", 1) as master_log:
+        workers = [
+            [spark_class, "org.apache.spark.deploy.worker.Worker", master, "--host", "127.0.0.1", "--cores", "1", "--memory", "2g",
+             "--webui-port", "0", "--work-dir", str(folder / f"work-{number}")]
+            for number in (1, 2)
+        ]  # fmt: skip
+        with _started(workers[0], folder / "worker-1.log", "Successfully registered", 1), _started(workers[1], folder / "worker-2.log", "Successfully registered", 1):
+            _wait_for(master_log, "Registering worker", 2)
+            yield master
+
+
+def _jars() -> list[str]:
+    jars = delta_jars(os.environ.get(DELTA_JARS))
+    if not jars:
+        pytest.skip(f"needs Delta Lake's JVM jars ({DELTA_JARS}) for the server's and the executors' Delta")
+    return jars
+
+
+class _started:
+    """A JVM process in a group of its own, ready once its log says ``ready`` (``times`` times); stopped on exit."""
+
+    def __init__(self, command: list[str], log: Path, ready: str, times: int) -> None:
+        self.command, self.log, self.ready, self.times = command, log, ready, times
+
+    def __enter__(self) -> Path:
+        with open(self.log, "w") as out:
+            self.process = subprocess.Popen(self.command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env={**os.environ, "SPARK_HOME": SPARK_HOME})
+        try:
+            _wait_for(self.log, self.ready, self.times, self.process)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self.log
+
+    def __exit__(self, *_: object) -> None:
+        os.killpg(self.process.pid, signal.SIGTERM)
+        self.process.wait(timeout=60)
+
+
+def _wait_for(log: Path, text: str, times: int, process: subprocess.Popen | None = None, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while log.read_text(errors="replace").count(text) < times:
+        if process is not None and process.poll() is not None:
+            raise AssertionError(f"{process.args[0]} ended ({process.returncode}): {log.read_text(errors='replace')[-2000:]}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no '{text}' in {log} after {timeout} s: {log.read_text(errors='replace')[-2000:]}")
+        time.sleep(0.5)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]

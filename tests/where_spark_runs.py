@@ -1,0 +1,127 @@
+"""The scenarios tests/test_where_spark_runs.py checks, run in a process of their own where Spark runs: as a client of a
+Spark Connect server (``--remote URL``) or as the driver of a standalone cluster (``--master URL``), through lakejoin's
+Python API as a user's job would. Prints what the test compares, as one line of JSON.
+
+    python -m tests.where_spark_runs WORKDIR (--remote sc://127.0.0.1:15002 | --master spark://127.0.0.1:7077)
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+from datetime import date, datetime, timezone
+from decimal import Decimal
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pyspark.sql import functions as F
+
+from pipelines import Pipeline
+from pipelines.spark import get_spark
+from state.faults import CRASH_AT, InjectedCrash
+from state.layout import Warehouse
+from tests.test_join_pipeline import ORDERS
+
+WORKED_ORDER = "delayed store r4"
+CRASH_POINT = "after:gold"  # gold committed, the state tables and the batch log not yet
+
+# A record of every type a user's table holds, for both relations (payments' columns differ only in name).
+TYPES = pa.schema(
+    [
+        ("id", pa.string()),
+        ("customer", pa.string()),
+        ("at", pa.timestamp("us", tz="UTC")),
+        ("amount", pa.decimal128(10, 2)),
+        ("units", pa.int32()),
+        ("total", pa.int64()),
+        ("ratio", pa.float64()),
+        ("paid", pa.bool_()),
+        ("day", pa.date32()),
+        ("tags", pa.list_(pa.string())),
+        ("attributes", pa.map_(pa.string(), pa.int64())),
+        ("address", pa.struct([("city", pa.string()), ("zip", pa.string())])),
+        ("note", pa.string()),
+    ]
+)
+TYPED_CONFIG = {
+    "relations": {"r": {"id": "id", "event_time": "at"}, "s": {"id": "id", "event_time": "at"}},
+    "predicate": "r.customer = s.customer AND s.at BETWEEN r.at - INTERVAL 30 MINUTES AND r.at + INTERVAL 1 HOUR",
+}
+
+
+def typed_rows(relation: str, count: int) -> list[dict]:
+    return [
+        {
+            "id": f"{relation}{n}", "customer": f"c{n % 3}", "at": datetime(2026, 1, 1, 10, (7 * n) % 60, tzinfo=timezone.utc),
+            "amount": Decimal(f"{n}.25"), "units": n, "total": 10**12 + n, "ratio": n / 7, "paid": n % 2 == 0,
+            "day": date(2026, 1, 1 + n % 28), "tags": [relation, f"t{n}"], "attributes": [("n", n)],
+            "address": {"city": f"city {n % 4}", "zip": f"{10000 + n}"}, "note": None if n % 5 == 0 else f"note {n}",
+        }
+        for n in range(count)
+    ]  # fmt: skip
+
+
+def worked_example(root: str, spark) -> list[list]:  # noqa: ANN001 - a classic or a Connect session
+    """docs/design.md section 2's worked example, one record per batch: the gold rows (r, s, owner, batch). Records
+    arrive in their order (one file each; a relation's consecutive ones in one ingest), then batches of one."""
+    records, _ = ORDERS[WORKED_ORDER]
+    with Pipeline(os.path.join(root, "worked"), spark=spark) as pipeline:
+        for relation, run in itertools.groupby(enumerate(records), key=lambda numbered: numbered[1].relation):
+            files = []
+            for number, record in run:
+                files.append(os.path.join(root, f"worked-{number}.jsonl"))
+                with open(files[-1], "w", encoding="utf-8") as handle:
+                    handle.write(json.dumps({"id": record.id, "ts": record.ts, "key": record.key, "payload": record.payload}) + "\n")
+            pipeline.ingest(relation, files)
+        pipeline.run(max_batch_rows=1)
+        return [list(row) for row in pipeline.table("gold").select("r_id", "s_id", "owner", "batch_id").collect()]
+
+
+def typed_join_with_a_crash(root: str, spark) -> dict:  # noqa: ANN001
+    """Records of every type joined; the run dies in the middle of its batch, and a new run finishes it."""
+    files = {}
+    for relation, count in (("r", 12), ("s", 15)):
+        files[relation] = os.path.join(root, f"typed-{relation}.parquet")
+        pq.write_table(pa.Table.from_pylist(typed_rows(relation, count), TYPES), files[relation])
+    warehouse = os.path.join(root, "typed")
+    with Pipeline(warehouse, TYPED_CONFIG, spark=spark) as pipeline:
+        for relation, path in files.items():
+            pipeline.ingest(relation, path)
+        os.environ[CRASH_AT] = CRASH_POINT
+        try:
+            pipeline.run()
+            crashed = False
+        except InjectedCrash:
+            crashed = True
+        finally:
+            del os.environ[CRASH_AT]
+    with Pipeline(warehouse, spark=spark) as pipeline:  # a new run, as after a restart
+        report = pipeline.run()
+        audit = pipeline.validate()
+    return {"files": files, "gold": Warehouse(warehouse).gold, "crashed": crashed, "rerun_batches": len(report.batches), "valid": audit.success}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("workdir")
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--remote")
+    where.add_argument("--master")
+    args = parser.parse_args()
+    spark = get_spark(master=args.master, remote=args.remote)
+    from state.engines import make_engine
+
+    found = {"session": type(spark).__module__, "engine": make_engine(spark).name}
+    found["worked"] = worked_example(args.workdir, spark)
+    found["typed"] = typed_join_with_a_crash(args.workdir, spark)
+    if args.master:  # Python run by the executors' own workers, each in its executor's folder: one per executor
+        folder = F.udf(lambda _: os.getcwd())
+        found["executors"] = spark.range(0, 16, 1, 16).select(folder("id")).distinct().count()
+    print(json.dumps(found))
+
+
+if __name__ == "__main__":
+    main()
