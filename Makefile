@@ -4,7 +4,7 @@ PYTHON ?= python3.11
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench-state bench-dq bench-peers bench-engines bench-memory bench-commit bench-sources bench-floors bench-nway bench-final bench-api
+.PHONY: demo test bench-state bench-dq bench-peers bench-engines bench-memory bench-commit bench-sources bench-floors bench-nway bench-final bench-api bench-connect
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is required: install it, or pass PYTHON=/path/to/python3.11"; exit 1; }
@@ -54,3 +54,7 @@ bench-api: $(STAMP)
 
 bench-commit: $(STAMP)
 	$(VENV)/bin/python -m benchmarks.delta_commit
+
+# REMOTE: a running Spark Connect server with Delta (docs/running.md starts one), e.g. make bench-connect REMOTE=sc://127.0.0.1:15002
+bench-connect: $(STAMP)
+	$(VENV)/bin/python -m benchmarks.connect_cli --remote $(REMOTE)

@@ -71,10 +71,11 @@ class Pipeline:
             from pipelines.spark import get_spark
             from state.engines.jvm import classic_spark_running
 
-            if not classic_spark_running():  # no Spark in this process yet, on any thread: lakejoin's own (or a Connect client)
+            active = SparkSession.getActiveSession()  # a classic one on this thread, or a Spark Connect one
+            if active is None and not classic_spark_running():  # no Spark in this process yet: lakejoin's own
                 self._spark, self._owns_session = get_spark(verbose=self._verbose), True
             else:  # the process's session (another thread's), its settings untouched
-                self._spark = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
+                self._spark = active or SparkSession.builder.getOrCreate()
         return self._spark
 
     def __enter__(self) -> Pipeline:
@@ -271,11 +272,15 @@ class Pipeline:
         from pipelines.definition import Settled, in_force, recorded, settle
         from state.checks import check_ingest_target, require_engine_for, require_warehouse
         from state.engines import make_engine
+        from state.engines.delta_log import is_connect
         from state.layout import Warehouse
+        from state.lock import is_local
 
         given = self._given or Config()
         creates = _creates(command, given)
-        warehouse, engine = Warehouse(self.root, given.joined), make_engine(self.spark, given.engine)
+        # A Spark Connect server resolves a relative path against its own working folder, not this process's.
+        root = os.path.abspath(self.root) if is_connect(self.spark) and is_local(self.root) else self.root
+        warehouse, engine = Warehouse(root, given.joined), make_engine(self.spark, given.engine)
         require_engine_for(warehouse, engine)
         if creates:  # a warehouse is created in an empty folder only
             check_ingest_target(engine, warehouse)

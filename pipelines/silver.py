@@ -316,12 +316,12 @@ def _pairs(sides: list[Side], predicate: str, projection: Projection, plan: Batc
         return batch_tuples([_empty(side) for side in sides], "true", Projection({}))
     try:
         pairs = batch_tuples(sides, predicate, projection)
-    except AnalysisException as exc:
+        named = pairs.columns[len(sides) * 2 : -1]  # the projection's own columns, between the identity and the owner
+    except AnalysisException as exc:  # analysed here in a classic session, at .columns as a Spark Connect client
         columns = "; ".join(f"{side.relation.name}: {', '.join(data_columns(side.arrivals.columns))}" for side in sides)
         reason = str(exc).strip().splitlines()[0]
         what = f"join predicate {predicate!r}" if projection.select is None else f"join predicate {predicate!r} or select {list(projection.select)}"
         raise LakejoinError(f"{what} does not resolve ({reason}); columns are {columns}") from exc
-    named = pairs.columns[len(sides) * 2 : -1]  # the projection's own columns, between the identity and the owner
     clashes = sorted(name for name in named if name.startswith("_") or name in (*GOLD_BOOKKEEPING, "owner"))
     if clashes:
         raise LakejoinError(

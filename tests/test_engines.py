@@ -10,6 +10,9 @@ import pyarrow as pa
 import pytest
 from chispa import assert_df_equality
 
+from pyspark.sql import functions as F
+
+from pipelines.sources import APPEND, Commit
 from pipelines.spark import DELTA_JARS, delta_jars
 from state.engines import Eviction, Memberships, Merged, OnMatch, Txn
 from state.engines.base import applied
@@ -171,6 +174,20 @@ def test_max_value_follows_new_versions_and_a_table_recreated_at_the_same_path(e
     engine.append(path, frame(spark, [("b", 3)]))  # the same version as the dropped table's last
     assert engine.max_value(path, "ts") == 3
     assert engine.max_value(path, "ts", 0) == 2
+
+
+def test_a_source_snapshot_lists_every_file_the_table_holds_past_a_checkpoint_and_a_compaction(engine, spark, tmp_path):
+    """What a source table's first ingest reads: each live data file once, as an append (a checkpoint's and a
+    compaction's adds say dataChange = false; the snapshot holds them all the same)."""
+    path = str(tmp_path / "t")
+    for n in range(11):  # Delta on Spark checkpoints every 10 commits
+        engine.append(path, frame(spark, [(f"a{n}", n)]))
+    engine.optimize(path)
+    engine.append(path, frame(spark, [("b", 99)]))
+    version, actions = engine.source_snapshot(path)
+    snapshot = Commit.of(version, actions, "snapshot")
+    live = {row[0] for row in engine.read(path).select(F.input_file_name()).collect()}
+    assert snapshot.kind == APPEND and {add["path"].rsplit("/", 1)[-1] for add in snapshot.files} == {file.rsplit("/", 1)[-1] for file in live}
 
 
 def test_where_filters_rows_and_skips_files_by_their_statistics(engine, spark, tmp_path):

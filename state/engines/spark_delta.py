@@ -14,7 +14,9 @@ A table is a path or, in a Unity Catalog warehouse, a three-part name (``main.la
 from __future__ import annotations
 
 import queue
+import threading
 import uuid
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -41,6 +43,11 @@ NO_DELETION_VECTORS = "spark.databricks.delta.properties.defaults.enableDeletion
 SESSION_SETTINGS = {NO_DELETION_VECTORS: "false"}
 # The settings one command may need: a session lent to it has each either set for it or unset.
 COMMAND_CONFS = (TXN_APP_ID, TXN_VERSION, USER_METADATA, SORT_WITHIN_FILES, MATERIALIZE_SOURCE)
+GLOBAL_VIEWS = "spark.sql.globalTempDatabase"
+# Sessions for commands with settings of their own (a MERGE's app transaction is a session setting), so that commands
+# on different tables run at once without seeing each other's settings: per session lakejoin computes with.
+_POOLS: weakref.WeakKeyDictionary[SparkSession, queue.SimpleQueue[SparkSession]] = weakref.WeakKeyDictionary()
+_POOLS_LOCK = threading.Lock()
 
 
 class SparkDeltaEngine:
@@ -50,9 +57,7 @@ class SparkDeltaEngine:
     def __init__(self, spark: SparkSession, log: DeltaLogReader | None = None) -> None:
         self.spark = spark
         self._log = log or log_reader(spark)
-        # Sessions for commands with settings of their own (a MERGE's app transaction is a session setting), so that
-        # commands on different tables run at once without seeing each other's settings; one per command under way.
-        self._sessions: queue.SimpleQueue[SparkSession] = queue.SimpleQueue()
+        self._sessions = _command_sessions(spark)
         # (table, column) -> (stamp, version, maximum): the last aggregate asked of each table. A snapshot never
         # changes, so asking again at the same version (each batch's plan, each ingest) needs no Spark job.
         self._maxima: dict[tuple[str, str], tuple[str, int, int | None]] = {}
@@ -179,25 +184,32 @@ class SparkDeltaEngine:
             return None
         # A source built from rows on the driver is an immutable local relation: MERGE need not copy it first.
         confs = ({MATERIALIZE_SOURCE: "none"} if isinstance(df, pa.Table) else {}) | _recording(txn, recorded, SESSION_CONFS)
-        source = as_frame(self.spark, df)
         view = f"lakejoin_merge_{uuid.uuid4().hex}"
-        source.createOrReplaceGlobalTempView(view)  # seen from the session the MERGE runs in
-        try:
-            statement = merge_statement(sql_name(path), f"global_temp.{view}", match_condition(key, df, aligned), evict, on_match)
-            with self._session(confs) as session:
+        with self._session(confs) as session:
+            # The source is a view of the session the MERGE runs in: rows built there, or (a DataFrame of another
+            # session) a global view, which every session of the application sees (Databricks serverless has none).
+            if isinstance(df, pa.Table):
+                as_frame(session, df).createOrReplaceTempView(view)
+                source, drop = view, lambda: session.catalog.dropTempView(view)
+            else:
+                df.createOrReplaceGlobalTempView(view)
+                source, drop = f"{self.spark.conf.get(GLOBAL_VIEWS, 'global_temp')}.{view}", lambda: self.spark.catalog.dropGlobalTempView(view)
+            try:
                 # The MERGE's own counts: a MERGE that changes nothing commits nothing, so the history's latest
                 # entry would be an earlier commit's.
-                counts = session.sql(statement).first()
-        finally:
-            self.spark.catalog.dropGlobalTempView(view)
+                counts = session.sql(merge_statement(sql_name(path), source, match_condition(key, df, aligned), evict, on_match)).first()
+            finally:
+                drop()
         return Merged(int(counts["num_inserted_rows"]), int(counts["num_deleted_rows"]))
 
     def optimize(self, path: str, order_by: str | None = None) -> None:
         if self.version(path) is None:
             return
-        zorder = "" if order_by is None else f" ZORDER BY ({order_by})"
-        with self._session({SORT_WITHIN_FILES: "true"} if order_by else {}) as session:  # Z-order alone only range-partitions
-            session.sql(f"OPTIMIZE {sql_name(path)}{zorder}").collect()
+        if order_by is None:
+            self.spark.sql(f"OPTIMIZE {sql_name(path)}").collect()
+            return
+        with self._session({SORT_WITHIN_FILES: "true"}) as session:  # Z-order alone only range-partitions
+            session.sql(f"OPTIMIZE {sql_name(path)} ZORDER BY (`{order_by}`)").collect()
 
     def vacuum(self, path: str, retention_hours: int) -> None:
         if self.version(path) is not None:
@@ -221,6 +233,13 @@ class SparkDeltaEngine:
             yield session
         finally:
             self._sessions.put(session)
+
+
+def _command_sessions(spark: SparkSession) -> queue.SimpleQueue[SparkSession]:
+    """The sessions ``spark``'s engines lend their commands (every engine on one session shares them, so a pipeline
+    opening an engine per call does not start new ones): one per command under way, kept for the next."""
+    with _POOLS_LOCK:
+        return _POOLS.setdefault(spark, queue.SimpleQueue())
 
 
 def merge_statement(target: str, source: str, condition: str, evict: Memberships | None, on_match: OnMatch | None) -> str:

@@ -85,19 +85,27 @@ class SqlLog:
     def source_snapshot(self, table: str, head: Head, version: int | None) -> tuple[int, Actions]:
         """Replayed from the log: the last checkpoint at or before ``version``, then the commits after it."""
         upto = head.version if version is None else version
-        log = self._log_folder(table)
+        root = self.source_root(table)
+        log = root.rstrip("/") + "/_delta_log"
         base, first = self._checkpoint(log, upto)
-        state: dict[str, dict] = {}
+        files: dict[tuple[str, str], dict] = {}
         kinds: dict[str, dict] = {}
         for _, actions in [(None, base), *self._commits(table, log, first, upto)]:
             for action in actions:
                 if "add" in action:
-                    state[action["add"]["path"]] = action
+                    files[_file_key(root, action["add"])] = action["add"]
                 elif "remove" in action:
-                    state.pop(action["remove"]["path"], None)
+                    files.pop(_file_key(root, action["remove"]), None)
                 elif "metaData" in action or "protocol" in action:
                     kinds[next(iter(action))] = action
-        return upto, [*kinds.values(), *state.values()]
+        # A snapshot's files are what it holds, each to be read: the state marks them dataChange = false, so that is
+        # left out, as the JVM reader leaves it; and it says of each whether it carries deletion vectors.
+        adds = [
+            {"add": {"path": add["path"], "partitionValues": add.get("partitionValues") or {}, "modificationTime": add.get("modificationTime"),
+                     "deletionVector": bool(add.get("deletionVector"))}}
+            for add in files.values()
+        ]  # fmt: skip
+        return upto, [*kinds.values(), *adds]
 
     def source_commits(self, table: str, after: int) -> Iterator[tuple[int, Actions]]:
         head = self.head(table)
@@ -106,13 +114,17 @@ class SqlLog:
         return iter(self._commits(table, self._log_folder(table), after + 1, head.version))
 
     def remove(self, path: str) -> None:
-        """Only where this machine sees the folder (a local server): SQL cannot delete a path table's files."""
-        local = urlparse(path).path if path.startswith("file:") else path
-        if "://" in path:
+        """Only where this machine sees the folder (a local server): SQL cannot delete a path table's files. Checked
+        with the server afterwards, so a folder the client does not see is never taken as deleted."""
+        where = urlparse(path)
+        local = where.path if where.scheme == "file" else path
+        if not where.scheme or where.scheme == "file":
+            shutil.rmtree(local, ignore_errors=not os.path.exists(local))
+        if self.head(path) is not None:
             raise LakejoinError(
-                f"cannot delete {path} over Spark Connect: delete the folder where the server sees it, or keep the warehouse in a catalog schema"
+                f"cannot delete {path} over Spark Connect: this machine does not see it; delete the folder where the server "
+                "sees it, or keep the warehouse in a catalog schema"
             )
-        shutil.rmtree(local, ignore_errors=not os.path.exists(local))
 
     def _reader(self):  # noqa: ANN202 - a DataFrameReader
         return self.spark.read.format("delta")
@@ -156,6 +168,9 @@ class SqlLog:
         commits: dict[int, Actions] = {version: [] for version in range(first, last + 1)}
         for line in lines:
             commits[int(line["file"].split(".")[0])].append(json.loads(line["value"]))
+        missing = [version for version, actions in commits.items() if not actions]  # every commit has its commitInfo
+        if missing:
+            raise LakejoinError(f"source table {table}: version {missing[0]}'s commit file could not be read from its log")
         return sorted(commits.items())
 
     def _checkpoint(self, log: str, upto: int) -> tuple[Actions, int]:
@@ -190,11 +205,23 @@ class SqlLog:
             return next((int(txn["version"]) for txn in listed if txn["appId"] == app_id), None)
         log = self._log_folder(table)
         schema = "txn struct<appId: string, version: long>"
-        found: list[DataFrame] = [self.spark.read.schema(schema).json(f"{log}/*.json")]
-        try:
-            found.append(self.spark.read.parquet(f"{log}/*.checkpoint*.parquet").select("txn"))
+        versions = [_newest(self.spark.read.schema(schema).json(f"{log}/*.json"), app_id)]
+        try:  # analysed where it runs: a Connect client's reads are lazy
+            versions.append(_newest(self.spark.read.parquet(f"{log}/*.checkpoint*.parquet"), app_id))
         except AnalysisException:
             pass  # no checkpoint yet
-        versions = [frame.where(F.col("txn.appId") == app_id).agg(F.max("txn.version")).first()[0] for frame in found]
-        known = [int(version) for version in versions if version is not None]
+        known = [version for version in versions if version is not None]
         return max(known, default=None)
+
+
+def _newest(actions: DataFrame, app_id: str) -> int | None:
+    """The newest version of ``app_id``'s ``txn`` actions among ``actions`` (a log's commits or checkpoint)."""
+    newest = actions.where(F.col("txn.appId") == app_id).agg(F.max("txn.version")).first()[0]
+    return None if newest is None else int(newest)
+
+
+def _file_key(root: str, action: dict) -> tuple[str, str]:
+    """What tells a data file in the table's state, as Delta's replay does: its path (relative or absolute, resolved)
+    and its deletion vector (a DML's add of a file with a new one precedes the remove of the file with the old one)."""
+    vector = action.get("deletionVector") or {}
+    return data_file(root, action["path"]), f"{vector.get('storageType')}{vector.get('pathOrInlineDv')}@{vector.get('offset')}"
