@@ -33,19 +33,12 @@ def require_spark_delta(spark: SparkSession) -> None:
         pytest.skip(SPARK_DELTA_SKIP)
 
 
-@pytest.fixture(params=["delta-rs", pytest.param("spark", marks=pytest.mark.spark_delta), pytest.param("spark-sql-log", marks=pytest.mark.spark_delta)])
+@pytest.fixture(params=["delta-rs", pytest.param("spark", marks=pytest.mark.spark_delta)])
 def engine(request: pytest.FixtureRequest, spark: SparkSession):
-    """Each Delta engine in turn; Delta on Spark skips where its jars are missing. ``spark-sql-log`` is Delta on Spark
-    reading the log as it does in a Spark Connect session (SQL and Spark reads, no JVM), here in a classic one."""
-    if request.param == "delta-rs":
-        return make_engine(spark, request.param)
-    require_spark_delta(spark)
+    """Each Delta engine in turn; Delta on Spark skips where its jars are missing."""
     if request.param == "spark":
-        return make_engine(spark, "spark")
-    from state.engines.spark_delta import SparkDeltaEngine
-    from state.engines.sql_log import SqlLog
-
-    return SparkDeltaEngine(spark, SqlLog(spark))
+        require_spark_delta(spark)
+    return make_engine(spark, request.param)
 
 
 @pytest.fixture

@@ -40,7 +40,10 @@ def gold_pairs(pipeline: Pipeline) -> Counter[Pair]:
     return Counter(Pair(row.r_id, row.s_id, row.owner) for row in pipeline.table("gold").select("r_id", "s_id", "owner").collect())
 
 
-def test_the_api_and_the_cli_give_the_same_gold_state_and_batch_log(spark, engine, tmp_path, capsys):
+def test_the_api_and_the_cli_give_the_same_gold_state_and_batch_log(spark, deltars, tmp_path, capsys):
+    """On delta-rs: the API on Delta on Spark runs in the notebook test here, and on a cluster and a Spark Connect
+    server in tests/test_where_spark_runs.py."""
+    engine = deltars
     records = out_of_order(15, seed=5)
     settings = {"engine": engine.name, "max_batch_rows": 7}
     (tmp_path / "pipeline.yml").write_text(json.dumps(settings))  # JSON is YAML

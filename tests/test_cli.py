@@ -96,10 +96,6 @@ def test_the_readmes_three_way_example_runs_through_the_cli(tmp_path):
         rows = [{key: f"{name}{i}", "symbol": "AB"[i % 2], "t": f"2026-01-01T00:00:{3 * i + offset:02d}Z"} for i in range(6)]
         (tmp_path / f"{name}.jsonl").write_text("\n".join(json.dumps(row) for row in rows))
     common = ("--warehouse", "wh", "--config", "three.yml")
-    unknown = lakejoin("ingest", *common, "--relation", "orders", "trades.jsonl", cwd=str(tmp_path))
-    assert unknown.returncode == 2
-    assert unknown.stderr.strip().splitlines()[-1] == "lakejoin: error: unknown relation 'orders': the config's relations are trades, quotes, news"
-    assert not (tmp_path / "wh" / "silver").exists()
     for name in ("trades", "quotes", "news"):
         landed = lakejoin("ingest", *common, "--relation", name, f"{name}.jsonl", cwd=str(tmp_path))
         assert landed.returncode == 0, landed.stderr[-2000:]
@@ -113,8 +109,6 @@ def test_the_readmes_three_way_example_runs_through_the_cli(tmp_path):
     validated = lakejoin("validate", "--warehouse", "wh", cwd=str(tmp_path))
     assert validated.returncode == 0, validated.stdout[-2000:] + validated.stderr[-2000:]
     assert "PASS: gold equals the batch SQL join" in validated.stdout
-    reset = lakejoin("reset", "--warehouse", "wh", "--yes", cwd=str(tmp_path))
-    assert reset.returncode == 0 and "silver/news_state" in reset.stdout, reset.stderr[-2000:]
 
 
 def test_the_three_way_demo_prints_pass(tmp_path):

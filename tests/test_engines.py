@@ -14,10 +14,22 @@ from pyspark.sql import functions as F
 
 from pipelines.sources import APPEND, Commit
 from pipelines.spark import DELTA_JARS, delta_jars
-from state.engines import Eviction, Memberships, Merged, OnMatch, Txn
+from state.engines import Eviction, Memberships, Merged, OnMatch, Txn, make_engine
 from state.engines.base import applied
-from tests.conftest import SPARK_DELTA_SKIP
+from state.engines.spark_delta import SparkDeltaEngine
+from state.engines.sql_log import SqlLog
+from tests.conftest import SPARK_DELTA_SKIP, require_spark_delta
 from tests.helpers import REPO
+
+
+@pytest.fixture(params=["delta-rs", pytest.param("spark", marks=pytest.mark.spark_delta), pytest.param("spark-sql-log", marks=pytest.mark.spark_delta)])
+def engine(request: pytest.FixtureRequest, spark):
+    """Each engine in turn, and ``spark-sql-log``: Delta on Spark reading the log as it does as a Spark Connect client
+    (SQL and Spark reads, no JVM), here in a classic session."""
+    if request.param == "delta-rs":
+        return make_engine(spark, request.param)
+    require_spark_delta(spark)
+    return make_engine(spark, "spark") if request.param == "spark" else SparkDeltaEngine(spark, SqlLog(spark))
 
 
 def frame(spark, rows):

@@ -23,7 +23,11 @@ from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 
 from expectations.reconcile import comparable
+from pipelines.ingest import ingest_file
 from pipelines.spark import DELTA_CONF, DELTA_JARS, delta_jars
+from state.engines import make_engine
+from state.layout import Warehouse
+from state.relations import relation
 from tests.helpers import REPO, lakejoin
 from tests.test_join_pipeline import ORDERS
 from tests.where_spark_runs import TYPED_CONFIG, TYPES, WORKED_ORDER
@@ -64,11 +68,17 @@ def test_on_a_spark_connect_server_joins_are_exact_through_a_crash_and_the_cli_s
     assert status.returncode == 0 and json.loads(status.stdout)["last_committed_batch"] == 2, status.stderr
 
 
-def test_on_a_standalone_cluster_joins_are_exact_through_a_crash(standalone_cluster, spark, tmp_path):
+def test_on_a_standalone_cluster_joins_are_exact_through_a_crash_and_the_cli_runs_there(standalone_cluster, spark, tmp_path):
     found = _scenarios(tmp_path, "--master", standalone_cluster)
     assert (found["session"], found["engine"]) == ("pyspark.sql.session", "spark")
     assert found["executors"] == 2, "the cluster's two workers ran the job"
     _assert_exact(found, spark)
+    # the command line on the cluster: one more payment of the worked example's key, landed here, joins its three orders
+    (tmp_path / "s9.jsonl").write_text(json.dumps({"id": "s9", "ts": 9, "key": "k", "payload": "payload s9"}) + "\n")
+    worked = os.path.join(str(tmp_path), "worked")
+    ingest_file(spark, make_engine(spark, "spark"), Warehouse(worked), relation("s"), str(tmp_path / "s9.jsonl"))
+    ran = lakejoin("run", "--warehouse", worked, "--master", standalone_cluster, cwd=str(tmp_path), engine="spark")
+    assert ran.returncode == 0 and "1 arrivals, 3 pairs" in ran.stdout, ran.stdout + ran.stderr[-2000:]
 
 
 def _scenarios(tmp_path: Path, *where: str) -> dict:
@@ -87,8 +97,8 @@ def _assert_exact(found: dict, spark: SparkSession) -> None:
     assert {tuple(row) for row in found["worked"]} == expected and len(found["worked"]) == len(expected)
     typed = found["typed"]
     assert typed["crashed"] and typed["rerun_batches"] == 1 and typed["valid"]
-    for relation, path in typed["files"].items():
-        spark.read.parquet(path).createOrReplaceTempView(f"typed_{relation}")
+    for name, path in typed["files"].items():
+        spark.read.parquet(path).createOrReplaceTempView(f"typed_{name}")
     names = TYPES.names
     batch_join = spark.sql(
         f"SELECT {', '.join(f'r.`{n}` AS `r_{n}`' for n in names)}, {', '.join(f's.`{n}` AS `s_{n}`' for n in names)}, "
