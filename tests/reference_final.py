@@ -107,8 +107,8 @@ def asof_in_batches(
 def kept_rights(rights: list[Record], waiting: list[Record], marks: dict[str, int], tolerance: int | None) -> list[Record]:
     """The right records some left record may still take: every left still to be emitted is at or after the
     floor, the lower watermark (a waiting left is at or after the right one, which has not passed it; a left to
-    come at or after the left one); below it only the latest right of each key can be anyone's match, and only
-    within tolerance of the floor. ``waiting`` is above the floor by construction."""
+    come at or after the left one); at or below it only the latest right of each key (by time, then id: of two at
+    one time the later id wins) can be anyone's match, and only within tolerance of the floor. ``waiting`` is above the floor by construction."""
     if "r" not in marks or "s" not in marks:
         return rights
     floor = min(marks["r"], marks["s"])
@@ -120,5 +120,5 @@ def kept_rights(rights: list[Record], waiting: list[Record], marks: dict[str, in
     return [
         right
         for right in rights
-        if right.key is not None and (right.ts >= floor or (not superseded(right) and (tolerance is None or floor - right.ts <= tolerance)))
+        if right.key is not None and (right.ts > floor or (not superseded(right) and (tolerance is None or floor - right.ts <= tolerance)))
     ]

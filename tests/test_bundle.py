@@ -148,10 +148,10 @@ def test_the_following_join_is_a_paused_continuous_job_that_runs_on_the_schedule
 def test_the_runtime_matches_the_pinned_spark(bundle):
     with open(os.path.join(REPO, "pyproject.toml"), "rb") as handle:
         local = tomllib.load(handle)["project"]["optional-dependencies"]["local"]
-    pyspark = next(pin for pin in local if pin.startswith("pyspark=="))
+    pinned = next(match.group(1) for pin in local if (match := re.fullmatch(r"pyspark(?:\[[\w,]+\])?==(.+)", pin)))
     runtime_spark = {"18": "4.1"}  # Databricks Runtime major version -> Apache Spark it ships
     runtime = defaults(bundle)["job_cluster"]["spark_version"].split(".")[0]
-    assert pyspark.removeprefix("pyspark==").startswith(runtime_spark[runtime] + ".")
+    assert pinned.startswith(runtime_spark[runtime] + ".")
 
 
 def test_no_workspace_url_or_secret_is_hard_coded(bundle):
