@@ -3,6 +3,9 @@
 PYTHON ?= python3.11
 VENV := .venv
 STAMP := $(VENV)/.installed
+# Flink for bench-peers, in a virtualenv of its own: apache-flink pins pyarrow, pandas and numpy apart from the project
+FLINK_VENV := .venv-flink
+FLINK_STAMP := $(FLINK_VENV)/.installed
 
 .PHONY: demo test bench-state bench-dq bench-peers bench-engines bench-memory bench-commit bench-sources bench-floors bench-nway bench-final bench-api bench-connect
 
@@ -13,6 +16,12 @@ $(STAMP): pyproject.toml
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet --editable '.[local,test,bench]'
 	touch $(STAMP)
+
+$(FLINK_STAMP):
+	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is required: install it, or pass PYTHON=/path/to/python3.11"; exit 1; }
+	$(PYTHON) -m venv $(FLINK_VENV)
+	$(FLINK_VENV)/bin/pip install --quiet apache-flink==2.3.0
+	touch $(FLINK_STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/lakejoin demo
@@ -28,7 +37,7 @@ bench-state: $(STAMP)
 bench-dq: $(STAMP)
 	$(VENV)/bin/python -m benchmarks.expectations_cost
 
-bench-peers: $(STAMP)
+bench-peers: $(STAMP) $(FLINK_STAMP)
 	$(VENV)/bin/python -m benchmarks.peers --recompute
 
 bench-engines: $(STAMP)
