@@ -7,16 +7,22 @@ on stdin and answers each with its timings, one JSON line per job on stdout. The
 about three times slower than the next ones (class loading, JIT), which a warm-up job absorbs.
 
 A job reads each relation from ``inputs/<relation>/`` with the filesystem connector, bounded, in streaming mode (the
-job ends when both folders are read); joins them with a regular inner join on the predicate (not an interval join:
-the predicate need not bound time), state in RocksDB, exactly-once checkpoints; and writes the pairs (r_id, s_id)
-as JSON Lines files under ``output``, committed by the checkpoints (the last one once the input is read).
+job ends when both folders are read); joins them on the predicate, state in RocksDB, exactly-once checkpoints; and
+writes the pairs (r_id, s_id) as JSON Lines files under ``output``, committed by the checkpoints (the last one once
+the input is read). Without ``--watermark`` the join is a regular inner join, which keeps every record: the predicate
+need not bound time. With ``--watermark COLUMN SOURCE DELAY`` each relation has a rowtime attribute COLUMN (its
+bigint SOURCE, epoch seconds, as a TIMESTAMP_LTZ(3)) watermarked DELAY seconds behind the newest seen; a predicate
+bounding the two COLUMNs from each other (``s.COLUMN BETWEEN r.COLUMN - INTERVAL … AND r.COLUMN + INTERVAL …``)
+makes it an interval join, which evicts what the watermark has passed from its state (a record arriving behind the
+watermark joins only what is left).
 
 Timings: ``total_s``, from submitting the INSERT to the job's end (planning, the per-job mini-cluster's start, the
 run, its final checkpoint); ``net_s``, the run alone as the JobManager measures it. Per-micro-batch times are not
 measured: the source reads the files as one bounded stream, with no boundary between batches that Flink reports.
 
     printf '{"inputs": "in", "output": "out", "workdir": "work"}\\n' | .venv-flink/bin/python benchmarks/flink_join.py \\
-        --predicate 'r.key = s.key' --schema 'id string, ts bigint, key string, payload string' --relations r s
+        --predicate 'r.key = s.key' --schema 'id string, ts bigint, key string, payload string' --relations r s \\
+        [--watermark ts_t ts 2000]
 """
 
 from __future__ import annotations
@@ -43,16 +49,31 @@ def quoted(predicate: str, relations: list[str]) -> str:
     return re.sub(rf"\b({aliases})\.([A-Za-z_]\w*)\b", r"\1.`\2`", predicate)
 
 
-def columns(schema: str) -> str:
-    """A Spark DDL schema (``id string, ts bigint``) as Flink DDL columns, names quoted."""
-    return ", ".join(f"`{name}` {kind}" for name, kind in (column.split(None, 1) for column in schema.split(",")))
+def columns(schema: str, watermark: tuple[str, str, int] | None) -> str:
+    """A Spark DDL schema (``id string, ts bigint``) as Flink DDL columns, names quoted; with ``watermark``
+    (column, source, delay), the rowtime column computed from the epoch seconds of source, and its watermark."""
+    given = [f"`{name}` {kind}" for name, kind in (column.split(None, 1) for column in schema.split(","))]
+    if watermark is None:
+        return ", ".join(given)
+    rowtime, source, delay = watermark
+    return ", ".join([*given, f"`{rowtime}` AS TO_TIMESTAMP_LTZ(`{source}`, 0)", f"WATERMARK FOR `{rowtime}` AS `{rowtime}` - {interval(delay)}"])
+
+
+def interval(seconds: int) -> str:
+    """``seconds`` as an interval literal Flink SQL and Spark SQL both read: DAY TO SECOND, as Flink's SECOND takes
+    two digits at most (``INTERVAL '2000' SECOND`` exceeds the precision of SECOND(2))."""
+    minutes, second = divmod(seconds, 60)
+    hours, minute = divmod(minutes, 60)
+    days, hour = divmod(hours, 24)
+    return f"INTERVAL '{days} {hour:02d}:{minute:02d}:{second:02d}' DAY TO SECOND"
 
 
 def uri(path: str) -> str:
     return "file://" + os.path.abspath(path)
 
 
-def join(inputs: str, output: str, workdir: str, predicate: str, schema: str, relations: list[str]) -> dict[str, float]:
+def join(inputs: str, output: str, workdir: str, predicate: str, schema: str, relations: list[str],
+         watermark: tuple[str, str, int] | None) -> dict[str, float]:
     """Runs the join of ``inputs`` into ``output`` to its end (checkpoints under ``workdir``); its timings in seconds."""
     from pyflink.common import Configuration
     from pyflink.table import EnvironmentSettings, TableEnvironment
@@ -67,7 +88,7 @@ def join(inputs: str, output: str, workdir: str, predicate: str, schema: str, re
     tables = TableEnvironment.create(EnvironmentSettings.new_instance().in_streaming_mode().with_configuration(config).build())
     for name in relations:
         source = uri(os.path.join(inputs, name))
-        tables.execute_sql(f"CREATE TABLE `{name}` ({columns(schema)}) WITH ('connector' = 'filesystem', 'path' = '{source}', 'format' = 'json')")
+        tables.execute_sql(f"CREATE TABLE `{name}` ({columns(schema, watermark)}) WITH ('connector' = 'filesystem', 'path' = '{source}', 'format' = 'json')")
     tables.execute_sql(f"CREATE TABLE pairs (r_id STRING, s_id STRING) WITH ('connector' = 'filesystem', 'path' = '{uri(output)}', 'format' = 'json')")
     r, s = relations
     submitted = time.perf_counter()
@@ -88,7 +109,10 @@ def main() -> None:
     parser.add_argument("--predicate", required=True, help="the join predicate, Spark SQL over the relations' names")
     parser.add_argument("--schema", required=True, help="every relation's columns, Spark DDL")
     parser.add_argument("--relations", nargs=2, default=["r", "s"])
+    parser.add_argument("--watermark", nargs=3, metavar=("COLUMN", "SOURCE", "DELAY"),
+                        help="a rowtime attribute COLUMN, the bigint SOURCE as epoch seconds, watermarked DELAY seconds behind")
     args = parser.parse_args()
+    watermark = None if args.watermark is None else (args.watermark[0], args.watermark[1], int(args.watermark[2]))
     # The JVM inherits this process's stdout: the replies keep the pipe, anything else goes to stderr.
     replies = os.fdopen(os.dup(sys.stdout.fileno()), "w")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
@@ -98,7 +122,7 @@ def main() -> None:
     answer(replies, {"ready": True})
     for line in sys.stdin:
         job = json.loads(line)
-        answer(replies, join(job["inputs"], job["output"], job["workdir"], args.predicate, args.schema, args.relations))
+        answer(replies, join(job["inputs"], job["output"], job["workdir"], args.predicate, args.schema, args.relations, watermark))
 
 
 if __name__ == "__main__":

