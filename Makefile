@@ -29,7 +29,7 @@ demo: $(STAMP)
 # Two workers: most of a test's time is Spark's and Delta's latency (job scheduling, log reads, JVM starts),
 # which a second worker overlaps on two cores.
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest -n 2 --dist worksteal --durations=12
+	$(VENV)/bin/python -m pytest -n 2 --dist worksteal --durations=30
 
 bench-state: $(STAMP)
 	$(VENV)/bin/python -m benchmarks.bounded_state
