@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 FLINK_VENV := .venv-flink
 FLINK_STAMP := $(FLINK_VENV)/.installed
 
-.PHONY: demo test bench-state bench-dq bench-peers bench-engines bench-memory bench-commit bench-sources bench-floors bench-nway bench-final bench-api bench-connect
+.PHONY: demo test bench-state bench-dq bench-peers bench-peers-bounded bench-engines bench-memory bench-commit bench-sources bench-floors bench-nway bench-final bench-api bench-connect
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is required: install it, or pass PYTHON=/path/to/python3.11"; exit 1; }
@@ -39,6 +39,9 @@ bench-dq: $(STAMP)
 
 bench-peers: $(STAMP) $(FLINK_STAMP)
 	$(VENV)/bin/python -m benchmarks.peers --recompute
+
+bench-peers-bounded: $(STAMP) $(FLINK_STAMP)
+	$(VENV)/bin/python -m benchmarks.peers --bounded
 
 bench-engines: $(STAMP)
 	$(VENV)/bin/python -m benchmarks.engines
