@@ -16,7 +16,7 @@ import statistics
 import tempfile
 import time
 
-from benchmarks.report import write_json
+from benchmarks.report import tenths, write_json
 from benchmarks.stream import replay
 from expectations.reconcile import check_gold
 from pipelines.config import Config
@@ -60,8 +60,7 @@ def main() -> None:
     total = time.perf_counter() - started
 
     measured = batch_seconds[args.warmup :]
-    tenth = max(1, len(measured) // 10)
-    early, late = statistics.median(measured[:tenth]), statistics.median(measured[-tenth:])
+    early, late = tenths(measured)
     check = check_gold(engine, warehouse, config)
     result = {
         "config": {**vars(args), "bounded": not args.unbounded},
@@ -78,7 +77,7 @@ def main() -> None:
         "total_s_including_ingest": total,
     }
     write_json(args.out, result)
-    print(f"batches: {len(batch_seconds)} (warm-up {args.warmup}), tenth = {tenth} batches")
+    print(f"batches: {len(batch_seconds)} (warm-up {args.warmup})")
     print(f"median seconds per batch: first tenth {early:.3f}, last tenth {late:.3f}, ratio {late / early:.2f} (target <= 1.3)")
     print(f"state rows at the end: {result['state_rows_final']}; largest: {result['state_rows_max']}")
     print(f"{check.describe()}\nwritten: {args.out}")

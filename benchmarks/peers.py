@@ -59,7 +59,7 @@ from deltalake import write_deltalake
 from pyspark.sql import functions as F
 
 from benchmarks.flink_join import interval
-from benchmarks.report import write_json
+from benchmarks.report import tenths, write_json
 from pipelines.config import Config
 from pipelines.demo import DEMO_START, DemoOptions, generate_stream
 from pipelines.ingest import ingest_file
@@ -273,13 +273,6 @@ def predicates(on: str, window: int | None) -> tuple[str, str]:
     if window is None:
         return on, on
     return f"{on} AND {band('ts', str(window))}", f"{on} AND {band(EVENT_TIME, interval(window))}"
-
-
-def tenths(seconds: list[float]) -> tuple[float, float]:
-    """The median seconds of the first and of the last tenth of the micro-batches (one batch at least): equal when a
-    batch costs the same late in the stream as early, as bounded state should make it."""
-    tenth = max(1, len(seconds) // 10)
-    return statistics.median(seconds[:tenth]), statistics.median(seconds[-tenth:])
 
 
 def same_pairs(a: DataFrame, b: DataFrame) -> bool:
