@@ -6,6 +6,7 @@ accepted, a duplicate (skipped) or quarantined with a reason.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import reduce
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
@@ -32,7 +33,7 @@ from state.errors import FileRefused, LakejoinError
 from state.event_time import INTEGER, INTEGER_TEXT, STORED_TYPE, TIMESTAMP, as_event_time, kind_of, on_axis
 from state.layout import Warehouse
 from state.names import column
-from state.relations import ID, TS, Relation, RelationSpec, others
+from state.relations import ID, OP, SEQ, TS, ChangeSpec, Relation, RelationSpec, others
 
 def classify(
     engine: DeltaEngine, warehouse: Warehouse, rel: Relation, specs: dict[str, RelationSpec], parsed: Parsed, configured: dict[str, DataType]
@@ -45,7 +46,7 @@ def classify(
     bronze_schema = StructType() if established is None else established.schema
     spelled = _in_bronze_spelling(parsed, bronze_schema)
     layout = _layout(engine, warehouse, rel, specs, spelled, {**configured, **{f.name: f.dataType for f in bronze_schema.fields}})
-    return _classify(_normalize(spelled, layout), established)
+    return _classify(_normalize(spelled, layout), established, specs[rel.name].changes is not None)
 
 
 
@@ -190,6 +191,9 @@ def _normalize(parsed: Parsed, layout: _Layout) -> DataFrame:
         *[misfit for name, _, misfit in typed if misfit is not None and name == spec.event_time],
         *[misfit for name, _, misfit in typed if misfit is not None and name != spec.event_time],
     )
+    changes = _change_columns(spec.changes, values, layout.types) if spec.changes is not None and not spec.changes.cdf and present >= set(spec.record_columns) else {}
+    if changes:
+        reason = F.coalesce(reason, *[misfit for _, misfit in changes.values()])
     axis = on_axis(values[spec.event_time], layout.kind) if spec.event_time in present else F.lit(None)
     whence = [name for name in parsed.frame.columns if name.startswith("_source_")]  # a line; a table's file and version too
     return parsed.frame.select(
@@ -199,7 +203,25 @@ def _normalize(parsed: Parsed, layout: _Layout) -> DataFrame:
         *[value.alias(name) for name, value in values.items()],
         record_id.alias(ID),
         axis.cast("long").alias(TS),
+        *[value.alias(name) for name, (value, _) in changes.items()],
     )
+
+
+def _change_columns(changes: ChangeSpec, values: dict[str, Column], types: dict[str, DataType]) -> dict[str, tuple[Column, Column]]:
+    """A change file's ``_op`` (insert, update or delete, from the operation column's configured values) and ``_seq``
+    (the sequence column as a number: an integer, or a timestamp's microseconds), each with the reason it fails."""
+    given = F.trim(values[changes.op].cast("string"))  # type: ignore[index] - a change file names its op column
+    op = F.coalesce(*[F.when(given.isin(*group), F.lit(name)) for name, group in changes.values.items()])
+    named = "; ".join(f"{name}: {', '.join(group)}" for name, group in changes.values.items())
+    sequence = values[changes.sequence_by]  # type: ignore[index]
+    if isinstance(types.get(changes.sequence_by), (TimestampType, TimestampNTZType, DateType)):  # type: ignore[arg-type]
+        seq = F.unix_micros(sequence.cast("timestamp"))
+    else:
+        seq = sequence.cast("string").try_cast("long")
+    return {
+        OP: (op, F.when(op.isNull(), F.concat(F.lit(f"{changes.op} is not a change operation ({named}): "), given))),
+        SEQ: (seq, F.when(seq.isNull(), F.concat(F.lit(f"{changes.sequence_by} is not an integer or a timestamp: "), sequence.cast("string")))),
+    }
 
 
 def _missing(name: str, present: set[str]) -> Column:
@@ -209,11 +231,14 @@ def _missing(name: str, present: set[str]) -> Column:
     return F.when(value.isNull() | (F.trim(value.cast("string")) == ""), F.lit(f"missing {name}"))
 
 
-def _classify(normalized: DataFrame, bronze: DataFrame | None) -> DataFrame:
+def _classify(normalized: DataFrame, bronze: DataFrame | None, changes: bool) -> DataFrame:
+    """Each row's outcome. A record's id names it once, so an id seen before with other content is a conflict; in a
+    change feed an id names every change of its record, and only a row seen before whole (same content) is skipped."""
     data_columns = sorted(name for name in normalized.columns if not name.startswith("_"))
-    hashed = normalized.withColumn("_content_hash", F.sha2(F.to_json(F.struct(*[column(name) for name in data_columns])), 256))
+    hashed = normalized.withColumn("_content_hash", F.sha2(F.to_json(F.struct(*[column(name) for name in data_columns], *[c for c in (OP, SEQ) if c in normalized.columns])), 256))
     valid = F.col("_reason").isNull()
-    by_id = Window.partitionBy(valid, ID).orderBy("_source_line")
+    identity = [ID, "_content_hash"] if changes else [ID]
+    by_id = Window.partitionBy(valid, *identity).orderBy("_source_line")
     ranked = hashed.withColumns(
         {
             "_nth": F.when(valid, F.row_number().over(by_id)),
@@ -226,10 +251,14 @@ def _classify(normalized: DataFrame, bronze: DataFrame | None) -> DataFrame:
     else:
         # Bronze outgrows any file: find the file's ids in it with the ids broadcast (a scan, no shuffle of
         # bronze), then join back the few it holds.
-        file_ids = F.broadcast(normalized.select(F.col(ID).alias("_existing_id")).where(F.col("_existing_id").isNotNull()))
-        existing = bronze.select(F.col(ID).alias("_existing_id"), F.col("_content_hash").alias("_existing_hash"))
+        keys = {ID: "_existing_id", "_content_hash": "_existing_hash"}
+        file_ids = F.broadcast(normalized.select(F.col(ID).alias("_existing_id")).where(F.col("_existing_id").isNotNull()).distinct())
+        existing = bronze.select(*[F.col(name).alias(keys[name]) for name in keys])
         held = existing.join(file_ids, "_existing_id", "left_semi")
-        ranked = ranked.join(F.broadcast(held), valid & (F.col(ID) == F.col("_existing_id")), "left").drop("_existing_id")
+        if changes:
+            held = held.distinct()
+        matches = reduce(Column.__and__, [F.col(name) == F.col(keys[name]) for name in identity])
+        ranked = ranked.join(F.broadcast(held), valid & matches, "left").drop("_existing_id")
     seen_in_file = F.col("_nth") > 1
     reason = F.coalesce(
         F.col("_reason"),

@@ -71,6 +71,7 @@ class Config:
             object.__setattr__(self, "allowed_lateness", self.allowed_lateness or dict.fromkeys(names, 0))
         object.__setattr__(self, "expectations", _expectations(self.expectations))
         self._check_finality(names)
+        self._check_changes()
         if not isinstance(self.predicate, str) or not self.predicate.strip():
             raise LakejoinError(f"config: 'predicate' must be a non-empty Spark SQL expression over {', '.join(f'{name}.*' for name in names)}")
         if not isinstance(self.max_batch_rows, int) or self.max_batch_rows < 1:
@@ -99,6 +100,19 @@ class Config:
     def reach(self) -> Span | None:
         """How far apart in event time a row's members may be: the window, or an as-of join's tolerance."""
         return self.tolerance if self.join_kind.as_of else self.window  # type: ignore[return-value] - normalised
+
+    @property
+    def reads_changes(self) -> bool:
+        """Some relation is a change feed (state/changes.py)."""
+        return any(spec.changes is not None for spec in self.relations.values())  # type: ignore[union-attr] - normalised
+
+    def _check_changes(self) -> None:
+        changing = [name for name, spec in self.relations.items() if spec.changes is not None]  # type: ignore[union-attr] - normalised
+        if changing and self.join not in ("inner", "synchronized"):
+            raise LakejoinError(
+                f"config: relations.{changing[0]}.changes: join: {self.join} over change feeds is not built (a change would retract rows "
+                "already final); change feeds join with join: inner or synchronized"
+            )
 
     def _check_finality(self, names: list[str]) -> None:
         """A join emitting rows once final takes two relations, and the other relation's lateness for each waiting

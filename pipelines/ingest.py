@@ -34,7 +34,7 @@ from state.errors import FileRefused, LakejoinError
 from state.faults import step
 from state.layout import Warehouse
 from state.names import column
-from state.relations import ID, TS, Relation, RelationSpec, default_specs
+from state.relations import ID, OP, SEQ, TS, Relation, RelationSpec, default_specs
 
 # A DataFrame's rows are numbered in this column while they are parsed (a user's column may not start with '_').
 FRAME_ROW = "_frame_row"
@@ -399,6 +399,7 @@ def _bronze_rows(classified: DataFrame, source: Provenance, accepted_blocks: lis
         *[column(name) for name in data],
         ID,
         TS,
+        *[name for name in (OP, SEQ) if name in accepted.columns],  # a change feed's (pipelines/classify.py)
         place.cast("long").alias("_arrival_seq"),
         source.file.alias("_source_file"),
         source.line.alias("_source_line"),

@@ -24,10 +24,12 @@ from expectations.frames import with_pair_checks, with_state_checks_local
 from expectations.reconcile import BOOKKEEPING as GOLD_BOOKKEEPING
 from expectations.runner import Validator
 from pipelines.config import Config, on_warehouse_axis
+from pipelines.gold import GOLD, Retraction, write_gold
 from pipelines.sources import arrivals_with_source_columns
 from state.batch_log import BatchLog, BatchOutcome, BatchPlan, LogTail
 from state.bounds import advance, late_rows, split_late
-from state.buffers import BufferUpdate, read_sides, update_buffers
+from state.buffers import BufferUpdate, held_versions, read_sides, replacing, update_buffers
+from state.changes import Applied, apply, resolve
 from state.checks import check_consistency
 from state.engines import Data, DeltaEngine, Txn, as_frame
 from state.errors import LakejoinError
@@ -150,6 +152,8 @@ def _plan_next(engine: DeltaEngine, warehouse: Warehouse, config: Config, tail: 
     state_versions = {
         name: version for name, path in warehouse.buffers().items() if (version := engine.version(path)) is not None
     }
+    if config.reads_changes and (gold := engine.version(warehouse.gold)) is not None:
+        state_versions[GOLD] = gold  # what the batch's retractions take out of gold (pipelines/gold.py)
     return BatchPlan(
         batch_id=tail.last_batch_id + 1,
         seq_from=tail.last_seq,
@@ -188,17 +192,29 @@ def _execute(
     log's tail after it (this run holds the lock: nothing else appends to the log). ``config`` is on the
     event-time axis of ``kind``."""
     relations = warehouse.relations
+    spec = config.join_spec
+    tables = {table.relation: table for table in spec.state_tables(warehouse)}
     with timed("arrivals"):
         arrived = {rel: _arrivals(engine, warehouse, rel, config.spec(rel.name).table, plan) for rel in relations}
+        resolved = {
+            rel: resolve(arrived[rel], held_versions(engine, plan, tables[rel], arrived[rel])) for rel in relations if config.spec(rel.name).changes
+        }
     screened = {
-        rel: checks.screen(warehouse.name_of(warehouse.bronze(rel)), "bronze", rows, [ID], rel.name) for rel, rows in arrived.items()
+        rel: checks.screen(warehouse.name_of(warehouse.bronze(rel)), "bronze", resolved[rel].candidates if rel in resolved else rows, [ID], rel.name)
+        for rel, rows in arrived.items()
     }
-    split = {rel: split_late(screened[rel], plan.watermarks.get(rel.name)) for rel in relations}
+
+    def by_lateness(rel: Relation) -> Callable[[pa.Table], tuple[pa.Table, pa.Table]]:
+        return lambda rows: split_late(rows, plan.watermarks.get(rel.name))
+
+    changes = {rel: apply(resolved[rel], screened[rel], by_lateness(rel)) for rel in resolved}
+    split = {rel: (changes[rel].on_time, changes[rel].late) if rel in changes else by_lateness(rel)(screened[rel]) for rel in relations}
     on_time = {rel: parts[0] for rel, parts in split.items()}
     late = {rel: parts[1] for rel, parts in split.items()}
     # Local relations: Spark knows their size and broadcasts them into the joins.
-    spec = config.join_spec
-    sides = read_sides(engine, plan, spec.state_tables(warehouse), {rel: as_frame(engine.spark, t) for rel, t in on_time.items()})
+    sides = read_sides(
+        engine, plan, list(tables.values()), {rel: as_frame(engine.spark, t) for rel, t in on_time.items()}, {rel: c.replaced for rel, c in changes.items()}
+    )
     projection = Projection({rel.name: data_columns(arrived[rel].column_names) for rel in relations}, config.select)
     after = advance(plan.watermarks, on_time, config.allowed_lateness)
     tuples = _pairs(sides, config.join_condition, projection, plan)  # a plan: an as-of join never runs it
@@ -214,10 +230,15 @@ def _execute(
     with timed("join"):
         pairs = _to_driver_if_small(engine, gold, config.driver_rows)
     gold_rows = checks.screen(warehouse.name_of(warehouse.gold), "gold", pairs, [identity_column(rel, ID) for rel in members])
+    stored = {rel: changes[rel].state_rows() if rel in changes else rows for rel, rows in on_time.items()}
     updates = {
         name: replace(update, rows=checks.screen(warehouse.name_of(update.table.path), update.table.kind, _state_rows(update, late), [ID]))
-        for name, update in state_updates(spec, warehouse, plan, on_time, (plan.watermarks, after), emitted).items()
+        for name, update in state_updates(spec, warehouse, plan, stored, (plan.watermarks, after), emitted).items()
     }
+    updates = replacing(updates, [rel for rel, applied in changes.items() if applied.resolved.stored])
+    retracting = Retraction.of(
+        engine, warehouse, plan, {rel: c.retracted for rel, c in changes.items()}, spec.kind.row_keys(members), lambda rows: _to_driver_if_small(engine, rows, config.driver_rows)
+    )
     checks.raise_if_failed()
 
     def txn(path: str) -> Txn:
@@ -232,7 +253,7 @@ def _execute(
     # committed, and the resumed batch writes the rest.
     with ThreadPoolExecutor(max_workers=3) as pool:
         recorded = pool.submit(_record_checks, engine, warehouse, checks, txn)
-        gold_written = pool.submit(_write_gold, engine, warehouse, plan, gold_rows, txn(warehouse.gold))
+        gold_written = pool.submit(write_gold, engine, warehouse, plan, gold_rows, retracting, txn)
         late_recorded = pool.submit(_quarantine_late, engine, warehouse, config, kind, plan, late, txn(warehouse.late_arrivals))
         evicted = update_buffers(engine, plan, updates, txn)
         recorded.result()
@@ -241,6 +262,7 @@ def _execute(
     outcome = BatchOutcome(
         arrivals={rel.name: arrived[rel].num_rows for rel in relations},
         pairs=written,
+        changes=_change_counts(changes, retracting),
         seconds=time.perf_counter() - started,
         late={rel.name: table.num_rows for rel, table in late.items()},
         evicted=evicted,
@@ -254,13 +276,15 @@ def _execute(
     return report, LogTail(plan.batch_id, plan.seq_to, None, plan, after)
 
 
-def _write_gold(engine: DeltaEngine, warehouse: Warehouse, plan: BatchPlan, rows: Data, txn: Txn) -> int:
-    """Append the batch's pairs; the rows it holds for the batch (counted when the run this one resumes wrote them)."""
-    with step("gold"):
-        written = engine.append(warehouse.gold, rows, txn)
-    if written is None:
-        written = engine.read(warehouse.gold, where=f"batch_id = {plan.batch_id}").count()
-    return written
+def _change_counts(changes: dict[Relation, Applied], retraction: Retraction) -> dict[str, int]:
+    """What the batch did with change feeds' rows, summed over relations, and the gold rows it retracted."""
+    counts: dict[str, int] = {}
+    for applied in changes.values():
+        for name, count in applied.counts().items():
+            counts[name] = counts.get(name, 0) + count
+    if changes:
+        counts["retracted"] = 0 if retraction.rows is None else (retraction.rows.num_rows if isinstance(retraction.rows, pa.Table) else retraction.rows.count())
+    return counts
 
 
 def _to_driver_if_small(engine: DeltaEngine, pairs: DataFrame, limit: int) -> Data:

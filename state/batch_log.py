@@ -31,6 +31,7 @@ SCHEMA = pa.schema(
         ("arrivals", VERSIONS),
         ("late", VERSIONS),  # relation -> arrivals sent to quarantine/late_arrivals
         ("evicted", VERSIONS),  # state table -> rows evicted by the batch's MERGE
+        ("changes", VERSIONS),  # change feeds: inserted, updated, deleted, ignored (as older), late, retracted (gold rows)
         ("pairs", pa.int64()),
         ("recorded_at", pa.timestamp("us", tz="UTC")),
         ("seconds", pa.float64()),
@@ -58,6 +59,7 @@ class BatchOutcome:
     late: dict[str, int] = field(default_factory=dict)
     evicted: dict[str, int] = field(default_factory=dict)
     watermarks: dict[str, int] = field(default_factory=dict)  # after the batch
+    changes: dict[str, int] = field(default_factory=dict)  # change feeds' counts (state/changes.py), summed
 
 
 @dataclass(frozen=True)
@@ -111,6 +113,7 @@ class BatchLog:
             "arrivals": None if outcome is None else list(outcome.arrivals.items()),
             "late": None if outcome is None else list(outcome.late.items()),
             "evicted": None if outcome is None else list(outcome.evicted.items()),
+            "changes": None if outcome is None or not outcome.changes else list(outcome.changes.items()),
             "pairs": None if outcome is None else outcome.pairs,
             "recorded_at": datetime.now(timezone.utc),
             "seconds": None if outcome is None else outcome.seconds,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import reduce
 
 import pyarrow as pa
@@ -22,11 +22,12 @@ from pyspark.sql import functions as F
 
 from state.batch_log import BatchPlan
 from state.bounds import Watermarks, probe_eviction, store_eviction
-from state.engines import DeltaEngine, Eviction, Memberships, Merged, OnMatch, Txn
+from state.changes import DELETED, HELD
+from state.engines import DeltaEngine, Eviction, Memberships, Merged, OnMatch, Txn, as_frame
 from state.faults import step
 from state.joiner import Side
 from state.layout import IN_STORE, Buffer, Warehouse
-from state.relations import ID, TS, Relation, others
+from state.relations import ID, SEQ, TS, Relation, others
 
 BUFFER_KEY = ID
 # Ingest gives an id one content (another content is quarantined as a conflict), so rows with equal ids have
@@ -67,10 +68,14 @@ def state_tables(warehouse: Warehouse, probes: bool = True) -> list[StateTable]:
     ]
 
 
-def read_sides(engine: DeltaEngine, plan: BatchPlan, tables: Sequence[StateTable], arrivals: dict[Relation, DataFrame]) -> list[Side]:
+def read_sides(
+    engine: DeltaEngine, plan: BatchPlan, tables: Sequence[StateTable], arrivals: dict[Relation, DataFrame], replaced: dict[Relation, pa.Array] | None = None
+) -> list[Side]:
     """Each relation's arrivals with its buffers as they were before the batch (the plan's versions): each state
-    table read once, each buffer a filter on its column (empty where the table keeps no such buffer). A table written
-    before its relation gained a column (bronze evolves additively) reads it as null."""
+    table read once, each buffer a filter on its column (empty where the table keeps no such buffer), without the
+    versions a change feed's batch ``replaced`` (per relation, ids). A table written before its relation gained a
+    column (bronze evolves additively) reads it as null."""
+    replaced = replaced or {}
 
     def at_plan(table: StateTable) -> DataFrame | None:
         version = plan.state_versions.get(table.name)
@@ -89,7 +94,12 @@ def read_sides(engine: DeltaEngine, plan: BatchPlan, tables: Sequence[StateTable
         snapshot = snapshots[buffer.holds]
         if snapshot is None or buffer.column not in snapshot.columns:
             return arrivals[buffer.holds].limit(0)
-        return snapshot.where(F.col(buffer.column)).drop(*membership[buffer.holds])
+        held = snapshot.where(F.col(buffer.column)).drop(*membership[buffer.holds])
+        gone = replaced.get(buffer.holds)
+        if gone is None or len(gone) == 0:
+            return held
+        ids = as_frame(engine.spark, pa.table({ID: gone}))
+        return held.join(F.broadcast(ids), ID, "left_anti")
 
     relations = [table.relation for table in tables]
     return [
@@ -101,6 +111,19 @@ def read_sides(engine: DeltaEngine, plan: BatchPlan, tables: Sequence[StateTable
         )
         for rel in relations
     ]
+
+
+def held_versions(engine: DeltaEngine, plan: BatchPlan, table: StateTable, changes: pa.Table) -> pa.Table:
+    """The version the state table holds before the batch of each id ``changes`` names (state/changes.py ``HELD``):
+    its sequence, and whether it is a tombstone. One scan, the batch's ids broadcast."""
+    version = plan.state_versions.get(table.name)
+    snapshot = None if version is None or changes.num_rows == 0 else engine.read(table.path, version)
+    if snapshot is None:
+        return HELD.empty_table()
+    ids = as_frame(engine.spark, pa.table({ID: pc.unique(changes[ID])}))
+    deleted = F.col(DELETED) if DELETED in snapshot.columns else F.lit(False)
+    held = snapshot.join(F.broadcast(ids), ID, "left_semi").select(ID, F.col(SEQ).cast("long"), F.coalesce(deleted, F.lit(False)).alias(DELETED))
+    return held.toArrow().cast(HELD)
 
 
 @dataclass(frozen=True)
@@ -184,8 +207,10 @@ def _update_buffer(engine: DeltaEngine, plan: BatchPlan, name: str, update: Buff
     with step(name):
         if not update.needed:
             return None
+        # A change feed's new version may move its record in time: its stored row is looked for anywhere.
+        aligned = None if update.on_match is not None and update.on_match.replace else ALIGNED
         merged = _insert(engine, update, txn_for(update.table.path)) if update.inserts_only else engine.merge(
-            update.table.path, update.rows, BUFFER_KEY, update.eviction, txn_for(update.table.path), ALIGNED, update.on_match
+            update.table.path, update.rows, BUFFER_KEY, update.eviction, txn_for(update.table.path), aligned, update.on_match
         )
     if merged is not None:
         return merged.evicted
@@ -203,13 +228,24 @@ def _insert(engine: DeltaEngine, update: BufferUpdate, txn: Txn) -> Merged | Non
     return None if written is None else Merged(written, 0)
 
 
+def replacing(updates: dict[str, BufferUpdate], relations: Sequence[Relation]) -> dict[str, BufferUpdate]:
+    """The batch's state updates, each of ``relations`` (change feeds whose batch changes records the table holds)
+    replacing the stored rows its rows name (state/changes.py)."""
+    return {
+        name: replace(update, on_match=OnMatch(None, replace=True)) if update.table.relation in relations else update
+        for name, update in updates.items()
+    }
+
+
 def kept_by_buffers(arrivals: pa.Table, eviction: Memberships) -> pa.Table:
     """The arrivals, each with a column per buffer saying whether it keeps them (at or above its cutoff), less those no
-    buffer keeps: they can meet no future arrival, so they are never stored."""
+    buffer keeps: they can meet no future arrival, so they are never stored. A change feed's rows (state/changes.py)
+    are all stored, tombstones in no buffer: each holds its id's version, which an older change must not undo."""
     flagged = arrivals
+    live = None if DELETED not in arrivals.column_names else pc.invert(arrivals[DELETED])
     for column, cutoff in eviction.cutoffs.items():
         kept = pa.array([True] * arrivals.num_rows, pa.bool_()) if cutoff is None else pc.greater_equal(arrivals[cutoff.column], cutoff.below)
-        flagged = flagged.append_column(column, kept)
-    if not eviction.cutoffs or arrivals.num_rows == 0:
+        flagged = flagged.append_column(column, kept if live is None else pc.and_(kept, live))
+    if not eviction.cutoffs or arrivals.num_rows == 0 or live is not None:
         return flagged
     return flagged.filter(reduce(pc.or_, [flagged[column] for column in eviction.cutoffs]))

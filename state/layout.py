@@ -130,15 +130,20 @@ class Warehouse:
         """One row per joined pair."""
         return self._path("gold", "join_results")
 
+    @property
+    def gold_changes(self) -> str:
+        """With change feeds: each batch's rows gold gained (``+``) and lost (``-``), append-only."""
+        return self._path("gold", "changes")
+
     def buffers(self) -> dict[str, str]:
         """Every state table by the name the batch log records its version under (``r_state``, …)."""
         return {f"{rel.name}_state": self.state(rel) for rel in self.relations}
 
     def derived_tables(self) -> list[str]:
         """What the joiner builds from bronze (``lakejoin reset`` drops these): gold, then silver, the batch log last."""
-        return [self.gold, self.late_arrivals, self.dq_quarantine, self.dq_results, *self.buffers().values(), *self.legacy_state(), self.batches]
+        return [self.gold, self.gold_changes, self.late_arrivals, self.dq_quarantine, self.dq_results, *self.buffers().values(), *self.legacy_state(), self.batches]
 
     def tables(self) -> list[str]:
         """Every table, in the order data flows through them."""
         bronze = [self.bronze(rel) for rel in self.relations]
-        return [*bronze, self.ingest_log, self.quarantine, *self.buffers().values(), self.late_arrivals, self.dq_quarantine, self.dq_results, self.batches, self.definition, self.gold]
+        return [*bronze, self.ingest_log, self.quarantine, *self.buffers().values(), self.late_arrivals, self.dq_quarantine, self.dq_results, self.batches, self.definition, self.gold, self.gold_changes]

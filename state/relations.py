@@ -28,6 +28,56 @@ class Relation:
 # What lakejoin derives for every record, whatever its columns: its id as text, its event time on the integer
 # axis of state/event_time.py. Everything that orders, matches or evicts records uses these two.
 ID, TS = "_id", "_ts"
+# What it derives for every row of a change feed (state/changes.py): the operation (insert, update, delete) and its
+# sequence (a number: the latest per id wins).
+OP, SEQ = "_op", "_seq"
+INSERT, UPDATE, DELETE = "insert", "update", "delete"
+
+
+@dataclass(frozen=True)
+class ChangeSpec:
+    """A relation whose rows are changes of its records (docs/design.md section 11), not new records: a source table's
+    Change Data Feed (``changes: cdf``), or files whose rows carry an operation and a sequence column, Debezium's
+    ``c``, ``r`` (insert), ``u`` (update) and ``d`` (delete) unless configured."""
+
+    op: str | None = None  # the operation column of files; None: the source table's Change Data Feed
+    sequence_by: str | None = None  # the column ordering an id's changes (files); a table's commit version otherwise
+    values: dict[str, tuple[str, ...]] = field(default_factory=lambda: {INSERT: ("c", "r"), UPDATE: ("u",), DELETE: ("d",)})
+
+    @property
+    def cdf(self) -> bool:
+        return self.op is None
+
+    @classmethod
+    def parse(cls, name: str, raw: object, table: str | None) -> ChangeSpec | None:
+        where = f"config: relations.{name}.changes"
+        if raw is None:
+            return None
+        if raw == "cdf":
+            if table is None:
+                raise LakejoinError(f"{where}: cdf reads a source table's Change Data Feed: set relations.{name}.table, or give files' columns ({{op: <column>, sequence_by: <column>}})")
+            return cls()
+        known = ("op", "sequence_by", *cls().values)
+        if not isinstance(raw, dict) or set(raw) - set(known) or not _is_name(raw.get("op")) or not _is_name(raw.get("sequence_by")):
+            raise LakejoinError(f"{where} must be cdf (a source table's Change Data Feed) or {{op: <column>, sequence_by: <column>}} (files), got {raw!r}")
+        if table is not None:
+            raise LakejoinError(f"{where}: a source table's changes are read from its Change Data Feed: use changes: cdf")
+        values = dict(cls().values)
+        for op in values:
+            given = raw.get(op, values[op])
+            given = [given] if isinstance(given, str) else given
+            if not isinstance(given, (list, tuple)) or not given or not all(isinstance(value, str) for value in given):
+                raise LakejoinError(f"{where}.{op} must be the operation column's value(s) for an {op}, got {given!r}")
+            values[op] = tuple(given)
+        every = [value for group in values.values() for value in group]
+        if len(every) != len(set(every)):
+            raise LakejoinError(f"{where}: a value names two operations ({', '.join(f'{op}: {list(v)}' for op, v in values.items())})")
+        return cls(raw["op"], raw["sequence_by"], values)
+
+    def settings(self) -> object:
+        if self.cdf:
+            return "cdf"
+        return {"op": self.op, "sequence_by": self.sequence_by, **{op: list(group) for op, group in self.values.items()}}
 
 
 @dataclass(frozen=True)
@@ -42,6 +92,7 @@ class RelationSpec:
     # files ingested into bronze (pipelines/sources.py); None: files.
     table: str | None = None
     skip_change_commits: bool = False  # skip a source commit that removes or rewrites rows, instead of refusing it
+    changes: ChangeSpec | None = None  # the rows are changes of records (state/changes.py); None: new records only
 
     @classmethod
     def default(cls) -> RelationSpec:
@@ -52,7 +103,7 @@ class RelationSpec:
     def parse(cls, name: str, raw: object) -> RelationSpec:
         if isinstance(raw, RelationSpec):
             return raw
-        known = ("id", "event_time", "columns", "required", "table", "skip_change_commits")
+        known = ("id", "event_time", "columns", "required", "table", "skip_change_commits", "changes")
         if not isinstance(raw, dict) or set(raw) - set(known):
             extra = sorted(set(raw) - set(known)) if isinstance(raw, dict) else [raw]
             raise LakejoinError(f"config: relations.{name} has unknown setting {extra[0]!r}; known: {', '.join(known)}")
@@ -75,22 +126,30 @@ class RelationSpec:
             raise LakejoinError(f"config: relations.{name}.columns types the columns of text files; table {table} declares its own types: remove it")
         if not isinstance(skip, bool) or (skip and table is None):
             raise LakejoinError(f"config: relations.{name}.skip_change_commits must be true or false, and only with a table, got {skip!r}")
-        for setting, names in (("id", ids), ("event_time", [raw.get("event_time", "ts")]), ("required", required), ("columns", list(columns))):
+        changes = ChangeSpec.parse(name, raw.get("changes"), table)
+        if changes is not None and skip:
+            raise LakejoinError(f"config: relations.{name}: a change feed applies a source table's updates and deletes; skip_change_commits would drop them: remove it")
+        followed = [] if changes is None or changes.cdf else [changes.op, changes.sequence_by]
+        for setting, names in (("id", ids), ("event_time", [raw.get("event_time", "ts")]), ("required", required), ("columns", list(columns)), ("changes", followed)):
             for column in names:
                 if storable(column, 0) != column:
                     raise LakejoinError(
                         f"config: relations.{name}.{setting} names {column!r}, which bronze stores as {storable(column, 0)!r} "
                         f"(Delta cannot store whitespace or ' ,;{{}}()=' in a name): use {storable(column, 0)!r}"
                     )
-        return cls(tuple(ids), raw.get("event_time", "ts"), dict(columns), tuple(required), table, skip)
+        return cls(tuple(ids), raw.get("event_time", "ts"), dict(columns), tuple(required), table, skip, changes)
 
     @property
     def record_columns(self) -> list[str]:
-        """The columns every record of the relation has: its id, its event time, the required ones."""
-        return list(dict.fromkeys([*self.id, self.event_time, *self.required]))
+        """The columns every record of the relation has: its id, its event time, the required ones (and a change
+        file's operation and sequence)."""
+        changes = [] if self.changes is None or self.changes.cdf else [self.changes.op, self.changes.sequence_by]
+        return list(dict.fromkeys([*self.id, self.event_time, *self.required, *changes]))
 
     def settings(self) -> dict[str, object]:
         settings = {"id": list(self.id), "event_time": self.event_time, "columns": dict(self.columns), "required": list(self.required)}
+        if self.changes is not None:
+            settings["changes"] = self.changes.settings()
         return settings if self.table is None else {**settings, "table": self.table, "skip_change_commits": self.skip_change_commits}
 
 

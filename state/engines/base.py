@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, Protocol, TypeAlias
 
 import pyarrow as pa
@@ -88,11 +88,12 @@ def _column(name: str, alias: str | None) -> str:
 class OnMatch:
     """What a MERGE does to a stored row whose key a source row names again (a batch's arrivals never do: ingest
     gives each record a new id), where that source row's ``when`` column is true (any such row when None): set
-    the stored row's ``when`` column true (an outer join's ``_matched``), or delete the stored row (an as-of join's
-    superseded record)."""
+    the stored row's ``when`` column true (an outer join's ``_matched``), delete the stored row (an as-of join's
+    superseded record), or replace it whole (a change feed's new version, state/changes.py)."""
 
     when: str | None
     delete: bool = False
+    replace: bool = False  # the source row is the record's new version (a change feed's): it replaces the stored row
 
     @property
     def condition(self) -> str | None:
@@ -154,10 +155,18 @@ class DeltaEngine(Protocol):
         """The largest value of an integer column at ``version`` (latest when None); None if empty or absent."""
         ...
 
-    def append(self, path: str, df: Data, txn: Txn | None = None) -> int | None:
-        """Append ``df``, creating the table or adding new columns as needed.
+    def append(self, path: str, df: Data, txn: Txn | None = None, properties: dict[str, str] | None = None) -> int | None:
+        """Append ``df``, creating the table (with the Delta table ``properties`` given) or adding new columns as needed.
 
         Returns the rows written, or None when the table already records ``txn`` (nothing written).
+        """
+        ...
+
+    def apply_changes(self, path: str, df: Data, keys: Sequence[str], retraction: str, txn: Txn | None = None) -> int | None:
+        """One MERGE on ``keys`` (one commit): a row of ``df`` for which ``retraction`` (a SQL predicate on ``source``)
+        holds deletes the row it names; any other replaces it, or is inserted. The table must exist.
+
+        Returns the rows deleted, replaced or inserted, or None when the table already records ``txn``.
         """
         ...
 
@@ -254,6 +263,11 @@ def match_condition(key: str, df: Data, aligned: str | None = None) -> str:
     if low is None:
         return condition
     return f"{condition} AND target.`{aligned}` >= {low} AND target.`{aligned}` <= {high}"
+
+
+def changes_merge(keys: Sequence[str], retraction: str) -> tuple[str, str]:
+    """``apply_changes``'s match condition, and the condition of a source row that is no retraction."""
+    return " AND ".join(f"target.`{key}` = source.`{key}`" for key in keys), f"NOT ({retraction})"
 
 
 def marker(txn: Txn) -> str:

@@ -11,7 +11,7 @@ import json
 import os
 import threading
 from urllib.parse import unquote
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 from pyarrow import fs
@@ -21,7 +21,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
-from state.engines.base import Actions, Data, Memberships, Merged, OnMatch, TableInfo, Txn, covers, marked_version, marker, match_condition
+from state.engines.base import Actions, Data, Memberships, Merged, OnMatch, TableInfo, Txn, changes_merge, covers, marked_version, marker, match_condition
 from state.errors import LakejoinError
 
 
@@ -173,16 +173,35 @@ class DeltaRsEngine:
         if table is not None:
             table.vacuum(retention_hours=retention_hours, dry_run=False, enforce_retention_duration=True)
 
-    def append(self, path: str, df: Data, txn: Txn | None = None) -> int | None:
+    def append(self, path: str, df: Data, txn: Txn | None = None, properties: dict[str, str] | None = None) -> int | None:
         table = self._table(path)  # opened once: the transaction check and the write share it
         if table is not None and _recorded(table, txn):
             return None
         data = to_arrow(df)
         try:
-            write_deltalake(table or path, data, mode="append", schema_mode="merge", commit_properties=_commit(txn))
+            write_deltalake(
+                table or path, data, mode="append", schema_mode="merge", commit_properties=_commit(txn), configuration=None if table else properties
+            )
         except DeltaError as exc:
             raise LakejoinError(f"cannot append to {path}: {_first_line(exc)}") from exc
         return data.num_rows
+
+    def apply_changes(self, path: str, df: Data, keys: Sequence[str], retraction: str, txn: Txn | None = None) -> int | None:
+        table = _opened(self._table(path), path)
+        if _recorded(table, txn):
+            return None
+        condition, kept = changes_merge(keys, retraction)
+        try:
+            metrics = (
+                table.merge(to_arrow(df), predicate=condition, source_alias="source", target_alias="target", merge_schema=True, commit_properties=_commit(txn))
+                .when_matched_delete(predicate=retraction)
+                .when_matched_update_all(predicate=kept)
+                .when_not_matched_insert_all(predicate=kept)
+                .execute()
+            )
+        except DeltaError as exc:
+            raise LakejoinError(f"cannot merge into {path}: {_first_line(exc)}") from exc
+        return sum(int(metrics[name]) for name in ("num_target_rows_deleted", "num_target_rows_updated", "num_target_rows_inserted"))
 
     def merge(
         self,
@@ -211,6 +230,8 @@ class DeltaRsEngine:
             ).when_not_matched_insert_all()
             if on_match is not None and on_match.delete:
                 merger = merger.when_matched_delete(predicate=on_match.condition)
+            elif on_match is not None and on_match.replace:
+                merger = merger.when_matched_update_all()
             elif on_match is not None and on_match.when is not None:
                 merger = merger.when_matched_update(updates=on_match.updates(evict), predicate=on_match.condition)
             if evict is not None and (gone := evict.gone("target")) is not None:

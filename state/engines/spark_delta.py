@@ -17,7 +17,7 @@ import queue
 import threading
 import uuid
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 import pyarrow as pa
@@ -25,7 +25,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from state.engines.base import Actions, Data, Memberships, Merged, OnMatch, TableInfo, Txn, as_frame, marker, match_condition
+from state.engines.base import Actions, Data, Memberships, Merged, OnMatch, TableInfo, Txn, as_frame, changes_merge, marker, match_condition
 from state.engines.delta_log import DeltaLogReader, Head, Recorded, is_connect, log_reader, sql_name
 from state.layout import is_table_name
 
@@ -145,13 +145,14 @@ class SparkDeltaEngine:
         else:
             self._log.remove(path)
 
-    def append(self, path: str, df: Data, txn: Txn | None = None) -> int | None:
+    def append(self, path: str, df: Data, txn: Txn | None = None, properties: dict[str, str] | None = None) -> int | None:
         head = self._log.head(path)  # one look at the log: the transaction check and the version to compare
         recorded = self._check(path, head, txn)
         if recorded is not None and recorded.covers(txn):  # type: ignore[arg-type] - a record needs a txn
             return None
         frame = as_frame(self.spark, df)
-        _append_to(path, frame, _recording(txn, recorded, WRITER_OPTIONS))
+        creating = properties if head is None and properties else {}  # a writer's ``delta.*`` options set a new table's properties
+        _append_to(path, frame, _recording(txn, recorded, WRITER_OPTIONS) | creating)
         after = self._log.head(path)
         if head is None or after.version != head.version:  # type: ignore[union-attr] - the append made the table
             if isinstance(df, pa.Table):
@@ -182,6 +183,23 @@ class SparkDeltaEngine:
         recorded = self._check(path, head, txn)
         if recorded is not None and recorded.covers(txn):  # type: ignore[arg-type] - a record needs a txn
             return None
+        counts = self._merge(df, txn, recorded, lambda source: merge_statement(sql_name(path), source, match_condition(key, df, aligned), evict, on_match))
+        return Merged(int(counts["num_inserted_rows"]), int(counts["num_deleted_rows"]))
+
+    def apply_changes(self, path: str, df: Data, keys: Sequence[str], retraction: str, txn: Txn | None = None) -> int | None:
+        head = self._log.head(path)
+        recorded = self._check(path, head, txn)
+        if recorded is not None and recorded.covers(txn):  # type: ignore[arg-type] - a record needs a txn
+            return None
+        condition, kept = changes_merge(keys, retraction)
+        clauses = f"WHEN MATCHED AND {retraction} THEN DELETE WHEN MATCHED AND {kept} THEN UPDATE SET * WHEN NOT MATCHED AND {kept} THEN INSERT *"
+        counts = self._merge(df, txn, recorded, lambda source: f"MERGE WITH SCHEMA EVOLUTION INTO {sql_name(path)} AS target USING {source} AS source ON {condition} {clauses}")
+        return int(counts["num_affected_rows"])
+
+    def _merge(self, df: Data, txn: Txn | None, recorded: Recorded | None, statement: Callable[[str], str]):  # noqa: ANN202 - a Row
+        """Run the MERGE ``statement`` names for a source view of ``df``, on a session of its own recording ``txn``;
+        the MERGE's own counts (a MERGE that changes nothing commits nothing, so the history's latest entry would
+        be an earlier commit's)."""
         # A source built from rows on the driver is an immutable local relation: MERGE need not copy it first.
         confs = ({MATERIALIZE_SOURCE: "none"} if isinstance(df, pa.Table) else {}) | _recording(txn, recorded, SESSION_CONFS)
         view = f"lakejoin_merge_{uuid.uuid4().hex}"
@@ -195,12 +213,9 @@ class SparkDeltaEngine:
                 df.createOrReplaceGlobalTempView(view)
                 source, drop = f"{self.spark.conf.get(GLOBAL_VIEWS, 'global_temp')}.{view}", lambda: self.spark.catalog.dropGlobalTempView(view)
             try:
-                # The MERGE's own counts: a MERGE that changes nothing commits nothing, so the history's latest
-                # entry would be an earlier commit's.
-                counts = session.sql(merge_statement(sql_name(path), source, match_condition(key, df, aligned), evict, on_match)).first()
+                return session.sql(statement(source)).first()
             finally:
                 drop()
-        return Merged(int(counts["num_inserted_rows"]), int(counts["num_deleted_rows"]))
 
     def optimize(self, path: str, order_by: str | None = None) -> None:
         if self.version(path) is None:
@@ -246,7 +261,9 @@ def merge_statement(target: str, source: str, condition: str, evict: Memberships
     """The ``MERGE INTO`` of ``source`` into ``target``: new rows inserted (columns the target lacks added), rows the
     source names again updated or deleted (``on_match``), rows it does not name deleted or cleared (``evict``)."""
     clauses = []
-    if on_match is not None and (on_match.delete or on_match.when is not None):
+    if on_match is not None and on_match.replace:
+        clauses.append("WHEN MATCHED THEN UPDATE SET *")
+    elif on_match is not None and (on_match.delete or on_match.when is not None):
         when = "" if on_match.condition is None else f" AND {on_match.condition}"
         action = "DELETE" if on_match.delete else "UPDATE SET " + _assignments(on_match.updates(evict))
         clauses.append(f"WHEN MATCHED{when} THEN {action}")
