@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import reduce
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, MapType, StructType
 
@@ -23,7 +23,7 @@ from state.final import JOIN_KINDS, JoinKind, row_of
 from state.joiner import Projection, data_columns, identity_column, joined, owner_label
 from state.layout import Warehouse
 from state.names import column
-from state.relations import ID, Relation, RelationSpec
+from state.relations import DELETE, ID, OP, SEQ, Relation, RelationSpec
 
 BOOKKEEPING = ("batch_id", "produced_at")
 
@@ -54,22 +54,33 @@ class Reconciliation:
 
 
 def joinable(engine: DeltaEngine, warehouse: Warehouse, specs: dict[str, RelationSpec] | None = None) -> dict[Relation, DataFrame] | None:
-    """Each relation's bronze minus its late arrivals and the rows rules quarantined: what gold must be the
-    join of (docs/design.md section 4); None while some relation has nothing ingested. ``specs`` names the
-    relations read from source tables (their bronze points at the rows)."""
+    """Each relation's bronze minus its late arrivals and the rows rules quarantined (a change feed's: the current
+    version of each record of what is left): what gold must be the join of (docs/design.md sections 4 and 11); None
+    while some relation has nothing ingested. ``specs`` names the relations read from source tables (their bronze
+    points at the rows) and the change feeds."""
     late = engine.read(warehouse.late_arrivals)
     relations = {}
     for rel in warehouse.relations:
         bronze = records(engine, warehouse, specs, rel)
         if bronze is None:  # nothing ingested yet
             return None
+        changes = specs is not None and specs[rel.name].changes is not None
         if late is not None:
-            bronze = bronze.join(late.where(F.col("relation") == rel.name).select(ID), ID, "left_anti")
+            # a change feed's id names every change of its record: only the late change itself is set aside
+            by = "_arrival_seq" if changes else ID
+            bronze = bronze.join(late.where(F.col("relation") == rel.name).select(by), by, "left_anti")
         taken = _quarantined_keys(engine, warehouse, warehouse.bronze(rel))
         if taken is not None:
             bronze = bronze.join(taken, row_key([ID]) == taken["row_key"], "left_anti")
-        relations[rel] = bronze
+        relations[rel] = current_versions(bronze) if changes else bronze
     return relations
+
+
+def current_versions(changes: DataFrame) -> DataFrame:
+    """A change feed's records as they stand: per id its latest change (sequence, then arrival), unless a delete."""
+    latest = Window.partitionBy(ID).orderBy(F.col(SEQ).desc(), F.col("_arrival_seq").desc())
+    ranked = changes.withColumn("_rank", F.row_number().over(latest))
+    return ranked.where((F.col("_rank") == 1) & (F.col(OP) != DELETE)).drop("_rank")
 
 
 def check_gold(engine: DeltaEngine, warehouse: Warehouse, config: Config) -> Reconciliation | None:

@@ -33,7 +33,7 @@ from state.errors import FileRefused, LakejoinError
 from state.event_time import INTEGER, INTEGER_TEXT, STORED_TYPE, TIMESTAMP, as_event_time, kind_of, on_axis
 from state.layout import Warehouse
 from state.names import column
-from state.relations import ID, OP, SEQ, TS, ChangeSpec, Relation, RelationSpec, others
+from state.relations import DELETE, ID, INSERT, OP, SEQ, TS, UPDATE, ChangeSpec, Relation, RelationSpec, others
 
 def classify(
     engine: DeltaEngine, warehouse: Warehouse, rel: Relation, specs: dict[str, RelationSpec], parsed: Parsed, configured: dict[str, DataType]
@@ -191,7 +191,12 @@ def _normalize(parsed: Parsed, layout: _Layout) -> DataFrame:
         *[misfit for name, _, misfit in typed if misfit is not None and name == spec.event_time],
         *[misfit for name, _, misfit in typed if misfit is not None and name != spec.event_time],
     )
-    changes = _change_columns(spec.changes, values, layout.types) if spec.changes is not None and not spec.changes.cdf and present >= set(spec.record_columns) else {}
+    if spec.changes is not None and spec.changes.cdf:
+        changes = _feed_columns()
+    elif spec.changes is not None and present >= set(spec.record_columns):
+        changes = _change_columns(spec.changes, values, layout.types)
+    else:
+        changes = {}
     if changes:
         reason = F.coalesce(reason, *[misfit for _, misfit in changes.values()])
     axis = on_axis(values[spec.event_time], layout.kind) if spec.event_time in present else F.lit(None)
@@ -205,6 +210,14 @@ def _normalize(parsed: Parsed, layout: _Layout) -> DataFrame:
         axis.cast("long").alias(TS),
         *[value.alias(name) for name, (value, _) in changes.items()],
     )
+
+
+def _feed_columns() -> dict[str, tuple[Column, Column]]:
+    """A Change Data Feed's ``_op`` and ``_seq`` (its commit version), as ``_change_columns`` gives a file's
+    (pipelines/sources.py reads the feed; an update comes as its new version)."""
+    kind = F.col("_change_type")
+    op = F.when(kind == "insert", F.lit(INSERT)).when(kind == "update_postimage", F.lit(UPDATE)).when(kind == "delete", F.lit(DELETE))
+    return {OP: (op, F.when(op.isNull(), F.concat(F.lit("not a change: "), kind))), SEQ: (F.col("_commit_version").cast("long"), F.lit(None).cast("string"))}
 
 
 def _change_columns(changes: ChangeSpec, values: dict[str, Column], types: dict[str, DataType]) -> dict[str, tuple[Column, Column]]:

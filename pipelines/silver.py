@@ -39,7 +39,7 @@ from state.final import emit, state_updates
 from state.phases import take, timed
 from state.joiner import Projection, Side, batch_tuples, data_columns, identity_column
 from state.layout import Warehouse
-from state.relations import ID, TS, Relation
+from state.relations import ID, TS, Relation, RelationSpec
 
 
 @dataclass(frozen=True)
@@ -164,9 +164,11 @@ def _plan_next(engine: DeltaEngine, warehouse: Warehouse, config: Config, tail: 
     )
 
 
-def _arrivals(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, table: str | None, plan: BatchPlan) -> pa.Table:
+def _arrivals(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, spec: RelationSpec, plan: BatchPlan) -> pa.Table:
     """The plan's slice of ``rel``'s arrivals, read once and held on the driver (at most a batch). For a relation
-    read from a ``table``, bronze holds pointers: the rows' columns are read from the table's data files."""
+    read from a table, bronze holds pointers: the rows' columns are read from the table's data files (a change
+    feed's bronze holds its rows whole)."""
+    table = None if spec.changes is not None else spec.table
     version = plan.bronze_versions.get(rel.name)
     where = f"_arrival_seq > {plan.seq_from} AND _arrival_seq <= {plan.seq_to}"
     sliced = None if version is None else engine.rows(warehouse.bronze(rel), version, where)
@@ -195,7 +197,7 @@ def _execute(
     spec = config.join_spec
     tables = {table.relation: table for table in spec.state_tables(warehouse)}
     with timed("arrivals"):
-        arrived = {rel: _arrivals(engine, warehouse, rel, config.spec(rel.name).table, plan) for rel in relations}
+        arrived = {rel: _arrivals(engine, warehouse, rel, config.spec(rel.name), plan) for rel in relations}
         resolved = {
             rel: resolve(arrived[rel], held_versions(engine, plan, tables[rel], arrived[rel])) for rel in relations if config.spec(rel.name).changes
         }

@@ -14,7 +14,8 @@ skipped and logged under ``skip_change_commits``.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import reduce
 
 import pyarrow as pa
 from py4j.protocol import Py4JJavaError
@@ -25,18 +26,20 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from pipelines.classify import classify
 from pipelines.ingest import Provenance, land, last_arrival_seq, log_ingest
-from pipelines.parse import Parsed
+from pipelines.parse import Parsed, numbered
 from state.engines import Actions, DeltaEngine, as_frame
+from state.engines.base import CHANGE_FEED, no_change_feed
 from state.engines.delta_log import data_file
 from state.errors import LakejoinError
 from state.layout import Warehouse
 from state.names import column
-from state.relations import Relation, RelationSpec
+from state.relations import INSERT, Relation, RelationSpec
 
 # A row's place within one ingest of a table: its data file's ordinal (by version, then write time and path), then
 # its index in the file (Parquet row index), so the arrival order within a version is the same on every read.
 ROW_BITS = 33
 APPEND, REWRITE, CHANGE = "append", "rewrite", "change"
+CDF_TYPE, CDF_VERSION = "_change_type", "_commit_version"  # a Change Data Feed's columns (docs.delta.io, "Change data feed")
 COLUMN_MAPPING = "delta.columnMapping.mode"
 
 
@@ -110,7 +113,10 @@ def pending_versions(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, s
     assert table is not None
     _, identity, commits = _listed(engine, warehouse, rel, table)
     change = next((commit for commit in commits if commit.kind == CHANGE), None)
-    if change is not None and not spec.skip_change_commits:
+    if spec.changes is not None:  # a change feed: every commit's changes are read from the table's Change Data Feed
+        if commits and commits[0].operation == "snapshot" and not _records_changes(engine, table, commits[0].version):
+            raise no_change_feed(table, f"{CHANGE_FEED} is not set")
+    elif change is not None and not spec.skip_change_commits:
         raise LakejoinError(
             f"source table {table} version {change.version} is a {change.operation}, which removes or rewrites rows: lakejoin "
             f"joins appends only and wrote nothing; set relations.{rel.name}.skip_change_commits: true to skip such commits"
@@ -159,7 +165,10 @@ def _ingest(engine: DeltaEngine, warehouse: Warehouse, specs: dict[str, Relation
     )
     # logged with the ingest's own row, after its pointers landed: a crash before that leaves the versions to read again
     skipped = [(change.version, f"skipped: version {change.version} is a {change.operation} (skip_change_commits)") for change in changes]
-    if appended:
+    if specs[rel.name].changes is not None:
+        landed, quarantined, duplicates = _ingest_changes(engine, warehouse, rel, specs, table, commits, source)
+        changes, skipped = [], []
+    elif appended:
         landed, quarantined, duplicates = _ingest_appends(engine, warehouse, rel, specs, table, appended, source, newest, skipped)
     else:  # only rewrites (or skipped changes): the log moves past them
         landed = quarantined = duplicates = 0
@@ -192,6 +201,59 @@ def _ingest_appends(
         return land(engine, warehouse, classified, source, None, _read_failure(table), skipped)
     except (PySparkException, Py4JJavaError) as exc:
         raise _read_failure(table)(exc) from exc
+
+
+def _ingest_changes(
+    engine: DeltaEngine, warehouse: Warehouse, rel: Relation, specs: dict[str, RelationSpec], table: str, commits: list[Commit], source: Provenance
+) -> tuple[int, int, int]:
+    """A change feed's new versions landed whole (bronze keeps every version of a record, state/changes.py): a first
+    ingest's snapshot as inserts at its version, then each later version's Change Data Feed, an update by its new
+    version (``update_postimage``), each change sequenced by its commit version."""
+    schema = _schema_at(engine, table, commits[-1].version)
+    parts = []
+    if commits[0].operation == "snapshot":
+        snapshot = commits[0]
+        rows = _file_rows(engine, engine.source_root(table), schema, [(snapshot.version, add) for add in snapshot.files]).frame
+        parts.append(rows.withColumns({CDF_TYPE: F.lit(INSERT), CDF_VERSION: F.lit(snapshot.version).cast("long")}))
+    later = [commit.version for commit in commits if commit.operation != "snapshot"]
+    if later:
+        changes = engine.source_changes(table, later[0], later[-1]).where(F.col(CDF_TYPE) != "update_preimage")
+        parts.append(_change_rows(changes, schema, table, first_line=len(commits[0].files) if commits[0].operation == "snapshot" else 0))
+    if not parts:
+        return 0, 0, 0
+    frame = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
+    kept = [field for field in schema.fields if not field.name.startswith("_")]
+    whole = replace(source, kept=tuple(field.name for field in kept))  # every column, each version's own
+    try:
+        classified = classify(engine, warehouse, rel, specs, Parsed(frame, {field.name: field.dataType for field in kept}, text=False), {})
+        return land(engine, warehouse, classified, whole, None, _read_failure(table))
+    except (PySparkException, Py4JJavaError) as exc:
+        raise _read_failure(table)(exc) from exc
+
+
+def _change_rows(changes: DataFrame, schema: StructType, table: str, first_line: int) -> DataFrame:
+    """Change Data Feed rows in the shape ingest classifies, numbered in commit order after ``first_line`` files'."""
+    kept = [field for field in schema.fields if not field.name.startswith("_")]
+    values = [column(field.name) for field in kept]
+    ordered = numbered(changes.orderBy(CDF_VERSION), "_place")
+    return ordered.select(
+        (F.lit(first_line << ROW_BITS) + F.col("_place")).alias("_source_line"),
+        F.lit(table).alias("_source_file"),
+        F.col(CDF_VERSION).alias("_source_version"),
+        F.to_json(F.struct(*values)).alias("_raw"),
+        F.lit(False).alias("_unparsable"),
+        *values,
+        CDF_TYPE,
+        CDF_VERSION,
+    )
+
+
+def _records_changes(engine: DeltaEngine, table: str, version: int) -> bool:
+    """The table records its changes at ``version`` (its ``delta.enableChangeDataFeed``)."""
+    snapshot = engine.source_snapshot(table, version)
+    actions = [] if snapshot is None else snapshot[1]
+    configuration = next((action["metaData"].get("configuration") or {} for action in actions if "metaData" in action), {})
+    return str(configuration.get(CHANGE_FEED, "false")).lower() == "true"
 
 
 def _file_rows(engine: DeltaEngine, root: str, schema: StructType, files: list[tuple[int, dict]]) -> Parsed:
@@ -351,9 +413,10 @@ def _last_ingested(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, tab
 
 def records(engine: DeltaEngine, warehouse: Warehouse, specs: dict[str, RelationSpec] | None, rel: Relation) -> DataFrame | None:
     """Bronze's rows of ``rel`` with the record's columns: bronze itself for files; for a source table, its pointers
-    with the columns read from the table's data files (the whole-table audits: ``validate``)."""
+    with the columns read from the table's data files (the whole-table audits: ``validate``); a change feed's bronze
+    holds its rows whole."""
     bronze = engine.read(warehouse.bronze(rel))
-    table = None if specs is None else specs[rel.name].table
+    table = None if specs is None or specs[rel.name].changes is not None else specs[rel.name].table
     return bronze if bronze is None or table is None else with_source_columns(engine, table, bronze)
 
 

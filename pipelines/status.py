@@ -47,6 +47,8 @@ class WarehouseStatus:
     # Outer, anti and as-of joins: per waiting relation, its stored records whose rows wait to be final
     # (state/final.py): how many, the oldest's event time, and the watermark that makes that one final
     waiting: list[dict] = field(default_factory=list)
+    # Change feeds (state/changes.py): what the last committed batch did with their rows, and every batch together
+    changes: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def describe(self) -> str:
         width = max(len(table.name) for table in self.tables)
@@ -69,6 +71,8 @@ class WarehouseStatus:
             + ("" if wait["oldest"] is None else f", the oldest at {wait['oldest']}: its row comes once {wait['until']}")
             for wait in self.waiting
         ]
+        for which, counts in self.changes.items():
+            lines.append(f"changes, {which}: " + ", ".join(f"{count:,} {name}" for name, count in counts.items()))
         if self.rules:
             failing = [rule for rule in self.rules if rule["failed"]]
             lines.append(f"data quality, batch {self.rules[0]['batch_id']}: {len(self.rules) - len(failing)} of {len(self.rules)} rule checks passed")
@@ -101,7 +105,7 @@ def warehouse_status(engine: DeltaEngine, warehouse: Warehouse, config: Config) 
     for rel in warehouse.relations:
         bronze = engine.read(warehouse.bronze(rel), where=f"_arrival_seq > {tail.last_seq}")
         pending[rel.name] = 0 if bronze is None else bronze.count()
-    tables = [_table_status(engine, warehouse, path) for path in warehouse.tables()]
+    tables = [_table_status(engine, warehouse, path) for path in warehouse.tables() if path != warehouse.gold_changes or engine.version(path) is not None]
     late = next(table.rows for table in tables if table.name == warehouse.name_of(warehouse.late_arrivals))
     definition = recorded(engine, warehouse)
     kind = warehouse_kind(engine, warehouse, {rel.name: config.spec(rel.name).event_time for rel in warehouse.relations})
@@ -125,7 +129,23 @@ def warehouse_status(engine: DeltaEngine, warehouse: Warehouse, config: Config) 
             "version": definition.version, "recorded_at": str(definition.recorded_at), "settings": definition.settings
         },
         waiting=_waiting(engine, warehouse, config.on_axis(kind), kind),
+        changes=_changes(engine, warehouse) if config.reads_changes else {},
     )
+
+
+def _changes(engine: DeltaEngine, warehouse: Warehouse) -> dict[str, dict[str, int]]:
+    """The change counts the batch log records: the last committed batch's, and their sums over every batch."""
+    log = engine.read(warehouse.batches)
+    if log is None or "changes" not in log.columns:
+        return {}
+    rows = log.where((F.col("phase") == "committed") & F.col("changes").isNotNull()).select("batch_id", F.explode("changes")).collect()
+    if not rows:
+        return {}
+    last = max(row["batch_id"] for row in rows)
+    total: dict[str, int] = {}
+    for row in rows:
+        total[row["key"]] = total.get(row["key"], 0) + row["value"]
+    return {f"batch {last}": {row["key"]: row["value"] for row in rows if row["batch_id"] == last}, "all batches": total}
 
 
 def _waiting(engine: DeltaEngine, warehouse: Warehouse, config: Config, kind: str | None) -> list[dict]:

@@ -102,11 +102,12 @@ def resolve(rows: pa.Table, held: pa.Table) -> Resolved:
     """Per id, the latest of ``rows`` (by sequence, then arrival), split by whether it is newer than ``held`` (the
     state's ``_id``, ``_seq``, ``_deleted`` of those ids)."""
     if rows.num_rows == 0:
-        return Resolved(rows, rows, pa.array([], pa.string()), rows, 0, False)
-    indexed = rows.append_column("_row", pa.array(np.arange(rows.num_rows)))
-    ordered = indexed.sort_by([(ID, "ascending"), (SEQ, "ascending"), ("_arrival_seq", "ascending")])
-    last = ordered.select([ID, "_row"]).group_by(ID, use_threads=False).aggregate([("_row", "last")])
-    latest = rows.take(pc.sort_indices(last["_row_last"]))  # in arrival order
+        empty = rows.append_column(OP, pa.array([], pa.string())).append_column(SEQ, pa.array([], pa.int64())) if OP not in rows.column_names else rows
+        return Resolved(empty, empty, pa.array([], pa.string()), empty, 0, False)
+    ordered = rows.sort_by([(ID, "ascending"), (SEQ, "ascending"), ("_arrival_seq", "ascending")])
+    positions = ordered.select([ID]).append_column("_position", pa.array(np.arange(rows.num_rows)))
+    last = positions.group_by(ID).aggregate([("_position", "max")])["_position_max"]
+    latest = ordered.take(last).sort_by("_arrival_seq")  # in arrival order
     known = held.select([ID, SEQ, DELETED]).rename_columns([ID, "_held_seq", "_held_deleted"])
     compared = latest.select([ID, SEQ]).append_column("_row", pa.array(np.arange(latest.num_rows)))
     compared = compared.join(known, ID, join_type="left outer").sort_by("_row")

@@ -6,13 +6,19 @@ added and took out; an older change arriving later changes nothing, and a delete
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 
+import pyarrow as pa
 import pytest
+from deltalake import DeltaTable, write_deltalake
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from pipelines.config import Config
+from pipelines.silver import BatchReport, run
 from state.errors import LakejoinError
-from tests.helpers import Pipeline
+from tests.helpers import Pipeline, crash_at_each
 
 CHANGES = {"op": "op", "sequence_by": "seq"}
 CONFIG = {"relations": {"r": {"changes": CHANGES}, "s": {"changes": CHANGES}}}
@@ -75,3 +81,145 @@ def test_a_change_feed_takes_an_inner_join_and_refuses_others_in_one_line() -> N
         Config(**CONFIG, join="left", window=10, allowed_lateness=5)
     with pytest.raises(LakejoinError, match=r"relations.r.changes: cdf reads a source table"):
         Config(relations={"r": {"changes": "cdf"}, "s": {}})
+
+
+# The semantics in plain Python, independent of the store/probe model: per record, its latest change (by sequence,
+# then arrival) among those arrived, absent once deleted; gold is the join of those versions on equal keys.
+
+
+def current_records(events: list[tuple[str, dict]]) -> dict[str, dict[str, dict]]:
+    latest: dict[tuple[str, str], tuple[int, int, dict]] = {}
+    for arrival, (relation, row) in enumerate(events):
+        held = latest.get((relation, row["id"]))
+        if held is None or (row["seq"], arrival) > held[:2]:
+            latest[(relation, row["id"])] = (row["seq"], arrival, row)
+    current: dict[str, dict[str, dict]] = {"r": {}, "s": {}}
+    for (relation, id), (_, _, row) in latest.items():
+        if row["op"] != "d":
+            current[relation][id] = row
+    return current
+
+
+def reference_gold(events: list[tuple[str, dict]]) -> Counter:
+    current = current_records(events)
+    return Counter((r["id"], s["id"], r["amount"], s["amount"]) for r in current["r"].values() for s in current["s"].values() if r["key"] == s["key"])
+
+
+@st.composite
+def change_streams(draw: st.DrawFn) -> tuple[list[tuple[str, dict]], int]:
+    """Inserts, updates and deletes of a few records of r and s, keys and event times changing, sequences in a
+    random order (so older changes arrive later), and a batch size."""
+    count = draw(st.integers(3, 12))
+    sequences = draw(st.permutations(range(1, count + 1)))
+    events = []
+    for seq in sequences:
+        relation = draw(st.sampled_from("rs"))
+        events.append(
+            (
+                relation,
+                change(
+                    draw(st.sampled_from("cud")), seq, f"{relation}{draw(st.integers(1, 3))}", draw(st.integers(0, 20)),
+                    draw(st.sampled_from(["k1", "k2"])), float(draw(st.integers(1, 3))),
+                ),
+            )
+        )
+    return events, draw(st.integers(1, 5))
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(stream=change_streams())
+def test_gold_is_the_join_of_the_current_records_after_every_batch(tmp_path_factory, deltars, stream) -> None:
+    events, batch_rows = stream
+    pipeline = Pipeline(deltars, str(tmp_path_factory.mktemp("changes")), Config(**CONFIG))
+    for relation, run_of in itertools.groupby(events, key=lambda event: event[0]):
+        pipeline.ingest(relation, pipeline.write_file([row for _, row in run_of]))
+    seen = []
+
+    def check(report: BatchReport) -> None:
+        seen.append(report.batch_id)
+        upto = pipeline.engine.read(pipeline.warehouse.batches).where(f"batch_id = {report.batch_id} AND phase = 'committed'").first()["seq_to"]
+        assert current_gold(pipeline) == reference_gold(events[:upto]), f"after batch {report.batch_id}"
+
+    run(pipeline.engine, pipeline.warehouse, pipeline.config.with_overrides(max_batch_rows=batch_rows), progress=check)
+    assert seen and changes_sum(pipeline) == current_gold(pipeline) == reference_gold(events)
+
+
+def change_source(engine, table: str, statement: str, rows: list[dict] | None = None) -> None:
+    """A real Delta commit to the user's table: Spark SQL on Delta on Spark, delta-rs's own operation otherwise."""
+    if engine.name == "spark":
+        if rows:
+            engine.spark.createDataFrame(rows).createOrReplaceTempView("incoming")
+        engine.spark.sql(statement.format(table=f"delta.`{table}`")).collect()
+        return
+    opened = DeltaTable(table)
+    if statement.startswith("UPDATE"):
+        opened.update(updates={"amount": "15.0"}, predicate="order_id = 'o1'")
+    elif statement.startswith("DELETE"):
+        opened.delete("order_id = 'o2'")
+    else:
+        merge = opened.merge(pa.Table.from_pylist(rows), "target.order_id = source.order_id", source_alias="source", target_alias="target")
+        merge.when_matched_update_all().when_not_matched_insert_all().execute()
+
+
+def test_a_source_tables_update_delete_and_merge_commits_correct_gold_through_its_change_data_feed(tmp_path, engine) -> None:
+    orders = str(tmp_path / "raw" / "orders")
+    write_deltalake(
+        orders,
+        pa.Table.from_pylist([{"order_id": "o1", "customer": "ann", "t": 1, "amount": 10.0}, {"order_id": "o2", "customer": "bob", "t": 2, "amount": 20.0}]),
+        configuration={"delta.enableChangeDataFeed": "true"},
+    )
+    relations = {"r": {"id": "order_id", "event_time": "t", "table": orders, "changes": "cdf"}, "s": {"id": "payment_id", "event_time": "t"}}
+    pipeline = Pipeline(engine, str(tmp_path), Config(relations=relations, predicate="r.customer = s.customer"))
+    pipeline.ingest("s", pipeline.write_file([{"payment_id": "p1", "customer": "ann", "t": 3}, {"payment_id": "p2", "customer": "bob", "t": 4}]))
+
+    def joined() -> Counter:
+        pipeline.run()
+        return Counter((row["r_order_id"], row["s_payment_id"], row["r_customer"], row["r_amount"]) for row in pipeline.gold_rows())
+
+    assert joined() == Counter({("o1", "p1", "ann", 10.0): 1, ("o2", "p2", "bob", 20.0): 1})
+    change_source(engine, orders, "UPDATE {table} SET amount = 15.0 WHERE order_id = 'o1'")
+    assert joined() == Counter({("o1", "p1", "ann", 15.0): 1, ("o2", "p2", "bob", 20.0): 1})
+    change_source(engine, orders, "DELETE FROM {table} WHERE order_id = 'o2'")
+    assert joined() == Counter({("o1", "p1", "ann", 15.0): 1})
+    merged = [{"order_id": "o1", "customer": "bob", "t": 1, "amount": 15.0}, {"order_id": "o3", "customer": "ann", "t": 5, "amount": 30.0}]
+    change_source(
+        engine, orders, "MERGE INTO {table} AS target USING incoming AS source ON target.order_id = source.order_id "
+        "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *", merged,
+    )
+    assert joined() == Counter({("o1", "p2", "bob", 15.0): 1, ("o3", "p1", "ann", 30.0): 1})
+    signed: Counter = Counter()
+    for row in pipeline.engine.read(pipeline.warehouse.gold_changes).collect():
+        signed[(row["r_order_id"], row["s_payment_id"], row["r_amount"])] += 1 if row["_change"] == "+" else -1
+    assert +signed == Counter({("o1", "p2", 15.0): 1, ("o3", "p1", 30.0): 1})
+    assert DeltaTable(pipeline.warehouse.gold).metadata().configuration.get("delta.enableChangeDataFeed") == "true"
+
+
+def test_a_source_table_without_its_change_data_feed_is_refused_in_one_line(tmp_path, deltars) -> None:
+    orders = str(tmp_path / "orders")
+    write_deltalake(orders, pa.Table.from_pylist([{"id": "o1", "ts": 1, "key": "k"}]))
+    pipeline = Pipeline(deltars, str(tmp_path), Config(relations={"r": {"table": orders, "changes": "cdf"}, "s": {}}))
+    with pytest.raises(LakejoinError, match=r"has no Change Data Feed .*ALTER TABLE .* SET TBLPROPERTIES \(delta.enableChangeDataFeed = true\)"):
+        pipeline.run()
+
+
+def test_a_run_dying_at_each_write_of_change_batches_resumes_to_the_uninterrupted_gold(deltars, tmp_path_factory, monkeypatch) -> None:
+    """Every batch retracts what the one before added: a crash between gold's MERGE and the state tables' (or the
+    commit) must neither lose a retraction nor apply one twice."""
+    events = [
+        ("r", change("c", 1, "o1", 1, "k1", 10.0)), ("s", change("c", 1, "p1", 2, "k1", 1.0)),
+        ("r", change("u", 2, "o1", 3, "k2", 11.0)), ("s", change("c", 2, "p2", 4, "k2", 2.0)),
+        ("s", change("d", 3, "p2", 4, "k2", 2.0)), ("r", change("c", 3, "o3", 5, "k1", 30.0)),
+        ("s", change("u", 4, "p1", 6, "k2", 3.0)), ("r", change("u", 4, "o3", 7, "k2", 31.0)),
+        ("r", change("d", 5, "o1", 3, "k2", 11.0)), ("s", change("c", 5, "p5", 8, "k2", 5.0)),
+    ]
+    uninterrupted, crashed = (Pipeline(deltars, str(tmp_path_factory.mktemp(name)), Config(**CONFIG)) for name in ("uninterrupted", "crashed"))
+    for pipeline in (uninterrupted, crashed):
+        for relation, row in events:
+            pipeline.ingest(relation, pipeline.write_file([row]))
+    uninterrupted.run(max_batch_rows=2)
+    steps = ["plan", "gold", "gold_changes", "r_state", "s_state", "commit"]
+    crash_at_each(crashed, monkeypatch, [f"{moment}:{step}" for step in steps for moment in ("before", "after")], max_batch_rows=2)
+    assert current_gold(crashed) == current_gold(uninterrupted) == reference_gold(events)
+    assert changes_sum(crashed) == changes_sum(uninterrupted) == reference_gold(events)
+    logged = lambda pipeline: pipeline.engine.read(pipeline.warehouse.gold_changes).groupBy("batch_id", "_change").count().collect()  # noqa: E731
+    assert sorted(logged(crashed)) == sorted(logged(uninterrupted))

@@ -13,6 +13,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
+from state.errors import LakejoinError
+
 # One commit of a table's Delta log: its actions as the log spells them ({"add": {...}}, {"commitInfo": {...}}).
 Actions: TypeAlias = list[dict[str, Any]]
 
@@ -226,6 +228,12 @@ class DeltaEngine(Protocol):
         the log no longer holds one of them (cleaned up after its retention)."""
         ...
 
+    def source_changes(self, table: str, first: int, last: int) -> DataFrame:
+        """The Change Data Feed of the user's table from version ``first`` to ``last``: its rows with ``_change_type``
+        (insert, update_preimage, update_postimage, delete) and ``_commit_version``. Raises ``LakejoinError`` when
+        the table does not record its changes for those versions."""
+        ...
+
     def refresh(self) -> None:
         """Forget every table held open, so the next use reads its log again: a run starts with it, since between
         two runs another process may have dropped a table and created it again (``reset``)."""
@@ -263,6 +271,17 @@ def match_condition(key: str, df: Data, aligned: str | None = None) -> str:
     if low is None:
         return condition
     return f"{condition} AND target.`{aligned}` >= {low} AND target.`{aligned}` <= {high}"
+
+
+CHANGE_FEED = "delta.enableChangeDataFeed"
+
+
+def no_change_feed(table: str, reason: str) -> LakejoinError:
+    """The refusal of a change feed the table does not record."""
+    return LakejoinError(
+        f"source table {table} has no Change Data Feed for the versions lakejoin reads ({reason}): turn it on with "
+        f"ALTER TABLE {table} SET TBLPROPERTIES ({CHANGE_FEED} = true), then join it from a version after that in a new warehouse"
+    )
 
 
 def changes_merge(keys: Sequence[str], retraction: str) -> tuple[str, str]:

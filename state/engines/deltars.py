@@ -21,7 +21,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
-from state.engines.base import Actions, Data, Memberships, Merged, OnMatch, TableInfo, Txn, changes_merge, covers, marked_version, marker, match_condition
+from state.engines.base import Actions, Data, Memberships, Merged, OnMatch, TableInfo, Txn, as_frame, changes_merge, covers, marked_version, marker, match_condition, no_change_feed
 from state.errors import LakejoinError
 
 
@@ -151,6 +151,16 @@ class DeltaRsEngine:
             except (FileNotFoundError, OSError) as exc:
                 raise LakejoinError(f"source table {table} no longer has version {version} in its log ({_first_line(exc)})") from exc
             yield version, [json.loads(line) for line in text.splitlines() if line.strip()]
+
+    def source_changes(self, table: str, first: int, last: int) -> DataFrame:
+        opened = _opened(self._fresh(table), table)
+        try:
+            rows = pa.table(opened.load_cdf(starting_version=first, ending_version=last).read_all()).drop_columns(["_commit_timestamp"])
+        except DeltaError as exc:
+            raise no_change_feed(table, _first_line(exc)) from exc
+        # delta-rs reads text as string views and the version unsigned, which Spark does not take from Arrow
+        plain = {pa.string_view(): pa.string(), pa.uint64(): pa.int64()}
+        return as_frame(self.spark, rows.cast(pa.schema([field.with_type(plain.get(field.type, field.type)) for field in rows.schema])))
 
     def refresh(self) -> None:
         with self._guard:

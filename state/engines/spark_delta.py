@@ -25,7 +25,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from state.engines.base import Actions, Data, Memberships, Merged, OnMatch, TableInfo, Txn, as_frame, changes_merge, marker, match_condition
+from state.engines.base import Actions, Data, Memberships, Merged, OnMatch, TableInfo, Txn, as_frame, changes_merge, marker, match_condition, no_change_feed
 from state.engines.delta_log import DeltaLogReader, Head, Recorded, is_connect, log_reader, sql_name
 from state.layout import is_table_name
 
@@ -135,6 +135,15 @@ class SparkDeltaEngine:
 
     def source_schema(self, table: str, version: int | None = None) -> StructType | None:
         return self.schema(table, version)  # every read asks Delta's log for its latest state
+
+    def source_changes(self, table: str, first: int, last: int) -> DataFrame:
+        reader = self.spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", first).option("endingVersion", last)
+        changes = reader.table(table) if is_table_name(table) else reader.load(table)
+        try:
+            changes.schema  # noqa: B018 - analysed here: a table without the feed fails now, not in a later job
+        except Exception as exc:  # noqa: BLE001 - Delta's analysis errors have many types
+            raise no_change_feed(table, str(exc).strip().splitlines()[0]) from exc
+        return changes
 
     def refresh(self) -> None:
         """This engine holds no table open: each call asks Delta's log for its latest state."""
