@@ -29,8 +29,8 @@ OPERATIONAL = frozenset({"max_batch_rows", "driver_rows", "engine", "expectation
 # Per relation: how a source table's next change commit is met (refused or skipped); what was joined stays.
 OPERATIONAL_PER_RELATION = frozenset({"skip_change_commits"})
 # What bronze was ingested under: a change would give bronze's rows another meaning, which no reset undoes
-# (a relation's source table: bronze points into it).
-INGESTED = ("id", "event_time", "table")
+# (a relation's source table: bronze points into it; a change feed's rows are changes, not records).
+INGESTED = ("id", "event_time", "table", "changes")
 
 SCHEMA = pa.schema(
     [
@@ -136,7 +136,7 @@ def _refuse_gold_changes(engine: DeltaEngine, warehouse: Warehouse, changes: lis
         parts = name.split(".")
         if name in OPERATIONAL or (parts[0] == "relations" and len(parts) == 3 and parts[2] in OPERATIONAL_PER_RELATION):
             continue
-        if parts[0] == "relations" and len(parts) == 3 and parts[2] in INGESTED and engine.version(warehouse.bronze(_relation(parts[1]))) is not None:
+        if parts[0] == "relations" and len(parts) >= 3 and parts[2] in INGESTED and engine.version(warehouse.bronze(_relation(parts[1]))) is not None:
             raise LakejoinError(
                 f"config changes {name} from {_show(old)} to {_show(new)}, but bronze/{parts[1]} was ingested with "
                 f"{_show(old)} and keeps that meaning: keep {_show(old)}, or ingest into a new warehouse"

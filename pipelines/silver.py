@@ -29,7 +29,7 @@ from pipelines.sources import arrivals_with_source_columns
 from state.batch_log import BatchLog, BatchOutcome, BatchPlan, LogTail
 from state.bounds import advance, late_rows, split_late
 from state.buffers import BufferUpdate, held_versions, read_sides, replacing, update_buffers
-from state.changes import Applied, apply, resolve
+from state.changes import Applied, apply, ignored_rows, resolve
 from state.checks import check_consistency
 from state.engines import Data, DeltaEngine, Txn, as_frame
 from state.errors import LakejoinError
@@ -256,7 +256,8 @@ def _execute(
     with ThreadPoolExecutor(max_workers=3) as pool:
         recorded = pool.submit(_record_checks, engine, warehouse, checks, txn)
         gold_written = pool.submit(write_gold, engine, warehouse, plan, gold_rows, retracting, txn)
-        late_recorded = pool.submit(_quarantine_late, engine, warehouse, config, kind, plan, late, txn(warehouse.late_arrivals))
+        ignored = [ignored_rows(applied.resolved, rel.name, plan.batch_id) for rel, applied in changes.items() if applied.resolved.ignored.num_rows]
+        late_recorded = pool.submit(_quarantine_late, engine, warehouse, config, kind, plan, late, ignored, txn(warehouse.late_arrivals))
         evicted = update_buffers(engine, plan, updates, txn)
         recorded.result()
         late_recorded.result()
@@ -317,9 +318,11 @@ def _record_checks(engine: DeltaEngine, warehouse: Warehouse, checks: BatchCheck
 
 
 def _quarantine_late(
-    engine: DeltaEngine, warehouse: Warehouse, config: Config, kind: str | None, plan: BatchPlan, late: dict[Relation, pa.Table], txn: Txn
+    engine: DeltaEngine, warehouse: Warehouse, config: Config, kind: str | None, plan: BatchPlan, late: dict[Relation, pa.Table],
+    ignored: list[pa.Table], txn: Txn,
 ) -> None:
-    """Late arrivals are kept in ``quarantine/late_arrivals``, never joined and never dropped."""
+    """Late arrivals are kept in ``quarantine/late_arrivals``, never joined and never dropped, and so are the
+    changes a batch ignored as older (``ignored``, state/changes.py)."""
     rows = [
         late_rows(
             table, rel, plan.watermarks.get(rel.name), render_span(config.lateness(rel.name), kind),  # type: ignore[arg-type] - late needs a lateness
@@ -327,7 +330,7 @@ def _quarantine_late(
         )
         for rel, table in late.items()
         if table.num_rows
-    ]
+    ] + ignored
     with step("late_arrivals"):
         if rows:
             engine.append(warehouse.late_arrivals, pa.concat_tables(rows, promote_options="permissive"), txn)

@@ -6,7 +6,8 @@ A change names a record by its id and carries a whole version of it: the new one
 latest change (sequence, then arrival) and compares it with the version held before the batch, the state table's
 row of that id, a deleted record's *tombstone* included:
 
-- not newer than the held version: ignored (logged), so an older change arriving later changes nothing;
+- not newer than the held version: ignored (kept in ``quarantine/late_arrivals`` with the reason, as is every
+  change of the batch that a later one of its id replaces), so an older change arriving later changes nothing;
 - newer: applied. The held version leaves every buffer (the MERGE replaces its row), the results it is a member of
   leave gold (retracted by its id, whichever store produced them), and an upsert's version enters the batch as an
   ordinary arrival, joined against buffers that no longer hold the versions it replaces. A delete's tombstone stays
@@ -38,8 +39,7 @@ class Resolved:
     upserts: pa.Table  # the newer inserts and updates, one per id: the relation's arrivals, still to split by lateness
     deletes: pa.Table  # the newer deletes, one per id (the deleted version's columns)
     current: pa.Array  # of the ids changed, those with a version held before the batch (not a tombstone)
-    ignored: pa.Table  # latest changes not newer than the version held: they change nothing
-    superseded: int  # rows of the batch followed by a later change of their id in the same batch
+    ignored: pa.Table  # rows older than their record's newest change (held, or in the batch): they change nothing
     stored: bool  # the state table holds a row (a version or a tombstone) of some id the batch changes
 
     @property
@@ -85,7 +85,7 @@ class Applied:
             "inserted": self.on_time.num_rows - updated,
             "updated": updated,
             "deleted": self.deletes.num_rows,
-            "ignored": self.resolved.ignored.num_rows + self.resolved.superseded,
+            "ignored": self.resolved.ignored.num_rows,
             "late": self.late.num_rows,
         }
 
@@ -103,7 +103,7 @@ def resolve(rows: pa.Table, held: pa.Table) -> Resolved:
     state's ``_id``, ``_seq``, ``_deleted`` of those ids)."""
     if rows.num_rows == 0:
         empty = rows.append_column(OP, pa.array([], pa.string())).append_column(SEQ, pa.array([], pa.int64())) if OP not in rows.column_names else rows
-        return Resolved(empty, empty, pa.array([], pa.string()), empty, 0, False)
+        return Resolved(empty, empty, pa.array([], pa.string()), empty, False)
     ordered = rows.sort_by([(ID, "ascending"), (SEQ, "ascending"), ("_arrival_seq", "ascending")])
     positions = ordered.select([ID]).append_column("_position", pa.array(np.arange(rows.num_rows)))
     last = positions.group_by(ID).aggregate([("_position", "max")])["_position_max"]
@@ -119,10 +119,36 @@ def resolve(rows: pa.Table, held: pa.Table) -> Resolved:
         upserts=applied.filter(pc.invert(deleting)),
         deletes=applied.filter(deleting),
         current=current.combine_chunks() if isinstance(current, pa.ChunkedArray) else current,
-        ignored=latest.filter(pc.invert(newer)),
-        superseded=rows.num_rows - latest.num_rows,
+        ignored=_older(rows, applied, known),
         stored=held.num_rows > 0,
     )
+
+
+def _older(rows: pa.Table, applied: pa.Table, held: pa.Table) -> pa.Table:
+    """The rows a batch does not apply, each with ``_newest``: its record's newest sequence, held or in the batch."""
+    ignored = rows.filter(pc.invert(pc.is_in(rows["_arrival_seq"], value_set=applied["_arrival_seq"]))).sort_by("_arrival_seq")
+    newest = rows.select([ID, SEQ]).group_by(ID).aggregate([(SEQ, "max")]).join(held.select([ID, "_held_seq"]), ID, join_type="left outer")
+    keys = ignored.select([ID, "_arrival_seq"]).join(newest, ID, join_type="left outer").sort_by("_arrival_seq")
+    top = pc.max_element_wise(keys[f"{SEQ}_max"], keys["_held_seq"], skip_nulls=True)
+    return ignored.append_column("_newest", top)
+
+
+def ignored_rows(resolved: Resolved, relation: str, batch_id: int) -> pa.Table:
+    """What ``quarantine/late_arrivals`` keeps of the changes a batch ignored: the row, and why."""
+    ignored = resolved.ignored
+    reason = pc.binary_join_element_wise(
+        "older change: sequence ", pc.cast(ignored[SEQ], pa.string()), " is below sequence ", pc.cast(ignored["_newest"], pa.string()),
+        " of the same record", "",
+    )
+    extra = {
+        "relation": pa.array([relation] * ignored.num_rows, pa.string()),
+        "reason": reason,
+        "watermark": pa.array([None] * ignored.num_rows, pa.int64()),
+        "batch_id": pa.array([batch_id] * ignored.num_rows, pa.int64()),
+    }
+    for name, column in extra.items():
+        ignored = ignored.append_column(name, column)
+    return ignored.drop_columns(["_newest"])
 
 
 def tombstones(deletes: pa.Table) -> pa.Table:

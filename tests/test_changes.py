@@ -15,7 +15,9 @@ from deltalake import DeltaTable, write_deltalake
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from expectations.reconcile import check_gold
 from pipelines.config import Config
+from pipelines.status import warehouse_status
 from pipelines.silver import BatchReport, run
 from state.errors import LakejoinError
 from tests.helpers import Pipeline, crash_at_each
@@ -60,6 +62,11 @@ def test_an_update_retracts_the_old_versions_pairs_and_adds_the_new_ones(orders:
     orders.run()
     assert current_gold(orders) == Counter()
     assert changes_sum(orders) == current_gold(orders)
+    counts = warehouse_status(orders.engine, orders.warehouse, orders.config).changes
+    assert counts["all batches"] == {"inserted": 3, "updated": 1, "deleted": 1, "ignored": 0, "late": 0, "retracted": 2}
+    assert counts["batch 3"] == {"inserted": 0, "updated": 0, "deleted": 1, "ignored": 0, "late": 0, "retracted": 1}
+    check = check_gold(orders.engine, orders.warehouse, orders.config)
+    assert check.passed, check.describe()
 
 
 def test_an_older_change_arriving_later_changes_nothing_and_a_delete_outlives_a_late_insert(orders: Pipeline) -> None:
@@ -74,6 +81,26 @@ def test_an_older_change_arriving_later_changes_nothing_and_a_delete_outlives_a_
     assert current_gold(orders) == Counter()
     assert changes_sum(orders) == Counter()
     assert reports[-1].pairs == 0
+    logged = {(row["id"], row["reason"]) for row in orders.engine.read(orders.warehouse.late_arrivals).collect()}
+    assert logged == {
+        ("o1", "older change: sequence 1 is below sequence 5 of the same record"),
+        ("p1", "older change: sequence 2 is below sequence 4 of the same record"),
+    }
+
+
+def test_a_three_way_join_over_change_feeds_keeps_the_join_of_the_current_records(tmp_path, deltars) -> None:
+    feeds = {"relations": {name: {"changes": CHANGES} for name in ("r", "s", "t")}}
+    pipeline = Pipeline(deltars, str(tmp_path), Config(**feeds))
+    landed = [
+        ("r", change("c", 1, "r1", 1, "k1")), ("s", change("c", 1, "s1", 2, "k1")), ("t", change("c", 1, "t1", 3, "k1")),
+        ("t", change("c", 2, "t2", 4, "k1")), ("s", change("u", 2, "s1", 5, "k2")), ("s", change("c", 3, "s3", 0, "k1")),
+        ("t", change("d", 3, "t1", 3, "k1")), ("r", change("u", 2, "r1", 6, "k1", 2.0)),
+    ]
+    tuples = lambda: Counter(tuple(row[f"_{name}_id"] for name in "rst") + (row["r_amount"],) for row in pipeline.gold_rows())  # noqa: E731
+    for relation, row in landed:
+        pipeline.ingest(relation, pipeline.write_file([row]))
+    pipeline.run(max_batch_rows=3)
+    assert tuples() == Counter({("r1", "s3", "t2", 2.0): 1})
 
 
 def test_a_change_feed_takes_an_inner_join_and_refuses_others_in_one_line() -> None:
