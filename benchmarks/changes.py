@@ -5,7 +5,7 @@ Each variant lands the demo's stream chunk by chunk in a warehouse of its own an
 per variant: batches, the median seconds of a batch (after a warm-up), the changes applied and gold checked
 against the join of the current records (``validate``'s reconciliation). Run it alone: timings are noisy.
 
-    .venv/bin/python -m benchmarks.changes [--rows N] [--updates 0.1] [--deletes 0.05]
+    .venv/bin/python -m benchmarks.changes [--rows N] [--updates 0.1] [--deletes 0.05] [--engine spark]
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ def main() -> None:
     parser.add_argument("--updates", type=float, default=0.10, help="share of records updated later (default 0.10)")
     parser.add_argument("--deletes", type=float, default=0.05, help="share of records deleted later (default 0.05)")
     parser.add_argument("--warmup", type=int, default=2, help="batches left out of each median")
+    parser.add_argument("--engine", default="delta-rs", choices=["delta-rs", "spark"], help="spark: Delta on Spark (LAKEJOIN_DELTA_JARS)")
     parser.add_argument("--out", default="benchmarks/results/changes.json")
     args = parser.parse_args()
 
@@ -63,14 +64,14 @@ def main() -> None:
     stream = generate_stream(options)
     inserts = as_changes(stream, 0.0, 0.0, args.chunk_rows, args.keys, options.seed)
     changed = as_changes(stream, args.updates, args.deletes, args.chunk_rows, args.keys, options.seed)
-    feed = Config(relations={"r": {"changes": CHANGES}, "s": {"changes": CHANGES}}, max_batch_rows=args.max_batch_rows, engine="delta-rs")
+    feed = Config(relations={"r": {"changes": CHANGES}, "s": {"changes": CHANGES}}, max_batch_rows=args.max_batch_rows, engine=args.engine)
     variants = {
-        "append-only": (Config(max_batch_rows=args.max_batch_rows, engine="delta-rs"), stream),
+        "append-only": (Config(max_batch_rows=args.max_batch_rows, engine=args.engine), stream),
         "change feed, inserts only": (feed, inserts),
         f"change feed, {args.updates:.0%} updated and {args.deletes:.0%} deleted later": (feed, changed),
     }
     spark = get_spark()
-    engine = make_engine(spark, "delta-rs")
+    engine = make_engine(spark, args.engine)
     results = {}
     for name, (config, records) in variants.items():
         workdir = tempfile.mkdtemp(prefix="lakejoin-bench-changes-")

@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from datetime import date, datetime
 from typing import TYPE_CHECKING
 
 from pipelines.config import Config, config_from, load_config
@@ -214,6 +215,26 @@ class Pipeline:
             if frame is None:
                 raise LakejoinError(f"table {name!r} of {self.root} does not exist yet: it is written by the first ingest or run that has rows for it")
             return frame
+
+    def advance(self, relation: str, to: str | int | datetime | date) -> str:
+        """Declare that no record of ``relation`` older than ``to`` will come (a backfill finished, a day closed):
+        the next batch takes it as the relation's watermark, which only moves forward, so rows waiting on the
+        relation come out and later records below it are late (``lakejoin advance``). Returns what was recorded."""
+        from pipelines.definition import record
+        from state.clock import now
+        from state.event_time import on_axis_value, render, warehouse_kind
+        from state.progress import declare
+        from state.relations import relation as named
+
+        with self._call("advance"):
+            opened = self._open("advance")
+            rel = named(relation, opened.warehouse.relations)
+            kind = warehouse_kind(opened.engine, opened.warehouse, {r.name: opened.config.spec(r.name).event_time for r in opened.warehouse.relations})
+            value = on_axis_value(to, kind, "--to")
+            shown = render(value, kind) or str(value)
+            declare(opened.engine, opened.warehouse, rel, value, shown, now())
+            record(opened.engine, opened.warehouse, opened.settled)
+            return f"{rel.name}: no record older than {shown} will come; the next run takes it as {rel.label}'s watermark"
 
     def maintain(self, retention_hours: int = SAFE_RETENTION_HOURS) -> list[str]:
         """OPTIMIZE every table (bronze sorted on arrival order), then VACUUM files no version of the last

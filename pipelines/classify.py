@@ -265,11 +265,9 @@ def _classify(normalized: DataFrame, bronze: DataFrame | None, changes: bool) ->
         # Bronze outgrows any file: find the file's ids in it with the ids broadcast (a scan, no shuffle of
         # bronze), then join back the few it holds.
         keys = {ID: "_existing_id", "_content_hash": "_existing_hash"}
-        file_ids = F.broadcast(normalized.select(F.col(ID).alias("_existing_id")).where(F.col("_existing_id").isNotNull()).distinct())
+        file_ids = F.broadcast(normalized.select(F.col(ID).alias("_existing_id")).where(F.col("_existing_id").isNotNull()))
         existing = bronze.select(*[F.col(name).alias(keys[name]) for name in keys])
-        held = existing.join(file_ids, "_existing_id", "left_semi")
-        if changes:
-            held = held.distinct()
+        held = existing.join(file_ids, "_existing_id", "left_semi")  # bronze holds each (id, content) once
         matches = reduce(Column.__and__, [F.col(name) == F.col(keys[name]) for name in identity])
         ranked = ranked.join(F.broadcast(held), valid & matches, "left").drop("_existing_id")
     seen_in_file = F.col("_nth") > 1

@@ -81,6 +81,10 @@ def _parser() -> argparse.ArgumentParser:
         help="VACUUM keeps files any version of the last H hours needs (default and minimum 168)",
     )
 
+    advance = command("advance", "declare that no record of a relation older than TIME will come (a backfill done): rows waiting on it come out")
+    advance.add_argument("--relation", required=True, metavar="NAME", help="the relation, as the config names it")
+    advance.add_argument("--to", required=True, metavar="TIME", help="an event time as the relation's records give it (2026-11-25T00:00:00Z, 2026-11-25, 1200)")
+
     reset = command("reset", "drop silver and gold (bronze stays) so the next run rebuilds them from bronze")
     reset.add_argument("--yes", action="store_true", help="confirm: without it, reset changes nothing")
 
@@ -153,7 +157,7 @@ def _on_warehouse(args: argparse.Namespace, given: Config | None) -> int:
             f"reset drops silver and gold of {args.warehouse} (bronze stays) and nothing was changed: "
             "rerun with --yes to confirm"
         )
-    commands = {"ingest": _ingest, "run": _run, "status": _status, "validate": _validate, "maintain": _maintain, "reset": _reset}
+    commands = {"ingest": _ingest, "run": _run, "status": _status, "validate": _validate, "maintain": _maintain, "reset": _reset, "advance": _advance}
     with Pipeline(args.warehouse, given, verbose=args.verbose) as pipeline:
         return commands[args.command](args, pipeline)
 
@@ -204,6 +208,11 @@ def _validate(args: argparse.Namespace, pipeline: Pipeline) -> int:
 def _maintain(args: argparse.Namespace, pipeline: Pipeline) -> int:
     maintained = pipeline.maintain(args.retention_hours)
     print(f"optimized and vacuumed (retention {args.retention_hours} h): {', '.join(maintained)}")
+    return 0
+
+
+def _advance(args: argparse.Namespace, pipeline: Pipeline) -> int:
+    print(pipeline.advance(args.relation, args.to))
     return 0
 
 

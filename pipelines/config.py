@@ -12,7 +12,8 @@ from expectations.rules import RULES, Rule, check_policy
 from state.asof import backward
 from state.engines import ENGINE_NAMES, DeltaEngine
 from state.errors import LakejoinError
-from state.event_time import describe_span, duration, span_on_axis, warehouse_kind
+from state.event_time import span_on_axis, warehouse_kind
+from state.spans import describe_span, duration
 from state.final import JOIN_KINDS, JoinKind, JoinSpec
 from state.layout import Warehouse
 from state.relations import RELATIONS, Relation, RelationSpec, default_specs, relations_named

@@ -14,11 +14,12 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 
 import pyarrow as pa
 
 from pipelines.config import Config
+from state.clock import now
 from state.engines import DeltaEngine
 from state.errors import LakejoinError
 from state.layout import Warehouse
@@ -95,7 +96,7 @@ def settle(engine: DeltaEngine, warehouse: Warehouse, given: Config | None, comm
         "definition": json.dumps(settings),  # in the config's order: the relations' order is their rank
         "changed": "\n".join(f"{name}: {_show(old)} -> {_show(new)}" for name, old, new in changes),
         "command": command,
-        "recorded_at": datetime.now(timezone.utc),
+        "recorded_at": now(),
     }
     return Settled(given, row)
 

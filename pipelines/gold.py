@@ -6,7 +6,6 @@ change; with change feeds, ``gold/changes`` also lists each batch's ``+`` and ``
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from functools import reduce
 from collections.abc import Callable, Sequence
 
@@ -15,6 +14,7 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from state.clock import now
 from state.batch_log import BatchPlan
 from state.engines import Data, DeltaEngine, Txn, as_frame
 from state.faults import step
@@ -85,9 +85,9 @@ def _stamped(rows: Data, batch_id: int | None) -> Data:
         if batch_id is None:
             return stamped
         index = stamped.column_names.index("produced_at")
-        return stamped.set_column(index, "produced_at", pa.array([datetime.now(timezone.utc)] * rows.num_rows, rows.schema.field("produced_at").type))
+        return stamped.set_column(index, "produced_at", pa.array([now()] * rows.num_rows, rows.schema.field("produced_at").type))
     stamped = rows.withColumn("batch_id", F.lit(batch_id).cast("long"))
-    return stamped if batch_id is None else stamped.withColumn("produced_at", F.lit(datetime.now(timezone.utc)))
+    return stamped if batch_id is None else stamped.withColumn("produced_at", F.lit(now()))
 
 
 def _signed(rows: Data, sign: str) -> Data:

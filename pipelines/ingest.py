@@ -18,7 +18,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 
 import pyarrow as pa
 from py4j.protocol import Py4JJavaError
@@ -29,6 +29,7 @@ from pyspark.sql import functions as F
 
 from pipelines.classify import classify, configured_types
 from pipelines.parse import Parsed, check_format, firsts, format_of, numbered, parse_file, parse_frame, stored_columns
+from state.clock import now
 from state.engines import DeltaEngine, Txn
 from state.errors import FileRefused, LakejoinError
 from state.faults import step
@@ -169,7 +170,7 @@ class Provenance:
 
     @classmethod
     def started(cls, rel: Relation, path: str, file: Column, line: Column, version: Column, **more: object) -> Provenance:
-        return cls(rel, path, str(uuid.uuid4()), datetime.now(timezone.utc), file, line, version, **more)  # type: ignore[arg-type]
+        return cls(rel, path, str(uuid.uuid4()), now(), file, line, version, **more)  # type: ignore[arg-type]
 
 
 def ingest_file(
@@ -237,7 +238,7 @@ def ingest_frame(
             return IngestResult(label or "dataframe", rel.name, already_ingested=True)
         ingest_id = str(uuid.uuid4())
         label = label or f"dataframe:{ingest_id}"
-        source = Provenance(rel, label, ingest_id, datetime.now(timezone.utc), F.lit(label), F.col("_source_line"), F.lit(None).cast("long"))
+        source = Provenance(rel, label, ingest_id, now(), F.lit(label), F.col("_source_line"), F.lit(None).cast("long"))
 
         def parsed() -> Parsed:
             return parse_frame(numbered(cached, FRAME_ROW), columns, F.col(FRAME_ROW) + 1)

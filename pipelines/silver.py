@@ -11,7 +11,6 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
 from functools import reduce
 
 import pyarrow as pa
@@ -33,7 +32,9 @@ from state.changes import Applied, apply, ignored_rows, resolve
 from state.checks import check_consistency
 from state.engines import Data, DeltaEngine, Txn, as_frame
 from state.errors import LakejoinError
-from state.event_time import render_span
+from state.clock import now
+from state.event_time import render, render_span
+from state.progress import decide, moves, raised
 from state.faults import step
 from state.final import emit, state_updates
 from state.phases import take, timed
@@ -53,6 +54,7 @@ class BatchReport:
     evicted: dict[str, int]
     rule_failures: dict[str, int] = field(default_factory=dict)  # rows failing each warn/quarantine rule
     phases: dict[str, float] = field(default_factory=dict)  # seconds per phase (state/phases.py)
+    changes: dict[str, int] = field(default_factory=dict)  # change feeds' counts (state/changes.py), with gold rows retracted
 
     @property
     def check_seconds(self) -> float:
@@ -64,6 +66,8 @@ class BatchReport:
         again = " (resumed)" if self.resumed else ""
         notes = [f"{sum(self.late.values())} late"] if any(self.late.values()) else []
         notes += [f"{sum(self.evicted.values())} evicted"] if any(self.evicted.values()) else []
+        notes += [f"{self.changes['retracted']} retracted"] if self.changes.get("retracted") else []
+        notes += [f"{self.changes['ignored']} ignored as older"] if self.changes.get("ignored") else []
         notes += [f"{sum(self.rule_failures.values())} rule failures"] if self.rule_failures else []
         extra = "".join(f", {note}" for note in notes)
         return f"batch {self.batch_id}{again}: {arrived} arrivals, {self.pairs} pairs{extra}, {self.seconds:.2f} s"
@@ -137,7 +141,8 @@ def run(
 
 
 def _plan_next(engine: DeltaEngine, warehouse: Warehouse, config: Config, tail: LogTail) -> BatchPlan | None:
-    """The next prefix of the arrival order (at most ``max_batch_rows``), or None when nothing is pending.
+    """The next prefix of the arrival order (at most ``max_batch_rows``), or None when nothing is pending; an empty
+    prefix when only watermarks move (state/progress.py).
 
     Only arrivals of finished ingests are pending: an ingest logs its file after its bronze commit, so
     reading the ingest log before bronze's versions makes every logged arrival part of those versions,
@@ -147,8 +152,10 @@ def _plan_next(engine: DeltaEngine, warehouse: Warehouse, config: Config, tail: 
     bronze_versions = {
         rel.name: version for rel in warehouse.relations if (version := engine.version(warehouse.bronze(rel))) is not None
     }
-    if pending_to <= tail.last_seq:
-        return None
+    idle_after = {rel: seconds for rel in warehouse.relations if (seconds := config.spec(rel.name).idle_after) is not None}
+    progress = decide(engine, warehouse, idle_after, tail.last_seq, now())
+    if pending_to <= tail.last_seq and not moves(progress, tail.watermarks, warehouse.relations):
+        return None  # nothing to join, and no watermark to move (an idle relation, declared progress)
     state_versions = {
         name: version for name, path in warehouse.buffers().items() if (version := engine.version(path)) is not None
     }
@@ -157,10 +164,12 @@ def _plan_next(engine: DeltaEngine, warehouse: Warehouse, config: Config, tail: 
     return BatchPlan(
         batch_id=tail.last_batch_id + 1,
         seq_from=tail.last_seq,
-        seq_to=min(tail.last_seq + config.max_batch_rows, pending_to),
+        seq_to=max(tail.last_seq, min(tail.last_seq + config.max_batch_rows, pending_to)),
         bronze_versions=bronze_versions,
         state_versions=state_versions,
         watermarks=tail.watermarks,
+        progress=progress,
+        raised=tail.raised,
     )
 
 
@@ -218,12 +227,15 @@ def _execute(
         engine, plan, list(tables.values()), {rel: as_frame(engine.spark, t) for rel, t in on_time.items()}, {rel: c.replaced for rel, c in changes.items()}
     )
     projection = Projection({rel.name: data_columns(arrived[rel].column_names) for rel in relations}, config.select)
-    after = advance(plan.watermarks, on_time, config.allowed_lateness)
+    after, raised_why = raised(
+        advance(plan.watermarks, on_time, config.allowed_lateness), plan.watermarks, plan.progress, relations, plan.raised,
+        lambda value: render(value, kind) or str(value),
+    )
     tuples = _pairs(sides, config.join_condition, projection, plan)  # a plan: an as-of join never runs it
     every_one = all(rel.name in plan.bronze_versions for rel in relations)  # else no tuples, and no record final yet
     with timed("final"):
         emitted = emit(spec, sides, tuples, projection, after if every_one else {})
-    gold = emitted.rows.withColumns({"batch_id": F.lit(plan.batch_id), "produced_at": F.lit(datetime.now(timezone.utc))})
+    gold = emitted.rows.withColumns({"batch_id": F.lit(plan.batch_id), "produced_at": F.lit(now())})
     members = spec.kind.gold_relations(relations)
     if every_one:
         gold = with_pair_checks(
@@ -270,13 +282,14 @@ def _execute(
         late={rel.name: table.num_rows for rel, table in late.items()},
         evicted=evicted,
         watermarks=after,
+        raised=raised_why,
     )
     with step("commit"):
         log.record_commit(plan, outcome)
     report = BatchReport(
-        plan.batch_id, outcome.arrivals, written, outcome.seconds, resumed, outcome.late, outcome.evicted, checks.summary(), take()
+        plan.batch_id, outcome.arrivals, written, outcome.seconds, resumed, outcome.late, outcome.evicted, checks.summary(), take(), outcome.changes
     )
-    return report, LogTail(plan.batch_id, plan.seq_to, None, plan, after)
+    return report, LogTail(plan.batch_id, plan.seq_to, None, plan, after, raised_why)
 
 
 def _change_counts(changes: dict[Relation, Applied], retraction: Retraction) -> dict[str, int]:
@@ -325,8 +338,8 @@ def _quarantine_late(
     changes a batch ignored as older (``ignored``, state/changes.py)."""
     rows = [
         late_rows(
-            table, rel, plan.watermarks.get(rel.name), render_span(config.lateness(rel.name), kind),  # type: ignore[arg-type] - late needs a lateness
-            config.spec(rel.name).event_time, kind, plan.batch_id,
+            table, rel, plan.watermarks.get(rel.name), None if (span := config.lateness(rel.name)) is None else render_span(span, kind),  # type: ignore[arg-type] - on the axis
+            config.spec(rel.name).event_time, kind, plan.batch_id, plan.raised.get(rel.name),
         )
         for rel, table in late.items()
         if table.num_rows

@@ -17,6 +17,7 @@ from state.event_time import render, warehouse_kind
 from state.final import MATCHED
 from state.layout import IN_STORE, Warehouse
 from state.lock import JOIN, holder
+from state import progress
 from state.relations import TS
 
 
@@ -49,6 +50,9 @@ class WarehouseStatus:
     waiting: list[dict] = field(default_factory=list)
     # Change feeds (state/changes.py): what the last committed batch did with their rows, and every batch together
     changes: dict[str, dict[str, int]] = field(default_factory=dict)
+    # Idle relations (as the last batch decided) and declared progress (state/progress.py): relation -> since / up to
+    idle: dict[str, str] = field(default_factory=dict)
+    declared: dict[str, str] = field(default_factory=dict)
 
     def describe(self) -> str:
         width = max(len(table.name) for table in self.tables)
@@ -64,6 +68,8 @@ class WarehouseStatus:
         lines += [_describe_source(source) for source in self.sources]
         marks = ", ".join(f"{name.upper()} {render(mark, self.event_time)}" for name, mark in self.watermarks.items())
         lines.append(f"watermarks: {marks or 'none (no allowed_lateness set)'}")
+        lines += [f"idle: {name.upper()} since {since} (for the others' rows and eviction its watermark is the lowest of theirs)" for name, since in self.idle.items()]
+        lines += [f"declared: no {name.upper()} record older than {to} will come (lakejoin advance)" for name, to in self.declared.items()]
         lines.append(f"late arrivals: {self.late:,}")
         lines.append(f"state: {'bounded by watermarks and window' if self.bounded else 'stores keep full history (set allowed_lateness and window to bound them)'}")
         lines += [
@@ -130,6 +136,8 @@ def warehouse_status(engine: DeltaEngine, warehouse: Warehouse, config: Config) 
         },
         waiting=_waiting(engine, warehouse, config.on_axis(kind), kind),
         changes=_changes(engine, warehouse) if config.reads_changes else {},
+        idle={name: progress.instant(since) for name, since in (tail.newest.progress.idle if tail.newest else {}).items()},
+        declared={name: render(to, kind) or str(to) for name, to in progress.declared(engine, warehouse).items()},
     )
 
 

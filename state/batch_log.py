@@ -8,13 +8,14 @@ be resumed with exactly the same inputs (docs/design.md section 3).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any
 
 import pyarrow as pa
 
+from state.clock import now
 from state.engines import DeltaEngine, Txn
 from state.errors import LakejoinError
+from state.progress import Progress
 
 PLANNED, COMMITTED = "planned", "committed"
 
@@ -32,6 +33,10 @@ SCHEMA = pa.schema(
         ("late", VERSIONS),  # relation -> arrivals sent to quarantine/late_arrivals
         ("evicted", VERSIONS),  # state table -> rows evicted by the batch's MERGE
         ("changes", VERSIONS),  # change feeds: inserted, updated, deleted, ignored (as older), late, retracted (gold rows)
+        ("clock", pa.int64()),  # planned: the time the plan read (microseconds since the epoch; state/progress.py)
+        ("idle", VERSIONS),  # planned: the relations idle in the batch -> their last arrival (microseconds)
+        ("declared", VERSIONS),  # planned: relation -> progress declared by 'lakejoin advance' (event-time axis)
+        ("raised", pa.map_(pa.string(), pa.string())),  # relation -> why its watermark stands above its own records'
         ("pairs", pa.int64()),
         ("recorded_at", pa.timestamp("us", tz="UTC")),
         ("seconds", pa.float64()),
@@ -49,6 +54,8 @@ class BatchPlan:
     bronze_versions: dict[str, int]  # relation name -> bronze version holding the slice (absent: no table yet)
     state_versions: dict[str, int]  # state table name -> version before the batch (absent: no table yet)
     watermarks: dict[str, int] = field(default_factory=dict)  # relation -> watermark before the batch
+    progress: Progress = field(default_factory=Progress)  # idle relations and declared progress (state/progress.py)
+    raised: dict[str, str] = field(default_factory=dict)  # before the batch: why a watermark stands where it is
 
 
 @dataclass(frozen=True)
@@ -60,6 +67,7 @@ class BatchOutcome:
     evicted: dict[str, int] = field(default_factory=dict)
     watermarks: dict[str, int] = field(default_factory=dict)  # after the batch
     changes: dict[str, int] = field(default_factory=dict)  # change feeds' counts (state/changes.py), summed
+    raised: dict[str, str] = field(default_factory=dict)  # after the batch (state/progress.py)
 
 
 @dataclass(frozen=True)
@@ -69,6 +77,7 @@ class LogTail:
     unfinished: BatchPlan | None  # planned, not committed: to resume with its own plan
     newest: BatchPlan | None = None  # the plan of the newest batch, committed or not
     watermarks: dict[str, int] = field(default_factory=dict)  # after the last committed batch
+    raised: dict[str, str] = field(default_factory=dict)  # why those watermarks stand (state/progress.py)
 
     @property
     def committed_batch_id(self) -> int:
@@ -92,8 +101,9 @@ class BatchLog:
             )
         plan = _plan_of(phases[PLANNED])
         if COMMITTED in phases:
-            return LogTail(last_id, plan.seq_to, None, plan, dict(phases[COMMITTED]["watermarks"] or {}))
-        return LogTail(last_id, plan.seq_from, plan, plan, plan.watermarks)
+            committed = phases[COMMITTED]
+            return LogTail(last_id, plan.seq_to, None, plan, dict(committed["watermarks"] or {}), dict(committed.get("raised") or {}))
+        return LogTail(last_id, plan.seq_from, plan, plan, plan.watermarks, plan.raised)
 
     def record_plan(self, plan: BatchPlan) -> None:
         self._append(plan, PLANNED, None)
@@ -114,8 +124,12 @@ class BatchLog:
             "late": None if outcome is None else list(outcome.late.items()),
             "evicted": None if outcome is None else list(outcome.evicted.items()),
             "changes": None if outcome is None or not outcome.changes else list(outcome.changes.items()),
+            "clock": plan.progress.clock,
+            "idle": list(plan.progress.idle.items()),
+            "declared": list(plan.progress.declared.items()),
+            "raised": list((plan.raised if outcome is None else outcome.raised).items()),
             "pairs": None if outcome is None else outcome.pairs,
-            "recorded_at": datetime.now(timezone.utc),
+            "recorded_at": now(),
             "seconds": None if outcome is None else outcome.seconds,
         }
         # The plan and the commit of a batch are distinct transactions: 2 * id - 1 and 2 * id.
@@ -131,4 +145,6 @@ def _plan_of(row: dict[str, Any]) -> BatchPlan:
         bronze_versions=dict(row["bronze_versions"] or {}),
         state_versions=dict(row["state_versions"] or {}),
         watermarks=dict(row["watermarks"] or {}),
+        progress=Progress(row.get("clock"), dict(row.get("idle") or {}), dict(row.get("declared") or {})),
+        raised=dict(row.get("raised") or {}),
     )

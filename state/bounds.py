@@ -36,11 +36,15 @@ def split_late(arrivals: pa.Table, watermark: int | None) -> tuple[pa.Table, pa.
     return arrivals.filter(pc.invert(late)), arrivals.filter(late)
 
 
-def late_rows(late: pa.Table, rel: Relation, watermark: int | None, lateness: str, event_time: str, kind: str | None, batch_id: int) -> pa.Table:
+def late_rows(
+    late: pa.Table, rel: Relation, watermark: int | None, lateness: str | None, event_time: str, kind: str | None, batch_id: int, raised: str | None = None
+) -> pa.Table:
     """What ``quarantine/late_arrivals`` keeps of late records: the record, why, and the watermark then (a number
-    on the event-time axis; the reason gives it as the event time reads)."""
+    on the event-time axis; the reason gives it as the event time reads). ``raised``: why the watermark stands above
+    the relation's own records (an idle relation, declared progress: state/progress.py)."""
     as_time = "" if kind in (None, INTEGER) else f", {render(watermark, kind)}"
-    reason = f"{event_time} below the watermark of {rel.label}{as_time} (newest {rel.label} {event_time} seen minus allowed lateness {lateness})"
+    why = raised or f"newest {rel.label} {event_time} seen minus allowed lateness {lateness}"
+    reason = f"{event_time} below the watermark of {rel.label}{as_time} ({why})"
     extra = {
         "relation": pa.array([rel.name] * late.num_rows, pa.string()),
         "reason": pa.array([reason] * late.num_rows, pa.string()),

@@ -29,6 +29,7 @@ from pyspark.sql.types import (
 from state.engines import DeltaEngine
 from state.errors import LakejoinError
 from state.layout import Warehouse
+from state.spans import describe_span
 
 TIMESTAMP, DATE, INTEGER = "timestamp", "date", "integer"
 # The Spark type each kind is kept as in bronze.
@@ -37,16 +38,6 @@ INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
 INTEGER_TEXT = r"^[+-]?[0-9]+$"
 DATE_TEXT = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$"
 
-_UNITS = {
-    "microsecond": timedelta(microseconds=1),
-    "millisecond": timedelta(milliseconds=1),
-    "second": timedelta(seconds=1),
-    "minute": timedelta(minutes=1),
-    "hour": timedelta(hours=1),
-    "day": timedelta(days=1),
-    "week": timedelta(weeks=1),
-}
-_DURATION = re.compile(r"^\s*(\d+)\s*([a-z]+?)s?\s*$")
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
@@ -80,21 +71,6 @@ def on_axis(stored: Column, kind: str) -> Column:
     return stored.cast(LongType())
 
 
-def duration(value: object, setting: str) -> int | timedelta:
-    """A config span: an integer (integer event time) or a duration text such as ``"10 minutes"``."""
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    if isinstance(value, timedelta) and value >= timedelta(0):
-        return value
-    match = _DURATION.match(value.lower()) if isinstance(value, str) else None
-    if match is None or match.group(2) not in _UNITS:
-        raise LakejoinError(
-            f"config: {setting!r} must be a non-negative integer (integer event time) or a duration such as "
-            f"'10 minutes' (units: {', '.join(_UNITS)}), got {value!r}"
-        )
-    return int(match.group(1)) * _UNITS[match.group(2)]
-
-
 def span_on_axis(span: int | timedelta, kind: str, setting: str) -> int:
     """``span`` in the axis units of ``kind``; a duration for integer time (or a non-zero integer for timestamps and
     dates) is a config error."""
@@ -118,16 +94,6 @@ def span_on_axis(span: int | timedelta, kind: str, setting: str) -> int:
     return span // timedelta(microseconds=1)
 
 
-def describe_span(span: int | timedelta) -> str:
-    if isinstance(span, int):
-        return str(span)
-    for unit, size in reversed(_UNITS.items()):
-        if span % size == timedelta(0):
-            count = span // size
-            return f"{count} {unit}{'s' if count != 1 else ''}"
-    return str(span)
-
-
 def render_span(value: int, kind: str | None) -> str:
     """A span on the axis as the config would give it (``10 minutes`` for timestamps, an integer for integer time)."""
     if kind == TIMESTAMP:
@@ -145,6 +111,24 @@ def warehouse_kind(engine: DeltaEngine, warehouse: Warehouse, event_times: dict[
         if schema is not None and event_times[rel.name] in schema.fieldNames():
             return kind_of(schema[event_times[rel.name]].dataType)
     return None
+
+
+def on_axis_value(value: object, kind: str | None, setting: str) -> int:
+    """An event time a user gives (an integer, a date, a timestamp or their ISO-8601 text) on the axis of ``kind``
+    (None: bronze holds none yet, so the value's own kind)."""
+    text = value.isoformat() if isinstance(value, (date, datetime)) else str(value).strip()
+    if re.match(INTEGER_TEXT, text) and kind in (None, INTEGER):
+        return int(text)
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise LakejoinError(f"{setting} {value!r} is not an event time: give an ISO-8601 timestamp or date, or an integer for integer event time") from None
+    if kind == INTEGER:
+        raise LakejoinError(f"{setting} {value!r} is a time, but the event time is an integer: give an integer")
+    if kind == DATE:
+        return (moment.date() - date(1970, 1, 1)).days
+    aware = moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+    return (aware - _EPOCH) // timedelta(microseconds=1)
 
 
 def render(value: int | None, kind: str | None) -> str | None:

@@ -131,6 +131,11 @@ class Warehouse:
         return self._path("gold", "join_results")
 
     @property
+    def progress(self) -> str:
+        """Progress declared by 'lakejoin advance' (state/progress.py): the user's word, which ``reset`` keeps."""
+        return self._path("silver", "progress")
+
+    @property
     def gold_changes(self) -> str:
         """With change feeds: each batch's rows gold gained (``+``) and lost (``-``), append-only."""
         return self._path("gold", "changes")
@@ -146,4 +151,4 @@ class Warehouse:
     def tables(self) -> list[str]:
         """Every table, in the order data flows through them."""
         bronze = [self.bronze(rel) for rel in self.relations]
-        return [*bronze, self.ingest_log, self.quarantine, *self.buffers().values(), self.late_arrivals, self.dq_quarantine, self.dq_results, self.batches, self.definition, self.gold, self.gold_changes]
+        return [*bronze, self.ingest_log, self.quarantine, *self.buffers().values(), self.late_arrivals, self.dq_quarantine, self.dq_results, self.batches, self.definition, self.progress, self.gold, self.gold_changes]

@@ -9,9 +9,11 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 from state.errors import LakejoinError
 from state.names import storable
+from state.spans import describe_span, duration
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,8 @@ class RelationSpec:
     table: str | None = None
     skip_change_commits: bool = False  # skip a source commit that removes or rewrites rows, instead of refusing it
     changes: ChangeSpec | None = None  # the rows are changes of records (state/changes.py); None: new records only
+    # Seconds without an arrival after which the relation is idle (state/progress.py); None: never idle
+    idle_after: float | None = None
 
     @classmethod
     def default(cls) -> RelationSpec:
@@ -103,7 +107,7 @@ class RelationSpec:
     def parse(cls, name: str, raw: object) -> RelationSpec:
         if isinstance(raw, RelationSpec):
             return raw
-        known = ("id", "event_time", "columns", "required", "table", "skip_change_commits", "changes")
+        known = ("id", "event_time", "columns", "required", "table", "skip_change_commits", "changes", "idle_after")
         if not isinstance(raw, dict) or set(raw) - set(known):
             extra = sorted(set(raw) - set(known)) if isinstance(raw, dict) else [raw]
             raise LakejoinError(f"config: relations.{name} has unknown setting {extra[0]!r}; known: {', '.join(known)}")
@@ -137,7 +141,11 @@ class RelationSpec:
                         f"config: relations.{name}.{setting} names {column!r}, which bronze stores as {storable(column, 0)!r} "
                         f"(Delta cannot store whitespace or ' ,;{{}}()=' in a name): use {storable(column, 0)!r}"
                     )
-        return cls(tuple(ids), raw.get("event_time", "ts"), dict(columns), tuple(required), table, skip, changes)
+        idle = raw.get("idle_after")
+        if idle is not None:
+            span = duration(idle, f"relations.{name}.idle_after")
+            idle = span.total_seconds() if isinstance(span, timedelta) else float(span)  # processing time: an integer is seconds
+        return cls(tuple(ids), raw.get("event_time", "ts"), dict(columns), tuple(required), table, skip, changes, idle)
 
     @property
     def record_columns(self) -> list[str]:
@@ -150,6 +158,8 @@ class RelationSpec:
         settings = {"id": list(self.id), "event_time": self.event_time, "columns": dict(self.columns), "required": list(self.required)}
         if self.changes is not None:
             settings["changes"] = self.changes.settings()
+        if self.idle_after is not None:
+            settings["idle_after"] = describe_span(timedelta(seconds=self.idle_after))
         return settings if self.table is None else {**settings, "table": self.table, "skip_change_commits": self.skip_change_commits}
 
 

@@ -153,7 +153,7 @@ def change_streams(draw: st.DrawFn) -> tuple[list[tuple[str, dict]], int]:
     return events, draw(st.integers(1, 5))
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(stream=change_streams())
 def test_gold_is_the_join_of_the_current_records_after_every_batch(tmp_path_factory, deltars, stream) -> None:
     events, batch_rows = stream
@@ -250,3 +250,11 @@ def test_a_run_dying_at_each_write_of_change_batches_resumes_to_the_uninterrupte
     assert changes_sum(crashed) == changes_sum(uninterrupted) == reference_gold(events)
     logged = lambda pipeline: pipeline.engine.read(pipeline.warehouse.gold_changes).groupBy("batch_id", "_change").count().collect()  # noqa: E731
     assert sorted(logged(crashed)) == sorted(logged(uninterrupted))
+
+
+def test_a_change_row_without_a_known_operation_or_a_sequence_is_quarantined_with_the_reason(orders: Pipeline) -> None:
+    rows = [change("x", 1, "o1", 1, "k1"), {**change("u", 1, "o2", 1, "k1"), "seq": "soon"}, change("r", 2, "o3", 1, "k1")]
+    result = orders.ingest("r", orders.write_file(rows))
+    assert (result.landed, result.quarantined) == (1, 2)
+    reasons = {row["id"]: row["reason"] for row in orders.engine.read(orders.warehouse.quarantine).collect()}
+    assert reasons == {"o1": "op is not a change operation (insert: c, r; update: u; delete: d): x", "o2": "seq is not an integer or a timestamp: soon"}

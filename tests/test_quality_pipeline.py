@@ -8,6 +8,7 @@ from collections import Counter
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from expectations.audit import audit
@@ -78,6 +79,8 @@ def test_fail_stops_the_batch_with_nothing_written_then_a_relaxed_policy_lets_th
     assert "bronze_ts_plausible on bronze/s: 1 of 2 rows failed (warn)" in status.stdout
 
 
+# On Delta on Spark only: delta-rs's quarantine is exercised by tests/test_bounded_state.py and test_expectations.py.
+@pytest.mark.parametrize("cli_engine", [pytest.param("spark", marks=pytest.mark.spark_delta)], indirect=True)
 def test_quarantine_takes_the_row_out_of_the_join_and_keeps_it_with_the_rule_name(spark, tmp_path, cli_engine):
     warehouse = landed(make_engine(spark, cli_engine), tmp_path)
     ran = lakejoin("run", "--warehouse", warehouse, "--config", config_file(tmp_path, "quarantine"), cwd=str(tmp_path), engine=cli_engine)
