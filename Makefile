@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 FLINK_VENV := .venv-flink
 FLINK_STAMP := $(FLINK_VENV)/.installed
 
-.PHONY: demo test bench-state bench-dq bench-peers bench-peers-bounded bench-engines bench-memory bench-commit bench-sources bench-floors bench-nway bench-final bench-api bench-connect bench-changes
+.PHONY: demo test bench-state bench-dq bench-peers bench-peers-bounded bench-engines bench-memory bench-commit bench-sources bench-floors bench-nway bench-final bench-api bench-connect bench-changes bench-idle
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is required: install it, or pass PYTHON=/path/to/python3.11"; exit 1; }
@@ -69,6 +69,9 @@ bench-commit: $(STAMP)
 
 bench-changes: $(STAMP)
 	$(VENV)/bin/python -m benchmarks.changes
+
+bench-idle: $(STAMP)
+	$(VENV)/bin/python -m benchmarks.idle
 
 # REMOTE: a running Spark Connect server with Delta (docs/running.md starts one), e.g. make bench-connect REMOTE=sc://127.0.0.1:15002
 bench-connect: $(STAMP)

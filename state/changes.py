@@ -1,4 +1,4 @@
-"""Records that change (docs/design.md section 11): a batch's change rows of a relation, resolved against the versions
+"""Records that change (docs/design.md section 2.11): a batch's change rows of a relation, resolved against the versions
 its state table holds into what the store/probe join already does.
 
 A change names a record by its id and carries a whole version of it: the new one (an insert or an update, both

@@ -31,5 +31,7 @@ def set_now(moment: datetime | None) -> None:
 
 
 def micros(moment: datetime) -> int:
-    """An instant as microseconds since the epoch (how the batch log records the times a plan used)."""
-    return int(moment.timestamp() * 1_000_000)
+    """An instant as microseconds since the epoch (how the batch log records the times a plan used); one without
+    a time zone is UTC, as lakejoin writes every time."""
+    aware = moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+    return int(aware.timestamp() * 1_000_000)

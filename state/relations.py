@@ -141,10 +141,7 @@ class RelationSpec:
                         f"config: relations.{name}.{setting} names {column!r}, which bronze stores as {storable(column, 0)!r} "
                         f"(Delta cannot store whitespace or ' ,;{{}}()=' in a name): use {storable(column, 0)!r}"
                     )
-        idle = raw.get("idle_after")
-        if idle is not None:
-            span = duration(idle, f"relations.{name}.idle_after")
-            idle = span.total_seconds() if isinstance(span, timedelta) else float(span)  # processing time: an integer is seconds
+        idle = None if raw.get("idle_after") is None else _seconds(raw["idle_after"], f"relations.{name}.idle_after")
         return cls(tuple(ids), raw.get("event_time", "ts"), dict(columns), tuple(required), table, skip, changes, idle)
 
     @property
@@ -161,6 +158,19 @@ class RelationSpec:
         if self.idle_after is not None:
             settings["idle_after"] = describe_span(timedelta(seconds=self.idle_after))
         return settings if self.table is None else {**settings, "table": self.table, "skip_change_commits": self.skip_change_commits}
+
+
+def _seconds(value: object, setting: str) -> float:
+    """A processing-time span: a duration text (``"15 minutes"``) or a number of seconds."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    try:
+        span = duration(value, setting) if isinstance(value, str) else None
+    except LakejoinError:
+        span = None
+    if not isinstance(span, timedelta) or span <= timedelta(0):
+        raise LakejoinError(f"config: {setting} must be a duration such as '15 minutes' or a number of seconds, got {value!r}")
+    return span.total_seconds()
 
 
 def _is_name(value: object) -> bool:

@@ -153,7 +153,7 @@ def change_streams(draw: st.DrawFn) -> tuple[list[tuple[str, dict]], int]:
     return events, draw(st.integers(1, 5))
 
 
-@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(stream=change_streams())
 def test_gold_is_the_join_of_the_current_records_after_every_batch(tmp_path_factory, deltars, stream) -> None:
     events, batch_rows = stream

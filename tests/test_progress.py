@@ -16,6 +16,7 @@ from pipelines.config import Config
 from pipelines.definition import record, settle
 from pipelines.status import warehouse_status
 from state.clock import set_now
+from state.errors import LakejoinError
 from state.faults import CRASH_AT, InjectedCrash
 from tests.helpers import Pipeline
 from tests.reference import Pair, Record
@@ -133,3 +134,10 @@ def test_declared_progress_bounds_an_inner_joins_state_and_releases_a_left_joins
     left.run()
     assert rows(left) == Counter({Pair("r2", "s1", "S"): 1, Pair("r4", None, "R"): 1})  # 4 + 2 < 7: final; r8 waits
     assert warehouse_status(deltars, left.warehouse, left.config).declared == {"s": "7"}
+
+
+def test_idle_after_is_a_duration_or_a_number_of_seconds_and_anything_else_is_refused_in_one_line() -> None:
+    assert Config(relations={"s": {"idle_after": "15 minutes"}}).spec("s").idle_after == 900.0
+    assert Config(relations={"s": {"idle_after": 30}}).spec("s").idle_after == 30.0
+    with pytest.raises(LakejoinError, match=r"^config: relations.s.idle_after must be a duration such as '15 minutes' or a number of seconds, got 'soon'$"):
+        Config(relations={"s": {"idle_after": "soon"}})
