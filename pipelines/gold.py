@@ -37,6 +37,7 @@ class Retraction:
     rows: Data | None
     keys: Sequence[str]  # gold's columns naming a row
     tracked: bool
+    count: int = 0  # the rows retracted
 
     @classmethod
     def of(
@@ -52,7 +53,8 @@ class Retraction:
             for rel, values in changed.items()
         ]
         rows = on_driver(reduce(DataFrame.unionByName, parts).dropDuplicates(list(keys)))
-        return cls(rows if _count(rows) else None, keys, True)
+        count = _count(rows)
+        return cls(rows if count else None, keys, True, count)
 
 
 def write_gold(engine: DeltaEngine, warehouse: Warehouse, plan: BatchPlan, rows: Data, retraction: Retraction, txn: Callable[[str], Txn]) -> int:

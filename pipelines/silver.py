@@ -299,7 +299,7 @@ def _change_counts(changes: dict[Relation, Applied], retraction: Retraction) -> 
         for name, count in applied.counts().items():
             counts[name] = counts.get(name, 0) + count
     if changes:
-        counts["retracted"] = 0 if retraction.rows is None else (retraction.rows.num_rows if isinstance(retraction.rows, pa.Table) else retraction.rows.count())
+        counts["retracted"] = retraction.count
     return counts
 
 
