@@ -56,8 +56,11 @@ def _fill(value: Any, parameters: dict[str, Any]) -> Any:
 
 def load_rules(directory: Path = SUITES_DIR) -> tuple[Rule, ...]:
     """Every rule of every suite, in file then rule order."""
+    paths = sorted(directory.glob("*.yml"))
+    if not paths:
+        raise LakejoinError(f"no expectation suites in {directory}: lakejoin was installed without its data files; reinstall it")
     rules: list[Rule] = []
-    for path in sorted(directory.glob("*.yml")):
+    for path in paths:
         document = yaml.safe_load(path.read_text(encoding="utf-8"))
         for raw in document["rules"]:
             rules.append(

@@ -15,13 +15,14 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import date, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from pipelines.config import Config, config_from, load_config
 from pipelines.maintain import SAFE_RETENTION_HOURS
 from state.errors import LakejoinError
 
 if TYPE_CHECKING:  # Spark loads when a Pipeline is made, not when the CLI parses its arguments
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
     from expectations.audit import Audit
@@ -30,16 +31,19 @@ if TYPE_CHECKING:  # Spark loads when a Pipeline is made, not when the CLI parse
     from pipelines.silver import BatchReport, RunReport
     from pipelines.sources import SourceResult
     from pipelines.status import WarehouseStatus
-    from state.engines import DeltaEngine
+    from state.engines.base import DeltaReader
     from state.layout import Warehouse
     from state.relations import Relation
+
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
 class _Opened:
     """A warehouse opened for one call: its engine, its tables under the config in force, and that config."""
 
-    engine: DeltaEngine
+    engine: DeltaReader  # a DeltaEngine, except for the commands that only read or drop tables (``_reader``)
     warehouse: Warehouse
     settled: Settled
 
@@ -186,8 +190,9 @@ class Pipeline:
         """``status`` as an object: ``describe()`` is what ``lakejoin status`` prints, ``problem`` what is wrong."""
         from pipelines.status import warehouse_status
 
-        with self._call("status"):
-            opened = self._open("status")
+        reader = self._reader()
+        with self._call("status", spark=reader is None):
+            opened = self._open("status", reader)
             return warehouse_status(opened.engine, opened.warehouse, opened.config)
 
     def validate(self, docs: str | None = None) -> Audit:
@@ -207,14 +212,15 @@ class Pipeline:
         ``quarantine/ingest``, ... (``gold`` is ``gold/join_results``)."""
         with self._call("status"):
             opened = self._open("status")
-            tables = {opened.warehouse.name_of(path): path for path in opened.warehouse.tables()}
-            wanted = opened.warehouse.name_of(opened.warehouse.gold) if name == "gold" else name.replace("/", "_") if opened.warehouse.in_catalog else name
-            if wanted not in tables:
-                raise LakejoinError(f"no table {name!r} in {self.root}: use one of gold, {', '.join(sorted(tables))}")
-            frame = opened.engine.read(tables[wanted])
-            if frame is None:
-                raise LakejoinError(f"table {name!r} of {self.root} does not exist yet: it is written by the first ingest or run that has rows for it")
-            return frame
+            return _existing(name, opened.engine.read(_path_of(opened.warehouse, name)), self.root)  # type: ignore[attr-defined] - opened with Spark
+
+    def head(self, name: str = "gold", limit: int = 20) -> pa.Table:
+        """The first ``limit`` rows of a table (named as for ``table``), on the driver as Arrow (``lakejoin show``);
+        on a local warehouse read by delta-rs alone, with no Spark session started."""
+        reader = self._reader()
+        with self._call("status", spark=reader is None):
+            opened = self._open("status", reader)
+            return _existing(name, opened.engine.head(_path_of(opened.warehouse, name), limit), self.root)
 
     def advance(self, relation: str, to: str | int | datetime | date) -> str:
         """Declare that no record of ``relation`` older than ``to`` will come (a backfill finished, a day closed):
@@ -255,8 +261,9 @@ class Pipeline:
         from pipelines.reset import reset
         from state.lock import JOIN, hold
 
-        with self._call("reset"):
-            opened = self._open("reset")
+        reader = self._reader()
+        with self._call("reset", spark=reader is None):
+            opened = self._open("reset", reader)
             with hold(opened.warehouse.root, JOIN):
                 return reset(opened.engine, opened.warehouse)
 
@@ -287,9 +294,27 @@ class Pipeline:
             record(opened.engine, opened.warehouse, opened.settled)  # bronze's _id and _ts are derived under it
             return ingest(opened, rel)
 
-    def _open(self, command: str) -> _Opened:
+    def _reader(self) -> DeltaReader | None:
+        """delta-rs alone, for a command that only reads tables or drops them, when the pipeline has no Spark to hand:
+        no caller's or running session, no Spark Connect server, not on Databricks, and a local warehouse folder.
+        Either engine's tables read the same, so the command then starts no JVM whatever engine wrote them."""
+        from pyspark.sql import SparkSession
+
+        from pipelines.spark import REMOTE
+        from state.engines.deltars import DeltaRsReader
+        from state.engines.jvm import classic_spark_running
+        from state.lock import is_local
+
+        if self._spark is not None or os.environ.get(REMOTE) or "DATABRICKS_RUNTIME_VERSION" in os.environ or not is_local(self.root):
+            return None
+        if SparkSession.getActiveSession() is not None or classic_spark_running():
+            return None
+        return DeltaRsReader()
+
+    def _open(self, command: str, reader: DeltaReader | None = None) -> _Opened:
         """The warehouse checked for ``command`` and the config in force: the one given, checked against the recorded
-        definition (which it may extend), else the recorded one. ``reset`` drops the tables of the recorded one."""
+        definition (which it may extend), else the recorded one. ``reset`` drops the tables of the recorded one.
+        With a ``reader`` (``_reader``) no Spark starts, unless a relation reads a catalog table, which needs Spark."""
         from pipelines.definition import Settled, in_force, recorded, settle
         from state.checks import check_ingest_target, require_engine_for, require_warehouse
         from state.engines import make_engine
@@ -299,9 +324,12 @@ class Pipeline:
 
         given = self._given or Config()
         creates = _creates(command, given)
-        # A Spark Connect server resolves a relative path against its own working folder, not this process's.
-        root = os.path.abspath(self.root) if is_connect(self.spark) and is_local(self.root) else self.root
-        warehouse, engine = Warehouse(root, given.joined), make_engine(self.spark, given.engine)
+        if reader is not None and not _names_catalog_tables(given):
+            warehouse, engine = Warehouse(self.root, given.joined), reader
+        else:
+            # A Spark Connect server resolves a relative path against its own working folder, not this process's.
+            root = os.path.abspath(self.root) if is_connect(self.spark) and is_local(self.root) else self.root
+            warehouse, engine = Warehouse(root, given.joined), make_engine(self.spark, given.engine)
         require_engine_for(warehouse, engine)
         if creates:  # a warehouse is created in an empty folder only
             check_ingest_target(engine, warehouse)
@@ -314,7 +342,9 @@ class Pipeline:
         else:
             settled = settle(engine, warehouse, self._given, command)
             warehouse = replace(warehouse, relations=settled.config.joined)
-        if settled.config.engine not in ("auto", engine.name):
+        if engine is reader and _names_catalog_tables(settled.config):
+            engine = make_engine(self.spark, settled.config.engine)
+        elif engine is not reader and settled.config.engine not in ("auto", engine.name):
             engine = make_engine(self.spark, settled.config.engine)
             require_engine_for(warehouse, engine)
         return _Opened(engine, warehouse, settled)
@@ -326,13 +356,13 @@ class Pipeline:
             raise LakejoinError(f"no warehouse at {self.root}: land files there first with 'lakejoin ingest'")
 
     @contextmanager
-    def _call(self, command: str, *more_sessions: SparkSession) -> Iterator[None]:
+    def _call(self, command: str, *more_sessions: SparkSession, spark: bool = True) -> Iterator[None]:
         """A call's frame: a warehouse folder that is not there is refused before Spark starts; the engine's settings
         are on the session (and ``more_sessions``, a stream's) while the call runs and put back after the last call
         in progress ends; a lakejoin error is raised without the chain of Spark errors behind it."""
         try:
             self._require_folder(command)
-            sessions = (self.spark, *more_sessions)
+            sessions = (self.spark, *more_sessions) if spark else ()
         except LakejoinError as exc:
             raise exc from None
         with _BORROWED.lent(sessions):
@@ -381,6 +411,29 @@ class _Borrowed:
 
 
 _BORROWED = _Borrowed()
+
+
+def _names_catalog_tables(config: Config) -> bool:
+    """A relation reads a Unity Catalog table, which only Spark can open."""
+    from state.layout import is_table_name
+
+    return any(spec.table is not None and is_table_name(spec.table) for spec in config.relations.values())  # type: ignore[union-attr] - normalised
+
+
+def _path_of(warehouse: Warehouse, name: str) -> str:
+    """The path of the table called ``name`` (``gold``, ``bronze/r``, ``silver/r_state``, ...); one line listing the
+    names when there is none."""
+    tables = {warehouse.name_of(path): path for path in warehouse.tables()}
+    wanted = warehouse.name_of(warehouse.gold) if name == "gold" else name.replace("/", "_") if warehouse.in_catalog else name
+    if wanted not in tables:
+        raise LakejoinError(f"no table {name!r} in {warehouse.root}: use one of gold, {', '.join(sorted(tables))}")
+    return tables[wanted]
+
+
+def _existing(name: str, table: T | None, root: str) -> T:
+    if table is None:
+        raise LakejoinError(f"table {name!r} of {root} does not exist yet: it is written by the first ingest or run that has rows for it")
+    return table
 
 
 def _creates(command: str, config: Config) -> bool:

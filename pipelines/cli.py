@@ -7,9 +7,11 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from contextlib import nullcontext
 from typing import TYPE_CHECKING
 
 from pipelines.config import Config, load_config
+from pipelines.terminal import without_native_panics
 from state.errors import LakejoinError
 
 if TYPE_CHECKING:  # Spark loads only for the commands that need it, so --help and argument errors stay fast
@@ -36,7 +38,7 @@ def _parser() -> argparse.ArgumentParser:
             "--config", metavar="FILE",
             help="YAML config (README: Config); the first one given is kept in the warehouse and used when none is given",
         )
-        sub.add_argument("--verbose", action="store_true", help="show Spark's start-up lines and PySpark's error log")
+        sub.add_argument("--verbose", action="store_true", help="show Spark's start-up lines, PySpark's error log and native libraries' panic messages")
         sub.add_argument(
             "--master", metavar="URL",
             help="the Spark master to start lakejoin's session on (spark://host:7077; default: LAKEJOIN_MASTER, else local[2])",
@@ -71,6 +73,10 @@ def _parser() -> argparse.ArgumentParser:
 
     status = command("status", "show every table's version and rows, the last batch, pending arrivals and watermarks")
     status.add_argument("--json", action="store_true", help="print the status as JSON")
+
+    show = command("show", "print the first rows of gold, or of another of the warehouse's tables")
+    show.add_argument("--table", default="gold", metavar="NAME", help="gold (default), bronze/NAME, silver/NAME_state, silver/batches, quarantine/ingest, ...")
+    show.add_argument("--limit", type=_positive, default=20, metavar="N", help="rows to print (default 20)")
 
     validate = command("validate", "run every data-quality suite over the whole tables, reconcile gold, write Data Docs")
     validate.add_argument("--docs", metavar="DIR", help="where Great Expectations writes Data Docs (default: DIR/quality/gx)")
@@ -130,17 +136,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ["SPARK_REMOTE"] = args.remote  # where pipelines/spark.py, and PySpark itself, look for the server
     if args.master:
         os.environ["LAKEJOIN_MASTER"] = args.master  # where pipelines/spark.py looks for it
-    try:
-        given = load_config(args.config) if args.config else None  # a bad config fails before Spark starts
-        if args.command == "demo":
-            from pipelines.demo import DemoOptions, run_demo
+    with nullcontext() if args.verbose else without_native_panics():
+        try:
+            given = load_config(args.config) if args.config else None  # a bad config fails before Spark starts
+            if args.command == "demo":
+                from pipelines.demo import DemoOptions, run_demo
 
-            options = DemoOptions(args.rows, args.keys, args.skew, args.disorder, args.chunk_rows, args.max_batch_rows, args.seed, args.relations, args.join)
-            return 0 if run_demo(options, given, args.engine, args.warehouse, verbose=args.verbose) else 1
-        return _on_warehouse(args, given)
-    except LakejoinError as exc:
-        print(f"lakejoin: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+                options = DemoOptions(args.rows, args.keys, args.skew, args.disorder, args.chunk_rows, args.max_batch_rows, args.seed, args.relations, args.join)
+                return 0 if run_demo(options, given, args.engine, args.warehouse, verbose=args.verbose) else 1
+            return _on_warehouse(args, given)
+        except LakejoinError as exc:
+            print(f"lakejoin: error: {exc}", file=sys.stderr)
+            return exc.exit_code
 
 
 def _on_warehouse(args: argparse.Namespace, given: Config | None) -> int:
@@ -157,7 +164,7 @@ def _on_warehouse(args: argparse.Namespace, given: Config | None) -> int:
             f"reset drops silver and gold of {args.warehouse} (bronze stays) and nothing was changed: "
             "rerun with --yes to confirm"
         )
-    commands = {"ingest": _ingest, "run": _run, "status": _status, "validate": _validate, "maintain": _maintain, "reset": _reset, "advance": _advance}
+    commands = {"ingest": _ingest, "run": _run, "status": _status, "show": _show, "validate": _validate, "maintain": _maintain, "reset": _reset, "advance": _advance}
     with Pipeline(args.warehouse, given, verbose=args.verbose) as pipeline:
         return commands[args.command](args, pipeline)
 
@@ -197,6 +204,14 @@ def _status(args: argparse.Namespace, pipeline: Pipeline) -> int:
     status = pipeline.status_report()
     print(json.dumps(status.as_dict(), indent=2) if args.json else status.describe())
     return 0 if status.problem is None else 1
+
+
+def _show(args: argparse.Namespace, pipeline: Pipeline) -> int:
+    rows = pipeline.head(args.table, args.limit)
+    print(rows.to_pandas().to_string(index=False) if rows.num_rows else f"{args.table}: no rows yet")
+    if rows.num_rows == args.limit:
+        print(f"(the first {args.limit} rows; --limit N shows more)")
+    return 0
 
 
 def _validate(args: argparse.Namespace, pipeline: Pipeline) -> int:

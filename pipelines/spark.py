@@ -124,7 +124,10 @@ def get_spark(
     master = master or os.environ.get(MASTER) or LOCAL
     settings = local_conf(conf, master)
     if not verbose:
+        from state.engines.jvm import start_driver_jvm
+
         settings = quiet_conf(settings)
+        start_driver_jvm({"spark.master": master, "spark.app.name": app_name, **settings})
     builder = SparkSession.builder.master(master).appName(app_name)
     for name, value in settings.items():
         builder = builder.config(name, value)

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from pyspark.sql import functions as F
-
 from pipelines.config import Config
 from pipelines.definition import recorded
 from pipelines.sources import source_status
 from state.batch_log import BatchLog, LogTail
 from state.checks import check_consistency, require_warehouse
-from state.engines import DeltaEngine
+from state.engines.base import DeltaReader
 from state.errors import LakejoinError
 from state.event_time import render, warehouse_kind
 from state.final import MATCHED
@@ -98,7 +96,7 @@ class WarehouseStatus:
         return asdict(self)
 
 
-def warehouse_status(engine: DeltaEngine, warehouse: Warehouse, config: Config) -> WarehouseStatus:
+def warehouse_status(engine: DeltaReader, warehouse: Warehouse, config: Config) -> WarehouseStatus:
     require_warehouse(engine, warehouse)
     pipeline = config.pipeline
     problem = None
@@ -109,8 +107,7 @@ def warehouse_status(engine: DeltaEngine, warehouse: Warehouse, config: Config) 
         tail = _tail_anyway(engine, warehouse, pipeline)
     pending = {}
     for rel in warehouse.relations:
-        bronze = engine.read(warehouse.bronze(rel), where=f"_arrival_seq > {tail.last_seq}")
-        pending[rel.name] = 0 if bronze is None else bronze.count()
+        pending[rel.name] = engine.count(warehouse.bronze(rel), where=f"_arrival_seq > {tail.last_seq}") or 0
     tables = [_table_status(engine, warehouse, path) for path in warehouse.tables() if path != warehouse.gold_changes or engine.version(path) is not None]
     late = next(table.rows for table in tables if table.name == warehouse.name_of(warehouse.late_arrivals))
     definition = recorded(engine, warehouse)
@@ -141,34 +138,35 @@ def warehouse_status(engine: DeltaEngine, warehouse: Warehouse, config: Config) 
     )
 
 
-def _changes(engine: DeltaEngine, warehouse: Warehouse) -> dict[str, dict[str, int]]:
+def _changes(engine: DeltaReader, warehouse: Warehouse) -> dict[str, dict[str, int]]:
     """The change counts the batch log records: the last committed batch's, and their sums over every batch."""
-    log = engine.read(warehouse.batches)
-    if log is None or "changes" not in log.columns:
+    schema = engine.schema(warehouse.batches)
+    if schema is None or "changes" not in schema.fieldNames():
         return {}
-    rows = log.where((F.col("phase") == "committed") & F.col("changes").isNotNull()).select("batch_id", F.explode("changes")).collect()
-    if not rows:
+    logged = engine.rows(warehouse.batches, where="phase = 'committed' AND changes IS NOT NULL")
+    counts = [(row["batch_id"], name, count) for row in logged.select(["batch_id", "changes"]).to_pylist() for name, count in row["changes"]]  # type: ignore[union-attr] - the log exists
+    if not counts:
         return {}
-    last = max(row["batch_id"] for row in rows)
+    last = max(batch for batch, _, _ in counts)
     total: dict[str, int] = {}
-    for row in rows:
-        total[row["key"]] = total.get(row["key"], 0) + row["value"]
-    return {f"batch {last}": {row["key"]: row["value"] for row in rows if row["batch_id"] == last}, "all batches": total}
+    for _, name, count in counts:
+        total[name] = total.get(name, 0) + count
+    return {f"batch {last}": {name: count for batch, name, count in counts if batch == last}, "all batches": total}
 
 
-def _waiting(engine: DeltaEngine, warehouse: Warehouse, config: Config, kind: str | None) -> list[dict]:
+def _waiting(engine: DeltaReader, warehouse: Warehouse, config: Config, kind: str | None) -> list[dict]:
     """Per relation whose records wait to be final (outer, anti, as-of joins), its stored records without a match
     yet (all, for an as-of join): each gives a row once the other relation's watermark passes its ``ts`` plus the
     kind's horizon (``config`` on the event-time axis of ``kind``)."""
     waiting = []
     horizon = config.join_kind.horizon(config.window)
     for rel in config.join_kind.waiting(warehouse.relations):
-        state = engine.read(warehouse.state(rel))
-        if state is None:
+        path = warehouse.state(rel)
+        schema = engine.schema(path)
+        if schema is None:
             continue
-        stored = state.where(F.col(IN_STORE))
-        alone = stored.where(~F.coalesce(F.col(MATCHED), F.lit(False))) if MATCHED in stored.columns else stored
-        count, oldest = alone.agg(F.count("*"), F.min(TS)).first()
+        alone = IN_STORE + (f" AND NOT COALESCE({MATCHED}, false)" if MATCHED in schema.fieldNames() else "")
+        count, oldest = engine.aggregate(path, alone, "count(*)", f"min({TS})")  # type: ignore[misc] - the table exists
         other = next(other for other in warehouse.relations if other != rel)
         until = None if oldest is None else f"{other.label}'s watermark passes {render(oldest + horizon, kind)}"  # type: ignore[operator] - a waiting join has a horizon
         waiting.append({"relation": rel.name, "records": count, "oldest": None if oldest is None else render(oldest, kind), "until": until})
@@ -196,16 +194,16 @@ def _flat(settings: dict, prefix: str = "") -> list[tuple[str, object]]:
     return flat
 
 
-def _last_rule_results(engine: DeltaEngine, warehouse: Warehouse) -> list[dict]:
-    results = engine.read(warehouse.dq_results)
-    if results is None:
+def _last_rule_results(engine: DeltaReader, warehouse: Warehouse) -> list[dict]:
+    last = engine.max_value(warehouse.dq_results, "batch_id")
+    if last is None:
         return []
-    last = results.agg(F.max("batch_id")).first()[0]
-    columns = ("batch_id", "rule", "table", "policy", "evaluated", "failed", "examples")
-    return [row.asDict() for row in results.where(F.col("batch_id") == last).select(*columns).orderBy("table", "rule").collect()]
+    columns = ["batch_id", "rule", "table", "policy", "evaluated", "failed", "examples"]
+    results = engine.rows(warehouse.dq_results, where=f"batch_id = {last}").select(columns).to_pylist()  # type: ignore[union-attr] - it exists
+    return sorted(results, key=lambda row: (row["table"], row["rule"]))
 
 
-def _tail_anyway(engine: DeltaEngine, warehouse: Warehouse, pipeline: str) -> LogTail:
+def _tail_anyway(engine: DeltaReader, warehouse: Warehouse, pipeline: str) -> LogTail:
     """The log's tail even when the tables disagree with it; empty when the log itself is unreadable."""
     try:
         return BatchLog(engine, warehouse.batches, warehouse.app_id(pipeline, warehouse.batches)).tail()
@@ -213,6 +211,5 @@ def _tail_anyway(engine: DeltaEngine, warehouse: Warehouse, pipeline: str) -> Lo
         return LogTail(0, 0, None)
 
 
-def _table_status(engine: DeltaEngine, warehouse: Warehouse, path: str) -> TableStatus:
-    table = engine.read(path)
-    return TableStatus(warehouse.name_of(path), engine.version(path), None if table is None else table.count())
+def _table_status(engine: DeltaReader, warehouse: Warehouse, path: str) -> TableStatus:
+    return TableStatus(warehouse.name_of(path), engine.version(path), engine.count(path))

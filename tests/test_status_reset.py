@@ -81,12 +81,37 @@ def test_reset_then_run_rebuilds_the_same_gold_and_state(engine, tmp_path):
     assert pipeline.gold_pairs() == Counter(batch_join(RECORDS))
 
 
-def test_reset_needs_confirmation_and_status_runs_from_the_cli(pipeline):
+def test_status_show_and_reset_answer_from_the_cli_without_starting_a_jvm(pipeline):
+    """They read (or drop) Delta tables only, so delta-rs answers alone: with Spark unable to start (no SPARK_HOME to
+    launch from), each still succeeds."""
     pipeline.run(max_batch_rows=4)
-    warehouse = pipeline.warehouse.root
-    unconfirmed = lakejoin("reset", "--warehouse", warehouse, cwd=pipeline.root)
+    warehouse, no_spark = pipeline.warehouse.root, {"SPARK_HOME": "/nonexistent"}
+    unconfirmed = lakejoin("reset", "--warehouse", warehouse, cwd=pipeline.root, env=no_spark)
     assert unconfirmed.returncode == 2 and "rerun with --yes to confirm" in unconfirmed.stderr
     assert pipeline.engine.version(pipeline.warehouse.gold) is not None
-    status = lakejoin("status", "--warehouse", warehouse, "--json", cwd=pipeline.root)
+    status = lakejoin("status", "--warehouse", warehouse, "--json", cwd=pipeline.root, env=no_spark)
     assert status.returncode == 0, status.stderr[-2000:]
     assert '"last_committed_batch": 2' in status.stdout and '"problem": null' in status.stdout
+    shown = lakejoin("show", "--warehouse", warehouse, "--limit", "2", cwd=pipeline.root, env=no_spark)
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    assert shown.stdout.splitlines()[0].split()[:4] == ["_r_id", "_r_ts", "_s_id", "_s_ts"]
+    assert len(shown.stdout.splitlines()) == 4 and "--limit N shows more" in shown.stdout  # header, 2 rows, the hint
+    dropped = lakejoin("reset", "--warehouse", warehouse, "--yes", cwd=pipeline.root, env=no_spark)
+    assert dropped.returncode == 0, dropped.stderr[-2000:]
+    pipeline.engine.refresh()  # forget the tables this process holds open
+    assert pipeline.engine.version(pipeline.warehouse.gold) is None
+    assert (shown.stderr, dropped.stderr) == ("", "")
+
+
+def test_status_read_by_delta_rs_alone_equals_the_engines_own(engine, tmp_path):
+    """What ``lakejoin status`` reads without Spark (DeltaRsReader) is what either engine reads, a Spark-written
+    warehouse included."""
+    from state.engines.deltars import DeltaRsReader
+
+    pipeline = landed(engine, tmp_path)
+    pipeline.run(max_batch_rows=2)
+    pipeline.land([Record("r", "r9", 9, "a")])
+    by_engine = warehouse_status(pipeline.engine, pipeline.warehouse, pipeline.config)
+    alone = warehouse_status(DeltaRsReader(), pipeline.warehouse, pipeline.config)
+    assert alone == by_engine
+    assert alone.pending == {"r": 1, "s": 0}

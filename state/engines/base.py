@@ -122,14 +122,12 @@ class Merged:
     evicted: int  # rows deleted: in no buffer any more
 
 
-class DeltaEngine(Protocol):
-    """Reads Delta snapshots into Spark and commits Spark DataFrames to Delta."""
+class DeltaReader(Protocol):
+    """What reads a warehouse without computing in Spark: logs, schemas, counts and small slices to the driver, the
+    user's source tables, and dropping tables. ``status`` and ``reset`` need nothing more, so on a local warehouse
+    they run on delta-rs alone and start no JVM."""
 
     name: str
-    spark: SparkSession
-    # True when every write passes through the driver (delta-rs writes Arrow from Python): data written is
-    # brought there whatever its size. False when the engine writes a DataFrame where Spark computes it.
-    driver_writes: bool
 
     def version(self, path: str) -> int | None:
         """The table's latest version, or None when there is no Delta table at ``path``."""
@@ -140,14 +138,6 @@ class DeltaEngine(Protocol):
         opened); None when absent."""
         ...
 
-    def read(self, path: str, version: int | None = None, where: str | None = None) -> DataFrame | None:
-        """The snapshot at ``version`` (latest when None), or None when the table does not exist.
-
-        ``where`` is a SQL predicate on the table's columns: rows are filtered by it, and files whose
-        statistics rule it out are not read at all (data skipping).
-        """
-        ...
-
     def rows(self, path: str, version: int | None = None, where: str | None = None) -> pa.Table | None:
         """``read`` straight to the driver as Arrow, for small slices (a batch's arrivals, log rows): no Spark
         job where the engine can avoid one. None when the table does not exist."""
@@ -155,6 +145,79 @@ class DeltaEngine(Protocol):
 
     def max_value(self, path: str, column: str, version: int | None = None) -> int | None:
         """The largest value of an integer column at ``version`` (latest when None); None if empty or absent."""
+        ...
+
+    def count(self, path: str, where: str | None = None) -> int | None:
+        """The rows of the latest snapshot (those ``where``, a SQL predicate, selects); None when absent."""
+        ...
+
+    def aggregate(self, path: str, where: str | None, *expressions: str) -> tuple | None:
+        """SQL aggregates (``count(*)``, ``min(_ts)``) over the latest snapshot's rows ``where`` selects, as one
+        tuple; None when absent."""
+        ...
+
+    def head(self, path: str, limit: int) -> pa.Table | None:
+        """Up to ``limit`` rows of the latest snapshot, on the driver as Arrow; None when absent."""
+        ...
+
+    def txn_version(self, path: str, app_id: str) -> int | None:
+        """The last version ``app_id`` committed to the table (the newest commit the log keeps that records it,
+        by ``marker`` or app transaction; else the state's app transaction); None when it never did or there is no
+        table."""
+        ...
+
+    def info(self, path: str, app_id: str) -> TableInfo | None:
+        """``version``, ``schema`` and ``txn_version(app_id)`` together; None when there is no table."""
+        ...
+
+    def source_identity(self, table: str) -> tuple[str, int] | None:
+        """The table's identity (its metadata id: a table dropped and created again at one path has another) and its
+        latest version, read from its log now (the user may replace it at any time); None when there is no table."""
+        ...
+
+    def source_schema(self, table: str, version: int | None = None) -> StructType | None:
+        """``schema`` of the user's table, read from its log now (never from a table held open); None when absent."""
+        ...
+
+    def source_root(self, table: str) -> str:
+        """The folder of a table's data files: what the paths in its log are relative to."""
+        ...
+
+    def source_snapshot(self, table: str, version: int | None = None) -> tuple[int, Actions] | None:
+        """The table at ``version`` (latest when None) and the actions that rebuild it: its ``metaData``, its
+        ``protocol`` and one ``add`` per data file (``path``, ``partitionValues`` and ``modificationTime`` as the log
+        has them). None when there is no table."""
+        ...
+
+    def source_commits(self, table: str, after: int) -> Iterator[tuple[int, Actions]]:
+        """Each version of the table after ``after``, in order, with its actions. Raises ``LakejoinError`` when
+        the log no longer holds one of them (cleaned up after its retention)."""
+        ...
+
+    def refresh(self) -> None:
+        """Forget every table held open, so the next use reads its log again: a run starts with it, since between
+        two runs another process may have dropped a table and created it again (``reset``)."""
+        ...
+
+    def drop(self, path: str) -> None:
+        """Delete the table, data files and log (nothing happens when there is none)."""
+        ...
+
+
+class DeltaEngine(DeltaReader, Protocol):
+    """Reads Delta snapshots into Spark and commits Spark DataFrames to Delta."""
+
+    spark: SparkSession
+    # True when every write passes through the driver (delta-rs writes Arrow from Python): data written is
+    # brought there whatever its size. False when the engine writes a DataFrame where Spark computes it.
+    driver_writes: bool
+
+    def read(self, path: str, version: int | None = None, where: str | None = None) -> DataFrame | None:
+        """The snapshot at ``version`` (latest when None), or None when the table does not exist.
+
+        ``where`` is a SQL predicate on the table's columns: rows are filtered by it, and files whose
+        statistics rule it out are not read at all (data skipping).
+        """
         ...
 
     def append(self, path: str, df: Data, txn: Txn | None = None, properties: dict[str, str] | None = None) -> int | None:
@@ -194,53 +257,10 @@ class DeltaEngine(Protocol):
         """
         ...
 
-    def txn_version(self, path: str, app_id: str) -> int | None:
-        """The last version ``app_id`` committed to the table (the newest commit the log keeps that records it,
-        by ``marker`` or app transaction; else the state's app transaction); None when it never did or there is no
-        table."""
-        ...
-
-    def info(self, path: str, app_id: str) -> TableInfo | None:
-        """``version``, ``schema`` and ``txn_version(app_id)`` together; None when there is no table."""
-        ...
-
-    def source_identity(self, table: str) -> tuple[str, int] | None:
-        """The table's identity (its metadata id: a table dropped and created again at one path has another) and its
-        latest version, read from its log now (the user may replace it at any time); None when there is no table."""
-        ...
-
-    def source_schema(self, table: str, version: int | None = None) -> StructType | None:
-        """``schema`` of the user's table, read from its log now (never from a table held open); None when absent."""
-        ...
-
-    def source_root(self, table: str) -> str:
-        """The folder of a table's data files: what the paths in its log are relative to."""
-        ...
-
-    def source_snapshot(self, table: str, version: int | None = None) -> tuple[int, Actions] | None:
-        """The table at ``version`` (latest when None) and the actions that rebuild it: its ``metaData``, its
-        ``protocol`` and one ``add`` per data file (``path``, ``partitionValues`` and ``modificationTime`` as the log
-        has them). None when there is no table."""
-        ...
-
-    def source_commits(self, table: str, after: int) -> Iterator[tuple[int, Actions]]:
-        """Each version of the table after ``after``, in order, with its actions. Raises ``LakejoinError`` when
-        the log no longer holds one of them (cleaned up after its retention)."""
-        ...
-
     def source_changes(self, table: str, first: int, last: int) -> DataFrame:
         """The Change Data Feed of the user's table from version ``first`` to ``last``: its rows with ``_change_type``
         (insert, update_preimage, update_postimage, delete) and ``_commit_version``. Raises ``LakejoinError`` when
         the table does not record its changes for those versions."""
-        ...
-
-    def refresh(self) -> None:
-        """Forget every table held open, so the next use reads its log again: a run starts with it, since between
-        two runs another process may have dropped a table and created it again (``reset``)."""
-        ...
-
-    def drop(self, path: str) -> None:
-        """Delete the table, data files and log (nothing happens when there is none)."""
         ...
 
     def optimize(self, path: str, order_by: str | None = None) -> None:

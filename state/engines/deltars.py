@@ -31,12 +31,12 @@ def to_arrow(df: Data) -> pa.Table:
     return table.cast(pa.schema([field.with_nullable(True) for field in table.schema]))
 
 
-class DeltaRsEngine:
-    name = "delta-rs"
-    driver_writes = True
+class DeltaRsReader:
+    """delta-rs alone, no Spark: what ``status`` and ``reset`` ask of a warehouse (base.DeltaReader)."""
 
-    def __init__(self, spark: SparkSession) -> None:
-        self.spark = spark
+    name = "delta-rs"
+
+    def __init__(self) -> None:
         self._latest: dict[str, DeltaTable] = {}
         self._guard = threading.Lock()
 
@@ -75,26 +75,12 @@ class DeltaRsEngine:
         table = self._table(path, version)
         return None if table is None else _spark_schema(table)
 
-    def read(self, path: str, version: int | None = None, where: str | None = None) -> DataFrame | None:
-        table = self._table(path, version)
-        if table is None:
-            return None
-        schema = _spark_schema(table)
-        files = table.file_uris(file_pruning_predicate=where)
-        if not files:
-            return self.spark.createDataFrame([], schema)
-        df = self.spark.read.schema(schema).parquet(*files)
-        return df if where is None else df.where(where)
-
     def rows(self, path: str, version: int | None = None, where: str | None = None) -> pa.Table | None:
         """Through delta-rs's own query engine (DataFusion): milliseconds, where a Spark job takes ~0.2 s."""
         table = self._table(path, version)
         if table is None:
             return None
-        query = "SELECT * FROM snapshot" + ("" if where is None else f" WHERE {where}")
-        result = pa.table(QueryBuilder().register("snapshot", table).execute(query).read_all())
-        schema = pa.schema(table.schema().to_arrow())  # DataFusion answers with view types Spark cannot take
-        return result.cast(pa.schema([field.with_nullable(True) for field in schema]))
+        return _plain(_query(table, "SELECT * FROM snapshot" + ("" if where is None else f" WHERE {where}")), table)
 
     def max_value(self, path: str, column: str, version: int | None = None) -> int | None:
         table = self._table(path, version)
@@ -104,6 +90,31 @@ class DeltaRsEngine:
         if stats.num_rows == 0:
             return None
         return max((value for value in stats.column(f"max.{column}").to_pylist() if value is not None), default=None)
+
+    def count(self, path: str, where: str | None = None) -> int | None:
+        """From the log's file statistics when no predicate is given, every file has them and no deletion vector hides
+        rows; else through DataFusion."""
+        table = self._table(path)
+        if table is None:
+            return None
+        if where is None and "deletionVectors" not in (table.protocol().reader_features or []):
+            counts = pa.table(table.get_add_actions(flatten=False)).column("num_records").to_pylist()
+            if None not in counts:
+                return sum(counts)
+        return self.aggregate(path, where, "count(*)")[0]  # type: ignore[index] - the table exists
+
+    def aggregate(self, path: str, where: str | None, *expressions: str) -> tuple | None:
+        table = self._table(path)
+        if table is None:
+            return None
+        result = _query(table, f"SELECT {', '.join(expressions)} FROM snapshot" + ("" if where is None else f" WHERE {where}"))
+        return tuple(column[0].as_py() for column in result.columns)
+
+    def head(self, path: str, limit: int) -> pa.Table | None:
+        table = self._table(path)
+        if table is None:
+            return None
+        return _plain(_query(table, f"SELECT * FROM snapshot LIMIT {int(limit)}"), table)
 
     def txn_version(self, path: str, app_id: str) -> int | None:
         table = self._table(path)
@@ -152,16 +163,6 @@ class DeltaRsEngine:
                 raise LakejoinError(f"source table {table} no longer has version {version} in its log ({_first_line(exc)})") from exc
             yield version, [json.loads(line) for line in text.splitlines() if line.strip()]
 
-    def source_changes(self, table: str, first: int, last: int) -> DataFrame:
-        opened = _opened(self._fresh(table), table)
-        try:
-            rows = pa.table(opened.load_cdf(starting_version=first, ending_version=last).read_all()).drop_columns(["_commit_timestamp"])
-        except DeltaError as exc:
-            raise no_change_feed(table, _first_line(exc)) from exc
-        # delta-rs reads text as string views and the version unsigned, which Spark does not take from Arrow
-        plain = {pa.string_view(): pa.string(), pa.uint64(): pa.int64()}
-        return as_frame(self.spark, rows.cast(pa.schema([field.with_type(plain.get(field.type, field.type)) for field in rows.schema])))
-
     def refresh(self) -> None:
         with self._guard:
             self._latest.clear()
@@ -172,6 +173,36 @@ class DeltaRsEngine:
         filesystem, root = fs.FileSystem.from_uri(path if "://" in path else os.path.abspath(path))
         if filesystem.get_file_info(root).type != fs.FileType.NotFound:
             filesystem.delete_dir(root)
+
+class DeltaRsEngine(DeltaRsReader):
+    """The reader, with Spark to read snapshots into and to compute the Arrow that delta-rs commits."""
+
+    driver_writes = True
+
+    def __init__(self, spark: SparkSession) -> None:
+        super().__init__()
+        self.spark = spark
+
+    def read(self, path: str, version: int | None = None, where: str | None = None) -> DataFrame | None:
+        table = self._table(path, version)
+        if table is None:
+            return None
+        schema = _spark_schema(table)
+        files = table.file_uris(file_pruning_predicate=where)
+        if not files:
+            return self.spark.createDataFrame([], schema)
+        df = self.spark.read.schema(schema).parquet(*files)
+        return df if where is None else df.where(where)
+
+    def source_changes(self, table: str, first: int, last: int) -> DataFrame:
+        opened = _opened(self._fresh(table), table)
+        try:
+            rows = pa.table(opened.load_cdf(starting_version=first, ending_version=last).read_all()).drop_columns(["_commit_timestamp"])
+        except DeltaError as exc:
+            raise no_change_feed(table, _first_line(exc)) from exc
+        # delta-rs reads text as string views and the version unsigned, which Spark does not take from Arrow
+        plain = {pa.string_view(): pa.string(), pa.uint64(): pa.int64()}
+        return as_frame(self.spark, rows.cast(pa.schema([field.with_type(plain.get(field.type, field.type)) for field in rows.schema])))
 
     def optimize(self, path: str, order_by: str | None = None) -> None:
         table = self._table(path)
@@ -252,6 +283,16 @@ class DeltaRsEngine:
         except DeltaError as exc:
             raise LakejoinError(f"cannot merge into {path}: {_first_line(exc)}") from exc
         return Merged(int(metrics["num_target_rows_inserted"]), int(metrics["num_target_rows_deleted"]))
+
+
+def _query(table: DeltaTable, query: str) -> pa.Table:
+    """``query`` over the table, registered as ``snapshot``, through delta-rs's own query engine (DataFusion)."""
+    return pa.table(QueryBuilder().register("snapshot", table).execute(query).read_all())
+
+
+def _plain(result: pa.Table, table: DeltaTable) -> pa.Table:
+    """DataFusion's answer in the table's own types: it answers with view types Spark cannot take."""
+    return result.cast(pa.schema([field.with_nullable(True) for field in pa.schema(table.schema().to_arrow())]))
 
 
 def _spark_schema(table: DeltaTable) -> StructType:

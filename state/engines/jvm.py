@@ -7,11 +7,15 @@ job). A Spark Connect client has no JVM; tests/test_where_spark_runs.py fails if
   ``DESCRIBE HISTORY`` or a read plan each run a Spark job or a round trip (state/engines/sql_log.py does that).
 - ``has_delta_classes``: whether Delta's classes load in the session's JVM.
 - ``classic_spark_running``: whether this process already runs a classic Spark, on any thread.
+- ``start_driver_jvm``: the driver JVM of a session lakejoin starts itself, its stderr without the JDK's
+  incubator-module notice.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import threading
 from collections.abc import Iterator
 
 from py4j.protocol import Py4JJavaError
@@ -30,6 +34,43 @@ def classic_spark_running() -> bool:
     from pyspark import SparkContext
 
     return SparkContext._active_spark_context is not None
+
+
+# Printed by the JDK itself as the JVM boots, before any logging is set up: Spark's launcher adds
+# --add-modules=jdk.incubator.vector to every driver (for MLlib's BLAS, SPARK-48021), and no option removes the notice.
+INCUBATOR_NOTICE = b"WARNING: Using incubator modules: "
+
+
+def start_driver_jvm(settings: dict[str, str]) -> None:
+    """Start this process's driver JVM as a session builder would (``settings`` are the session's: master, memory,
+    class path, Java options, as spark-submit takes them), its stderr copied to ours line by line except the
+    incubator-module notice a user can do nothing about. Nothing when the process already has a JVM: the session
+    started next reuses this one."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None:
+        return
+    conf = SparkConf(loadDefaults=False).setAll(list(settings.items()))
+    read, write = os.pipe()  # not inheritable (PEP 446): only the JVM, given it as its stderr, holds the write end
+    forwarder = threading.Thread(target=_copy_jvm_stderr, args=(read, os.dup(2)), name="lakejoin-jvm-stderr", daemon=True)
+    forwarder.start()  # before the launch, so a JVM that fails at start-up with a lot to say never blocks on the pipe
+    try:
+        gateway = launch_gateway(conf, popen_kwargs={"stderr": write})
+    except BaseException:
+        os.close(write)
+        forwarder.join(timeout=5)  # the JVM's last lines come before lakejoin's error
+        raise
+    os.close(write)
+    SparkContext._ensure_initialized(gateway=gateway)
+
+
+def _copy_jvm_stderr(read: int, target: int) -> None:
+    with os.fdopen(read, "rb") as jvm, os.fdopen(target, "wb") as out:
+        for line in jvm:
+            if not line.startswith(INCUBATOR_NOTICE):
+                out.write(line)
+                out.flush()
 
 
 def has_delta_classes(spark: SparkSession) -> bool:

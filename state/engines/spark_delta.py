@@ -94,6 +94,18 @@ class SparkDeltaEngine:
         df = self.read(path, version, where)
         return None if df is None else df.toArrow()
 
+    def count(self, path: str, where: str | None = None) -> int | None:
+        df = self.read(path, where=where)
+        return None if df is None else df.count()
+
+    def aggregate(self, path: str, where: str | None, *expressions: str) -> tuple | None:
+        df = self.read(path, where=where)
+        return None if df is None else tuple(df.selectExpr(*expressions).first())
+
+    def head(self, path: str, limit: int) -> pa.Table | None:
+        df = self.read(path)
+        return None if df is None else df.limit(limit).toArrow()
+
     def max_value(self, path: str, column: str, version: int | None = None) -> int | None:
         head = self._log.head(path)
         if head is None:
