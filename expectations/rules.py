@@ -1,5 +1,5 @@
 """Data-quality rules as data: the suites in ``expectations/suites/*.yml``, each rule one Great Expectations
-expectation with a name, the table kind it checks, and a policy (README "Data quality").
+expectation with a name, the table kind it checks, and a policy (docs/data-quality.md).
 
 Policies: ``warn`` keeps the row and counts it, ``quarantine`` sets the row aside in
 ``quarantine/expectations``, ``fail`` stops the batch before it writes anything.

@@ -36,7 +36,7 @@ def _parser() -> argparse.ArgumentParser:
         )
         sub.add_argument(
             "--config", metavar="FILE",
-            help="YAML config (README: Config); the first one given is kept in the warehouse and used when none is given",
+            help="YAML config (docs/config.md); the first one given is kept in the warehouse and used when none is given",
         )
         sub.add_argument("--verbose", action="store_true", help="show Spark's start-up lines, PySpark's error log and native libraries' panic messages")
         sub.add_argument(

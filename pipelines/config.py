@@ -3,7 +3,7 @@ batch may be, which Delta engine to use."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from datetime import timedelta
 
 import yaml
@@ -17,40 +17,84 @@ from state.spans import describe_span, duration
 from state.final import JOIN_KINDS, JoinKind, JoinSpec
 from state.layout import Warehouse
 from state.relations import RELATIONS, Relation, RelationSpec, default_specs, relations_named
+from state.settings import setting
 
 Span = int | timedelta  # an integer (integer event time) or a duration (timestamps, dates)
 
 
 @dataclass(frozen=True)
 class Config:
-    # The relations joined, in rank order, each with the columns that are its records' id and event time (README
-    # "Config"); unset: r and s, with id, ts (and key). A mapping naming only r and/or s keeps the other's defaults.
-    relations: dict[str, RelationSpec] | None = None
-    # Spark SQL boolean expression over the relations' aliases (r.*, s.*); unset: equal ``key`` along the relations
-    # (for a synchronized join: none, every relation's record at one time)
-    predicate: str | None = None
-    # inner: tuples satisfying the predicate (and window); synchronized: RtBot's Join, tuples of equal event time;
-    # left | right | full | semi | anti (two relations, the first is left): each record's row once final (state/final.py)
-    join: str = "inner"
-    select: list[str] | None = None  # gold's columns as Spark SQL expressions over r.* and s.*; unset: all, prefixed
-    max_batch_rows: int = 10_000  # arrivals (every relation together) per micro-batch
-    # A batch's pairs up to this many are checked and written from the driver, the fastest way for small
-    # batches; more stay in Spark, checked there and written where they are (Delta on Spark; delta-rs writes
-    # from the driver whatever the size).
-    driver_rows: int = 100_000
-    engine: str = "auto"  # auto | delta-rs | spark
-    pipeline: str = "lakejoin"  # names the Delta application transactions of this pipeline's writes
-    # Per relation: how far below the newest event time seen a record may still arrive (docs/design.md section 4),
-    # an integer for integer event time, a duration ("10 minutes") for timestamps and dates. One value applies to
-    # every relation; None keeps no watermark (nothing is late).
-    allowed_lateness: Span | str | dict[str, Span | str] | None = None
-    # band W: every two members of a tuple within W in event time (|r - s| <= W); stores evict what it leaves behind
-    window: Span | str | None = None
-    # as-of joins (join: asof | asof_left): no match older than this before the left record (None: any age), and
-    # which way the match looks (only backward is built: the latest right record at or before the left's time)
-    tolerance: Span | str | None = None
-    direction: str = "backward"
-    expectations: Expectations | dict | None = None  # data-quality settings (README "Data quality")
+    """A pipeline's definition: what is joined and how. Every setting is optional; its reference (docs/config.md) is
+    generated from the fields below."""
+
+    relations: dict[str, RelationSpec] | None = setting(
+        None,
+        doc="The relations joined, in rank order (the rank breaks event-time ties), each mapped to its settings "
+        "(below). Two or more names of your own; a mapping naming only `r` and/or `s` keeps the other's defaults.",
+        unset="`r` and `s`, each with `id`, `ts` and a required `key`",
+        example="{orders: {id: order_id, event_time: order_time}, payments: {id: payment_id, event_time: paid_at}}",
+    )
+    predicate: str | None = setting(
+        None,
+        doc="What joins: any Spark SQL boolean expression over the relations' aliases (`r.*`, `s.*`, or the names "
+        "you gave). Columns whose names need it are written with backticks (``r.`c.d` ``).",
+        unset="equal `key` along the relations (`r.key = s.key`); a synchronized join: none (time alone)",
+        example='"orders.customer = payments.customer"',
+    )
+    join: str = setting(
+        "inner",
+        doc="`inner`: every tuple the predicate (and window) accepts. `synchronized`: tuples of records at one event "
+        "time. `left`, `right`, `full`, `semi`, `anti` (two relations, the first is left): each unmatched row once "
+        "final. `asof`, `asof_left`: each left record with the latest right record at or before it.",
+    )
+    select: list[str] | None = setting(
+        None,
+        doc="Gold's columns: Spark SQL expressions over the relations' aliases.",
+        unset="every column of every member, prefixed with its relation's name",
+        example='["r.order_id", "s.amount - r.amount AS difference"]',
+    )
+    max_batch_rows: int = setting(10_000, doc="Arrivals per micro-batch, every relation's together.")
+    driver_rows: int = setting(
+        100_000,
+        doc="A batch's pairs up to this many are checked and written from the driver, the fastest way for small "
+        "batches; more stay in Spark, checked and written where they are (Delta on Spark; delta-rs writes from the "
+        "driver whatever the size).",
+    )
+    engine: str = setting(
+        "auto",
+        doc="The Delta engine: `delta-rs` (embedded), `spark` (Delta on Spark, needs Delta's jars or a Databricks "
+        "runtime), or `auto`: Delta on Spark when the session has it, else delta-rs.",
+    )
+    pipeline: str = setting("lakejoin", doc="Names the Delta application transactions of this pipeline's writes.")
+    allowed_lateness: Span | str | dict[str, Span | str] | None = setting(
+        None,
+        doc="How far below the newest event time seen a record may still arrive: a duration (`10 minutes`) for "
+        "timestamps and dates, an integer for integer event times; one value for every relation, or one per "
+        "relation. A record below its relation's watermark is late: set aside, not joined.",
+        unset="no watermarks: nothing is late, and stores keep full history",
+        example="{r: 10 minutes, s: 2 minutes}",
+    )
+    window: Span | str | None = setting(
+        None,
+        doc="A band: every two members of a tuple within this much event time of each other. With "
+        "`allowed_lateness`, stores evict what the band leaves behind.",
+        unset="no band",
+        example="1 hour",
+    )
+    tolerance: Span | str | None = setting(
+        None,
+        doc="As-of joins only, instead of `window`: no match older than this before the left record.",
+        unset="a match of any age",
+        example="5 minutes",
+    )
+    direction: str = setting(
+        "backward",
+        doc="As-of joins: which way the match looks. Only `backward` is built (the latest right record at or before "
+        "the left's time); `forward` and `nearest` are refused.",
+    )
+    expectations: Expectations | dict | None = setting(
+        None, doc="Data-quality settings: the `expectations.*` settings below.", unset="every rule at its default policy"
+    )
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "relations", _relations(self.relations))
@@ -216,10 +260,19 @@ class Config:
 class Expectations:
     """The ``expectations`` section: where per-batch rules run, the plausible ts range, per-rule policies."""
 
-    engine: str = "pandas"  # pandas: a batch's rows on the driver (fast); spark: as Spark DataFrames
-    ts_min: int | None = 0  # bronze_ts_plausible: ts below this is implausible (None: no lower bound)
-    ts_max: int | None = None  # and above this (None: no upper bound)
-    policies: dict[str, str] = field(default_factory=dict)  # rule name -> warn | quarantine | fail
+    engine: str = setting("pandas", doc="Where a batch's rules run: `pandas` (its rows on the driver, fast) or `spark` (as Spark DataFrames).")
+    ts_min: int | None = setting(
+        0,
+        doc="`bronze_ts_plausible`: an event time below this is implausible, on the event-time axis (microseconds "
+        "since 1970 for timestamps); null: no lower bound.",
+    )
+    ts_max: int | None = setting(None, doc="And above this; null: no upper bound.")
+    policies: dict[str, str] = setting(
+        doc="Per rule (by name): `warn`, `quarantine` (row rules only) or `fail`.",
+        unset="each rule's own policy (the table of rules below)",
+        example="{bronze_ts_plausible: quarantine}",
+        factory=dict,
+    )
 
     def policy(self, rule: Rule) -> str:
         return self.policies.get(rule.name, rule.policy)
@@ -325,3 +378,33 @@ def config_from(raw: object, where: str = "config") -> Config:
     if unknown:
         raise LakejoinError(f"{where}: unknown setting {unknown[0]!r}; known settings: {', '.join(sorted(known))}")
     return Config(**raw)
+
+
+def reference() -> str:
+    """The config reference in Markdown, from the settings' own definitions and the rule suites (docs/config.md is
+    built from it): every setting with what leaving it out means and what it does, then every data-quality rule."""
+    from state.relations import ChangeSpec
+    from state.settings import documented
+
+    lines = []
+    for title, prefix, cls in (
+        ("Settings", "", Config),
+        ("Per relation", "relations.NAME.", RelationSpec),
+        ("A change feed of files", "relations.NAME.changes.", ChangeSpec),
+        ("Data quality", "expectations.", Expectations),
+    ):
+        lines += [f"### {title}", "", "| setting | unset | what it does |", "|---|---|---|"]
+        for each in documented(cls):
+            keys = ", ".join(f"`{prefix}{key.strip()}`" for key in each.name.split(","))
+            example = "" if each.example is None else f" Example: `{each.example}`."
+            lines.append(f"| {keys} | {_cell(each.default)} | {_cell(each.doc + example)} |")
+        lines.append("")
+    lines += ["### Rules and their default policies", "", "| rule | checks | expectation | default policy |", "|---|---|---|---|"]
+    lines += [f"| `{rule.name}` | {rule.target} | `{rule.expectation}` | {rule.policy} |" for rule in RULES]
+    return "\n".join(lines) + "\n"
+
+
+def _cell(text: str) -> str:
+    """``text`` inside a Markdown table cell: code spans for values written as YAML, pipes escaped."""
+    shown = text if "`" in text or " " in text else f"`{text}`"
+    return shown.replace("|", "\\|")

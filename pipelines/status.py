@@ -122,7 +122,7 @@ def warehouse_status(engine: DeltaReader, warehouse: Warehouse, config: Config) 
         watermarks=tail.watermarks,
         event_time=kind,
         late=late or 0,
-        # an as-of join bounds its quotes per key by the watermarks alone (README, "The as-of join")
+        # an as-of join bounds its quotes per key by the watermarks alone (docs/joins.md, "The as-of join")
         bounded=(config.window is not None or config.join_kind.as_of) and all(config.lateness(rel.name) is not None for rel in warehouse.relations),
         rules=_last_rule_results(engine, warehouse),
         running=holder(warehouse.root, JOIN),

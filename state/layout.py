@@ -1,4 +1,4 @@
-"""Where every table of a warehouse lives (README "Tables" documents the columns).
+"""Where every table of a warehouse lives (docs/tables.md documents the columns).
 
 A warehouse is a folder (local, DBFS, Volumes, cloud storage) holding one Delta table per sub-folder,
 e.g. ``DIR/silver/r_state``, or a Unity Catalog schema ``catalog.schema`` holding one table per name,

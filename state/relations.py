@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, fields
 from datetime import timedelta
 
 from state.errors import LakejoinError
 from state.names import storable
+from state.settings import setting
 from state.spans import describe_span, duration
 
 
@@ -42,9 +43,19 @@ class ChangeSpec:
     Change Data Feed (``changes: cdf``), or files whose rows carry an operation and a sequence column, Debezium's
     ``c``, ``r`` (insert), ``u`` (update) and ``d`` (delete) unless configured."""
 
-    op: str | None = None  # the operation column of files; None: the source table's Change Data Feed
-    sequence_by: str | None = None  # the column ordering an id's changes (files); a table's commit version otherwise
-    values: dict[str, tuple[str, ...]] = field(default_factory=lambda: {INSERT: ("c", "r"), UPDATE: ("u",), DELETE: ("d",)})
+    op: str | None = setting(None, doc="Files: the column holding each row's operation.", unset="the source table's Change Data Feed (`changes: cdf`)")
+    sequence_by: str | None = setting(
+        None,
+        doc="Files: the column ordering an id's changes (an integer or a timestamp); the latest wins, whatever the arrival order.",
+        unset="a source table's commit version",
+    )
+    values: dict[str, tuple[str, ...]] = setting(
+        doc="Files: the operation column's values for each operation; an update of an unseen id is an insert.",
+        keys="insert, update, delete",
+        unset="Debezium's: `c` and `r` insert, `u` update, `d` delete",
+        example='{insert: [I], update: [U], delete: [D]}',
+        factory=lambda: {INSERT: ("c", "r"), UPDATE: ("u",), DELETE: ("d",)},
+    )
 
     @property
     def cdf(self) -> bool:
@@ -59,7 +70,7 @@ class ChangeSpec:
             if table is None:
                 raise LakejoinError(f"{where}: cdf reads a source table's Change Data Feed: set relations.{name}.table, or give files' columns ({{op: <column>, sequence_by: <column>}})")
             return cls()
-        known = ("op", "sequence_by", *cls().values)
+        known = ("op", "sequence_by", *cls().values)  # the values' keys: insert, update, delete
         if not isinstance(raw, dict) or set(raw) - set(known) or not _is_name(raw.get("op")) or not _is_name(raw.get("sequence_by")):
             raise LakejoinError(f"{where} must be cdf (a source table's Change Data Feed) or {{op: <column>, sequence_by: <column>}} (files), got {raw!r}")
         if table is not None:
@@ -86,17 +97,39 @@ class ChangeSpec:
 class RelationSpec:
     """Which of a relation's columns identify its records and carry their event time (config ``relations``)."""
 
-    id: tuple[str, ...] = ("id",)  # one column, or several whose values together identify a record
-    event_time: str = "ts"  # a TIMESTAMP, DATE or integer column
-    columns: dict[str, str] = field(default_factory=dict)  # column -> Spark SQL type, for text formats (CSV, JSON)
-    required: tuple[str, ...] = ()  # further columns a record must have (not null)
-    # A Delta table (a path or a catalog name) the relation is read from in place, version by version, instead of
-    # files ingested into bronze (pipelines/sources.py); None: files.
-    table: str | None = None
-    skip_change_commits: bool = False  # skip a source commit that removes or rewrites rows, instead of refusing it
-    changes: ChangeSpec | None = None  # the rows are changes of records (state/changes.py); None: new records only
-    # Seconds without an arrival after which the relation is idle (state/progress.py); None: never idle
-    idle_after: float | None = None
+    id: tuple[str, ...] = setting(("id",), doc="The column identifying a record, or a list of them whose values together do.", example="[region, order_no]")
+    event_time: str = setting(
+        "ts", doc="The record's event time: a TIMESTAMP, DATE or integer column (ISO-8601 text reads as a timestamp).", example="order_time"
+    )
+    columns: dict[str, str] = setting(
+        doc="Spark SQL types for columns of text files (CSV, JSON); a CSV column is a string otherwise.",
+        example="{amount: double, placed: timestamp}",
+        factory=dict,
+    )
+    required: tuple[str, ...] = setting((), doc="Further columns a record must have (not null, not empty); rows without them are quarantined.", example="[customer]")
+    table: str | None = setting(
+        None,
+        doc="A Delta table (a path, or `catalog.schema.table`) read in place, version by version, instead of files.",
+        unset="files, given to `lakejoin ingest`",
+        example="/data/raw/orders",
+    )
+    skip_change_commits: bool = setting(
+        False, doc="With a `table`: skip its commits that remove or rewrite rows (DELETE, UPDATE, MERGE, overwrite) instead of refusing them."
+    )
+    changes: ChangeSpec | None = setting(
+        None,
+        doc="The rows are changes of records, not new records: `cdf` for a table's Change Data Feed, or the `changes.*` "
+        "settings below for files. Inner and synchronized joins only.",
+        unset="new records only",
+        example="{op: op, sequence_by: lsn}",
+    )
+    idle_after: float | None = setting(
+        None,
+        doc="Processing time without an arrival after which the relation counts as idle, so the others' rows and "
+        "eviction stop waiting on its watermark: a duration, or an integer number of seconds.",
+        unset="never idle",
+        example="15 minutes",
+    )
 
     @classmethod
     def default(cls) -> RelationSpec:
@@ -107,7 +140,7 @@ class RelationSpec:
     def parse(cls, name: str, raw: object) -> RelationSpec:
         if isinstance(raw, RelationSpec):
             return raw
-        known = ("id", "event_time", "columns", "required", "table", "skip_change_commits", "changes", "idle_after")
+        known = [each.name for each in fields(cls)]
         if not isinstance(raw, dict) or set(raw) - set(known):
             extra = sorted(set(raw) - set(known)) if isinstance(raw, dict) else [raw]
             raise LakejoinError(f"config: relations.{name} has unknown setting {extra[0]!r}; known: {', '.join(known)}")
@@ -134,11 +167,11 @@ class RelationSpec:
         if changes is not None and skip:
             raise LakejoinError(f"config: relations.{name}: a change feed applies a source table's updates and deletes; skip_change_commits would drop them: remove it")
         followed = [] if changes is None or changes.cdf else [changes.op, changes.sequence_by]
-        for setting, names in (("id", ids), ("event_time", [raw.get("event_time", "ts")]), ("required", required), ("columns", list(columns)), ("changes", followed)):
+        for key, names in (("id", ids), ("event_time", [raw.get("event_time", "ts")]), ("required", required), ("columns", list(columns)), ("changes", followed)):
             for column in names:
                 if storable(column, 0) != column:
                     raise LakejoinError(
-                        f"config: relations.{name}.{setting} names {column!r}, which bronze stores as {storable(column, 0)!r} "
+                        f"config: relations.{name}.{key} names {column!r}, which bronze stores as {storable(column, 0)!r} "
                         f"(Delta cannot store whitespace or ' ,;{{}}()=' in a name): use {storable(column, 0)!r}"
                     )
         idle = None if raw.get("idle_after") is None else _seconds(raw["idle_after"], f"relations.{name}.idle_after")

@@ -23,7 +23,7 @@ from tests.helpers import Pipeline, crash_at_each
 from tests.reference import Pair, Record, advance, late_in_batches, on_time
 from tests.reference_final import asof_in_batches, kept_rights
 from tests.strategies import split, two_streams
-from tests.test_cli import readme_block
+from tests.test_cli import doc_block
 from tests.test_final_reference import FAR, merge_asof
 
 PROPERTY = settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -169,8 +169,8 @@ def test_an_asof_join_that_could_never_emit_or_is_misspelt_is_refused_in_one_lin
     assert str(refused.value) == message
 
 
-def test_the_readme_asof_config_reads_as_written():
-    config = Config(**yaml.safe_load(readme_block("**The as-of join**")))
+def test_the_docs_asof_config_reads_as_written():
+    config = Config(**yaml.safe_load(doc_block("docs/joins.md", "**The as-of join**")))
     assert (config.join, config.tolerance, config.direction) == ("asof", timedelta(seconds=5), "backward")
     condition = config.on_axis(TIMESTAMP).join_condition  # microseconds
     assert condition == "(trades.symbol = quotes.symbol) AND abs(trades._ts - quotes._ts) <= 5000000 AND quotes._ts <= trades._ts"

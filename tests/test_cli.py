@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 
 import pytest
 
@@ -84,17 +85,36 @@ def test_the_left_join_demo_prints_pass(tmp_path):
     assert "join: left (a row waits until the other relation's watermark makes it final)" in demo.stdout
 
 
-def readme_block(after: str) -> str:
-    """The first fenced YAML block of the README after the line containing ``after``."""
-    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as handle:
+def doc_block(page: str, after: str, language: str = "yaml") -> str:
+    """The first fenced ``language`` block of ``page`` (``README.md``, ``docs/joins.md``) after the line containing
+    ``after``: the examples the docs show are the ones the tests run."""
+    with open(os.path.join(REPO, page), encoding="utf-8") as handle:
         text = handle.read()
-    start = text.index("```yaml\n", text.index(after)) + len("```yaml\n")
+    start = text.index(f"```{language}\n", text.index(after)) + len(f"```{language}\n")
     return text[start : text.index("```", start)]
 
 
-def test_the_readmes_three_way_example_runs_through_the_cli(tmp_path):
-    """The config of the README's three-way example, files ingested per relation, a run, status and validate."""
-    (tmp_path / "three.yml").write_text(readme_block("A three-way join of trades"))
+def test_a_newcomer_joins_their_own_two_files_with_the_readmes_commands(tmp_path):
+    """The README's "Join your own two files", as written: its config, then its commands, on two files of the shape
+    it describes; ``show`` prints the joined rows."""
+    section = "## Join your own two files"
+    (tmp_path / "join.yml").write_text(doc_block("README.md", section))
+    orders = [("o1", "c1", "2026-03-01T10:00:00Z"), ("o2", "c2", "2026-03-01T10:05:00Z"), ("o3", "c3", "2026-03-01T10:07:00Z")]
+    payments = [("p1", "c1", "2026-03-01T10:02:00Z"), ("p2", "c1", "2026-03-01T11:00:00Z"), ("p3", "c2", "2026-03-01T09:59:00Z")]
+    (tmp_path / "orders.jsonl").write_text("\n".join(json.dumps({"order_id": o, "customer": c, "order_time": t}) for o, c, t in orders))
+    (tmp_path / "payments.jsonl").write_text("\n".join(json.dumps({"payment_id": p, "customer": c, "paid_at": t}) for p, c, t in payments))
+    commands = [shlex.split(line)[1:] for line in doc_block("README.md", section, "bash").splitlines() if line.startswith(".venv/bin/lakejoin ")]
+    assert [command[0] for command in commands] == ["ingest", "ingest", "run", "show"]
+    for command in commands:
+        done = lakejoin(*command, cwd=str(tmp_path))
+        assert done.returncode == 0, done.stderr[-2000:]
+    rows = done.stdout.splitlines()[1:]
+    assert sorted((row.split()[0], row.split()[2]) for row in rows) == [("o1", "p1"), ("o1", "p2"), ("o2", "p3")]
+
+
+def test_the_docs_three_way_example_runs_through_the_cli(tmp_path):
+    """The config of the docs' three-way example, files ingested per relation, a run, status and validate."""
+    (tmp_path / "three.yml").write_text(doc_block("docs/joins.md", "A three-way join of trades"))
     for name, key, offset in (("trades", "trade_id", 0), ("quotes", "quote_id", 1), ("news", "news_id", 2)):
         rows = [{key: f"{name}{i}", "symbol": "AB"[i % 2], "t": f"2026-01-01T00:00:{3 * i + offset:02d}Z"} for i in range(6)]
         (tmp_path / f"{name}.jsonl").write_text("\n".join(json.dumps(row) for row in rows))
