@@ -12,10 +12,12 @@ FLINK_STAMP := $(FLINK_VENV)/.installed
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is required: install it, or pass PYTHON=/path/to/python3.11"; exit 1; }
 	@command -v java >/dev/null || { echo "Java 17+ is required by Spark: install openjdk-17-jre-headless"; exit 1; }
-	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet --editable '.[local,test,bench]'
-	touch $(STAMP)
+	@echo "lakejoin: creating $(VENV) with the pinned versions (once; a few minutes)"
+	@# pip -qq: errors only (its warnings are about this machine's pip settings, not lakejoin)
+	@$(PYTHON) -m venv $(VENV)
+	@$(VENV)/bin/pip install --quiet --quiet --upgrade pip
+	@$(VENV)/bin/pip install --quiet --quiet --editable '.[local,test,bench]'
+	@touch $(STAMP)
 
 $(FLINK_STAMP):
 	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is required: install it, or pass PYTHON=/path/to/python3.11"; exit 1; }
