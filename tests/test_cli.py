@@ -112,28 +112,6 @@ def test_a_newcomer_joins_their_own_two_files_with_the_readmes_commands(tmp_path
     assert sorted((row.split()[0], row.split()[2]) for row in rows) == [("o1", "p1"), ("o1", "p2"), ("o2", "p3")]
 
 
-def test_the_docs_three_way_example_runs_through_the_cli(tmp_path):
-    """The config of the docs' three-way example, files ingested per relation, a run, status and validate."""
-    (tmp_path / "three.yml").write_text(doc_block("docs/joins.md", "A three-way join of trades"))
-    for name, key, offset in (("trades", "trade_id", 0), ("quotes", "quote_id", 1), ("news", "news_id", 2)):
-        rows = [{key: f"{name}{i}", "symbol": "AB"[i % 2], "t": f"2026-01-01T00:00:{3 * i + offset:02d}Z"} for i in range(6)]
-        (tmp_path / f"{name}.jsonl").write_text("\n".join(json.dumps(row) for row in rows))
-    common = ("--warehouse", "wh", "--config", "three.yml")
-    for name in ("trades", "quotes", "news"):
-        landed = lakejoin("ingest", *common, "--relation", name, f"{name}.jsonl", cwd=str(tmp_path))
-        assert landed.returncode == 0, landed.stderr[-2000:]
-        assert f"6 rows to bronze/{name}" in landed.stdout
-    joined = lakejoin("run", *common, cwd=str(tmp_path))
-    assert joined.returncode == 0, joined.stderr[-2000:]
-    status = lakejoin("status", "--warehouse", "wh", "--json", cwd=str(tmp_path))  # the recorded definition
-    assert status.returncode == 0, status.stderr[-2000:]
-    tables = {table["name"] for table in json.loads(status.stdout)["tables"]}
-    assert {"silver/trades_state", "silver/quotes_state", "silver/news_state"} <= tables
-    validated = lakejoin("validate", "--warehouse", "wh", cwd=str(tmp_path))
-    assert validated.returncode == 0, validated.stdout[-2000:] + validated.stderr[-2000:]
-    assert "PASS: gold equals the batch SQL join" in validated.stdout
-
-
 def test_the_three_way_demo_prints_pass(tmp_path):
     demo = lakejoin("demo", "--relations", "3", "--rows", "400", "--keys", "20", "--chunk-rows", "400", "--max-batch-rows", "400", cwd=str(tmp_path))
     assert demo.returncode == 0, demo.stderr[-2000:]

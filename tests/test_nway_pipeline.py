@@ -4,6 +4,7 @@ order and batch split, state evicted exactly as the reference evicts it, and the
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -17,9 +18,11 @@ from hypothesis import strategies as st
 
 from expectations.reconcile import check_gold
 from pipelines.config import Config
+from pipelines.api import Pipeline as Api
 from tests.helpers import Pipeline, crash_at_each, lakejoin, start_lakejoin
 from tests.reference import BatchJoiner, Match, Record, banded
 from tests.strategies import split
+from tests.test_cli import doc_block
 from tests.test_nway_reference import A, B, C, D, N1, N5, Q4, T2, T6, THREE, expected_tuples, streams
 
 PROPERTY = settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -200,3 +203,18 @@ def test_validate_passes_while_one_relation_has_nothing_ingested_yet(deltars, tm
     pipeline.run()
     check = check_gold(deltars, pipeline.warehouse, pipeline.config)
     assert check.passed and check.expected == 0, check.describe()
+
+
+def test_the_docs_three_way_example_joins_and_validates_as_written(spark, tmp_path):
+    """The config of docs/joins.md's three-way example, as written: each relation's file ingested, a run, status
+    and validate (the command line's own run of the same steps is the README's two-file example, tests/test_cli.py)."""
+    pipeline = Api(tmp_path / "wh", yaml.safe_load(doc_block("docs/joins.md", "A three-way join of trades")), spark=spark)
+    for name, key, offset in (("trades", "trade_id", 0), ("quotes", "quote_id", 1), ("news", "news_id", 2)):
+        rows = [{key: f"{name}{i}", "symbol": "AB"[i % 2], "t": f"2026-01-01T00:00:{3 * i + offset:02d}Z"} for i in range(6)]
+        (tmp_path / f"{name}.jsonl").write_text("\n".join(json.dumps(row) for row in rows))
+        (landed,) = pipeline.ingest(name, tmp_path / f"{name}.jsonl")
+        assert (landed.landed, landed.refused) == (6, None)
+    assert pipeline.run().pairs > 0
+    tables = {table["name"] for table in pipeline.status()["tables"]}
+    assert {"silver/trades_state", "silver/quotes_state", "silver/news_state"} <= tables
+    assert pipeline.validate().success
