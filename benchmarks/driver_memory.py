@@ -46,7 +46,7 @@ def phase(name: str, files: dict[str, str], driver_memory: str, max_batch_rows: 
     from pyspark import SparkContext
 
     from pipelines import silver
-    from pipelines.config import Config
+    from state.config import Config
     from pipelines.ingest import ingest_files
     from pipelines.spark import get_spark
     from state.engines import make_engine

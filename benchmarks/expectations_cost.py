@@ -17,7 +17,7 @@ import tempfile
 
 from benchmarks.report import write_json
 from benchmarks.stream import replay
-from pipelines.config import Config
+from state.config import Config
 from pipelines.demo import DemoOptions, generate_stream, write_chunks
 from pipelines.spark import get_spark
 from state.engines import make_engine

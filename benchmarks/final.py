@@ -25,7 +25,7 @@ from pyspark.sql import functions as F
 
 from benchmarks.report import write_json
 from benchmarks.stream import replay
-from pipelines.config import Config
+from state.config import Config
 from pipelines.demo import DEMO_SETTINGS, MARKET, DemoOptions, generate_stream, market_events, market_settings, orders_and_payments, without_window, write_chunks
 from pipelines.spark import get_spark
 from state.engines import DeltaEngine, make_engine

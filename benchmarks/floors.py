@@ -39,7 +39,7 @@ from benchmarks.peers import landed_batches, phase_medians, run_lakejoin
 from benchmarks.report import write_json
 from expectations.batch import bound_rules
 from expectations.runner import Validator
-from pipelines.config import Config
+from state.config import Config
 from pipelines.demo import DemoOptions
 from pipelines.spark import get_spark
 from state.engines import make_engine

@@ -17,7 +17,7 @@ import tempfile
 import time
 
 from benchmarks.report import write_json
-from pipelines.config import Config
+from state.config import Config
 from pipelines.demo import DemoOptions, generate_stream, write_chunks
 from pipelines.ingest import ingest_file
 from pipelines.silver import run

@@ -60,7 +60,7 @@ from pyspark.sql import functions as F
 
 from benchmarks.flink_join import interval
 from benchmarks.report import tenths, write_json
-from pipelines.config import Config
+from state.config import Config
 from pipelines.demo import DEMO_START, DemoOptions, generate_stream
 from pipelines.ingest import ingest_file
 from pipelines.silver import run

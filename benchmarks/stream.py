@@ -7,7 +7,7 @@ import argparse
 import time
 from collections.abc import Callable
 
-from pipelines.config import Config
+from state.config import Config
 from pipelines.ingest import ingest_file
 from pipelines.silver import BatchReport, run
 from state.engines import DeltaEngine

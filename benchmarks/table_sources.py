@@ -24,7 +24,7 @@ from deltalake import write_deltalake
 
 from benchmarks.report import write_json
 from benchmarks.stream import replay, small_stream_arguments
-from pipelines.config import Config
+from state.config import Config
 from pipelines.demo import DemoOptions, generate_stream, write_chunks
 from pipelines.silver import run
 from pipelines.sources import ingest_sources

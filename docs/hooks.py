@@ -1,7 +1,7 @@
 """MkDocs hooks: what the site takes from the code rather than from hand-written pages, so the two cannot disagree.
 
 - ``config.md``'s marker line becomes the reference of every setting, from the config's own definitions
-  (``pipelines.config.reference``).
+  (``state.config.reference``) and the rules of the suites (``expectations.rules.reference``).
 - The benchmark plots ``benchmarks/`` writes to ``benchmarks/results/*.png`` are served as ``plots/<name>.png``.
 """
 
@@ -30,6 +30,7 @@ def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Fil
         return markdown
     if ROOT not in sys.path:
         sys.path.insert(0, ROOT)
-    from pipelines.config import reference
+    from expectations import rules
+    from state import config
 
-    return markdown.replace(CONFIG_REFERENCE, reference())
+    return markdown.replace(CONFIG_REFERENCE, f"{config.reference()}### Rules and their default policies\n\n{rules.reference()}")

@@ -18,8 +18,8 @@ from expectations.batch import bound_rules
 from expectations.frames import with_pair_checks, with_state_checks
 from expectations.reconcile import Reconciliation, check_gold
 from expectations.runner import RuleResult, Validator
-from pipelines.config import Config, on_warehouse_axis
-from pipelines.sources import records
+from state.config import Config, on_warehouse_axis
+from state.pointers import records
 from state.batch_log import BatchLog
 from state.checks import require_warehouse
 from state.engines import DeltaEngine, Memberships

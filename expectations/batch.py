@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 from expectations.frames import DERIVED_PREFIX, without_checks
 from expectations.rules import RULES, Rule
 from expectations.runner import RuleResult, Validator
-from pipelines.config import Config
+from state.config import Config
 from state.engines import Data, as_frame
 from state.errors import LakejoinError
 from state.names import column
@@ -54,7 +54,7 @@ def bound_rules(config: Config, target: str, relation: str | None = None) -> lis
     for rule in RULES:
         kwargs = rule.bound(parameters) if rule.target == target else None
         if kwargs is not None:
-            chosen.append((rule, kwargs, config.quality.policy(rule)))
+            chosen.append((rule, kwargs, config.quality.policy(rule.name, rule.policy)))
     return chosen
 
 

@@ -14,8 +14,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, MapType, StructType
 
 from expectations.batch import row_key
-from pipelines.config import Config
-from pipelines.sources import records
+from state.config import Config
+from state.pointers import records
 from state.batch_log import BatchLog
 from state.engines import DeltaEngine, Eviction
 from state import asof

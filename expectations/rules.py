@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from state.config import Expectations
 from state.errors import LakejoinError
 
 SUITES_DIR = Path(__file__).parent / "suites"
@@ -86,6 +87,23 @@ def _check_suites(rules: list[Rule]) -> None:
         if rule.target not in TARGETS:
             raise LakejoinError(f"expectation rule {rule.name}: target must be one of {', '.join(TARGETS)}, got {rule.target!r}")
         check_policy(rule, rule.policy)
+
+
+def check_policies(quality: Expectations) -> None:
+    """The policies a config sets name rules of the suites, each with a policy it can take: one line naming the
+    first that does not."""
+    by_name = {rule.name: rule for rule in RULES}
+    for name, policy in quality.policies.items():
+        if name not in by_name:
+            raise LakejoinError(f"config: 'expectations.policies' names unknown rule {name!r}; rules: {', '.join(by_name)}")
+        check_policy(by_name[name], policy)
+
+
+def reference() -> str:
+    """Every rule of the suites with what it checks and its default policy, as a Markdown table (docs/config.md)."""
+    lines = ["| rule | checks | expectation | default policy |", "|---|---|---|---|"]
+    lines += [f"| `{rule.name}` | {rule.target} | `{rule.expectation}` | {rule.policy} |" for rule in RULES]
+    return "\n".join(lines) + "\n"
 
 
 def check_policy(rule: Rule, policy: object) -> None:

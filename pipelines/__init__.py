@@ -1,4 +1,4 @@
-"""Pipeline stages (bronze ingest, silver join, demo), the CLI, the config and the Python API.
+"""Pipeline stages (bronze ingest, silver join, demo), the CLI and the Python API.
 
 ``from pipelines import Pipeline`` is the library's entry point (pipelines/api.py); it loads Spark only when used,
 so the CLI's ``--help`` stays fast.

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from datetime import date, datetime
 from typing import TYPE_CHECKING, TypeVar
 
-from pipelines.config import Config, config_from, load_config
+from state.config import Config, config_from, load_config
 from pipelines.maintain import SAFE_RETENTION_HOURS
 from state.errors import LakejoinError
 

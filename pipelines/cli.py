@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from contextlib import nullcontext
 from typing import TYPE_CHECKING
 
-from pipelines.config import Config, load_config
+from expectations.rules import check_policies
+from state.config import Config, load_config
 from pipelines.terminal import without_native_panics
 from state.errors import LakejoinError
 
@@ -139,6 +140,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     with nullcontext() if args.verbose else without_native_panics():
         try:
             given = load_config(args.config) if args.config else None  # a bad config fails before Spark starts
+            if given is not None:
+                check_policies(given.quality)
             if args.command == "demo":
                 from pipelines.demo import DemoOptions, run_demo
 

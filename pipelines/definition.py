@@ -18,7 +18,8 @@ from datetime import datetime
 
 import pyarrow as pa
 
-from pipelines.config import Config
+from expectations.rules import check_policies
+from state.config import Config
 from state.clock import now
 from state.engines import DeltaEngine
 from state.errors import LakejoinError
@@ -79,6 +80,7 @@ def settle(engine: DeltaEngine, warehouse: Warehouse, given: Config | None, comm
     current = recorded(engine, warehouse)
     if given is None:
         return Settled(in_force(current))
+    check_policies(given.quality)
     settings = given.settings()
     # A warehouse that has data but no recorded definition was built under the defaults.
     # A setting added to lakejoin after a definition was recorded reads as its default there.

@@ -19,7 +19,7 @@ import pandas as pd
 from pyspark.sql import DataFrame
 
 from expectations.reconcile import BOOKKEEPING, check_gold
-from pipelines.config import Config, on_warehouse_axis
+from state.config import Config, on_warehouse_axis
 from pipelines.definition import record, settle
 from pipelines.ingest import ingest_file
 from pipelines.silver import run

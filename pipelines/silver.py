@@ -22,9 +22,9 @@ from expectations.batch import BatchChecks
 from expectations.frames import with_pair_checks, with_state_checks_local
 from expectations.reconcile import BOOKKEEPING as GOLD_BOOKKEEPING
 from expectations.runner import Validator
-from pipelines.config import Config, on_warehouse_axis
+from state.config import Config, on_warehouse_axis
 from pipelines.gold import GOLD, Retraction, write_gold
-from pipelines.sources import arrivals_with_source_columns
+from state.pointers import arrivals_with_source_columns
 from state.batch_log import BatchLog, BatchOutcome, BatchPlan, LogTail
 from state.bounds import advance, late_rows, split_late
 from state.buffers import BufferUpdate, held_versions, read_sides, replacing, update_buffers

@@ -3,7 +3,7 @@
 A table's new versions are ingested as **pointers**: each accepted row becomes a thin bronze row holding its id,
 event time (and partition values), its place in the global arrival order and where the row is (the data file and
 its index there). Nothing else of the user's rows is copied. A batch reads its slice's rows from those files
-(``with_source_columns``), so everything after ingest — batches, the exactly-once protocol, lateness, rules — is
+(state/pointers.py), so everything after ingest — batches, the exactly-once protocol, lateness, rules — is
 the same as for files (docs/design.md section 3.9).
 
 What a source commit may do: append (read once), rewrite without changing data (``dataChange = false``: OPTIMIZE,
@@ -17,7 +17,6 @@ import json
 from dataclasses import dataclass, replace
 from functools import reduce
 
-import pyarrow as pa
 from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame
@@ -27,12 +26,13 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 from pipelines.classify import classify
 from pipelines.ingest import Provenance, land, last_arrival_seq, log_ingest
 from pipelines.parse import Parsed, numbered
-from state.engines import Actions, DeltaEngine, as_frame
+from state.engines import Actions, DeltaEngine
 from state.engines.base import CHANGE_FEED, no_change_feed
 from state.engines.delta_log import data_file
 from state.errors import LakejoinError
 from state.layout import Warehouse
 from state.names import column
+from state.pointers import read_failure, require_distinct_names, schema_at
 from state.relations import INSERT, Relation, RelationSpec
 
 # A row's place within one ingest of a table: its data file's ordinal (by version, then write time and path), then
@@ -195,12 +195,12 @@ def _ingest_appends(
     root = engine.source_root(table)
     written = lambda add: (add.get("modificationTime") or 0, add["path"])  # noqa: E731 - a sort key
     files = [(commit.version, add) for commit in appended for add in sorted(commit.files, key=written)]
-    _require_distinct_names(table, [add["path"] for _, add in files])
+    require_distinct_names(table, [add["path"] for _, add in files])
     try:
-        classified = classify(engine, warehouse, rel, specs, _file_rows(engine, root, _schema_at(engine, table, newest), files), {})
-        return land(engine, warehouse, classified, source, None, _read_failure(table), skipped)
+        classified = classify(engine, warehouse, rel, specs, _file_rows(engine, root, schema_at(engine, table, newest), files), {})
+        return land(engine, warehouse, classified, source, None, read_failure(table), skipped)
     except (PySparkException, Py4JJavaError) as exc:
-        raise _read_failure(table)(exc) from exc
+        raise read_failure(table)(exc) from exc
 
 
 def _ingest_changes(
@@ -209,7 +209,7 @@ def _ingest_changes(
     """A change feed's new versions landed whole (bronze keeps every version of a record, state/changes.py): a first
     ingest's snapshot as inserts at its version, then each later version's Change Data Feed, an update by its new
     version (``update_postimage``), each change sequenced by its commit version."""
-    schema = _schema_at(engine, table, commits[-1].version)
+    schema = schema_at(engine, table, commits[-1].version)
     parts = []
     if commits[0].operation == "snapshot":
         snapshot = commits[0]
@@ -226,9 +226,9 @@ def _ingest_changes(
     whole = replace(source, kept=tuple(field.name for field in kept))  # every column, each version's own
     try:
         classified = classify(engine, warehouse, rel, specs, Parsed(frame, {field.name: field.dataType for field in kept}, text=False), {})
-        return land(engine, warehouse, classified, whole, None, _read_failure(table))
+        return land(engine, warehouse, classified, whole, None, read_failure(table))
     except (PySparkException, Py4JJavaError) as exc:
-        raise _read_failure(table)(exc) from exc
+        raise read_failure(table)(exc) from exc
 
 
 def _change_rows(changes: DataFrame, schema: StructType, table: str, first_line: int) -> DataFrame:
@@ -289,69 +289,6 @@ def _file_rows(engine: DeltaEngine, root: str, schema: StructType, files: list[t
     return Parsed(frame, {field.name: field.dataType for field in kept}, text=False)
 
 
-def with_source_columns(
-    engine: DeltaEngine, table: str, pointers: DataFrame, version: int | None = None, files: list[str] | None = None
-) -> DataFrame:
-    """Thin bronze rows (``pointers``) with the columns of the source rows they point at, read from the data files
-    they name (``files``, when already known; one read of each; the rows are matched by file and row index).
-    ``version``: the table version whose schema the rows get (None: the latest); a column the table gained later
-    reads as null in older rows."""
-    schema = _schema_at(engine, table, version)
-    kept = set(pointers.columns)
-    stored = StructType([field for field in schema.fields if not field.name.startswith("_") and field.name not in kept])
-    if files is None:  # the files a whole bronze points into: few next to its rows
-        files = [row[0] for row in pointers.select("_source_file").distinct().collect()]
-    located = pointers.withColumn("_file_name", F.substring_index("_source_file", "/", -1))
-    if files:
-        read = engine.spark.read.schema(stored).parquet(*files).select(
-            "*", F.col("_metadata.file_name").alias("_file_name"), F.col("_metadata.row_index").alias("_row_index")
-        )
-        # no broadcast hint: a batch's pointers are a local relation Spark broadcasts by size; a whole bronze (validate) is not
-        joined = read.join(located, (read["_file_name"] == located["_file_name"]) & (read["_row_index"] == located["_source_line"]))
-        stored_values = {field.name: read[field.name] for field in stored.fields}
-    else:
-        joined, stored_values = located, {field.name: F.lit(None).cast(field.dataType).alias(field.name) for field in stored.fields}
-    data = [located[name] if name in kept else stored_values[name] for name in schema.fieldNames() if not name.startswith("_")]
-    return joined.select(*data, *[located[name] for name in pointers.columns if name.startswith("_")])
-
-
-def arrivals_with_source_columns(engine: DeltaEngine, table: str, pointers: pa.Table) -> pa.Table:
-    """``with_source_columns`` for a batch's slice on the driver, with the schema of the newest version it holds."""
-    versions = [version for version in pointers.column("_source_version").to_pylist() if version is not None] if "_source_version" in pointers.column_names else []
-    files = sorted(set(pointers.column("_source_file").to_pylist())) if pointers.num_rows else []
-    _require_distinct_names(table, files)
-    try:
-        rows = with_source_columns(engine, table, as_frame(engine.spark, pointers), max(versions, default=None), files).toArrow()
-    except (PySparkException, Py4JJavaError) as exc:
-        raise _read_failure(table)(exc) from exc
-    if rows.num_rows != pointers.num_rows:  # every pointer names one row: anything else would join a row twice, or not at all
-        raise LakejoinError(
-            f"source table {table}: {pointers.num_rows} rows were ingested for this batch but {rows.num_rows} were found in "
-            "its data files, which must have been replaced: restore them, or join the table's current snapshot in a new warehouse"
-        )
-    return rows
-
-
-def _schema_at(engine: DeltaEngine, table: str, version: int | None) -> StructType:
-    """From the table's log: no data file is listed or opened."""
-    schema = engine.source_schema(table, version)
-    if schema is None:
-        raise LakejoinError(f"source table {table} does not exist any more")
-    return schema
-
-
-def _require_distinct_names(table: str, paths: list[str]) -> None:
-    """Rows are found again by data file name and row index, so two files of one name (a table converted from
-    plain Parquet, whose partition folders repeat names) cannot be told apart: refused rather than mixed up."""
-    names = [path.rsplit("/", 1)[-1] for path in paths]
-    if len(set(names)) != len(names):
-        repeated = next(name for name in names if names.count(name) > 1)
-        raise LakejoinError(
-            f"source table {table} has several data files named {repeated} (in different folders), whose rows lakejoin "
-            "cannot tell apart: rewrite the table's files (e.g. REORG TABLE … APPLY (PURGE) or a copy), then join it"
-        )
-
-
 def _partition_columns(appended: list[Commit]) -> list[str]:
     return sorted({name for commit in appended for add in commit.files for name in add.get("partitionValues") or {}})
 
@@ -376,19 +313,6 @@ def _unknown_deletions(actions: Actions) -> bool:
     return any("add" in action and "deletionVector" not in action["add"] for action in actions)
 
 
-def _read_failure(table: str):  # noqa: ANN202 - the ``refuse`` of ``land``
-    def failure(exc: BaseException) -> LakejoinError:
-        text = str(exc.java_exception.toString()) if isinstance(exc, Py4JJavaError) else str(exc)
-        if "FileNotFound" in text or "PATH_NOT_FOUND" in text or "FILE_NOT_EXIST" in text or "does not exist" in text:
-            return LakejoinError(
-                f"source table {table}: data files lakejoin has not joined yet were deleted (VACUUM): restore them, or join the "
-                "table's current snapshot in a new warehouse; keep VACUUM's retention above the time between runs"
-            )
-        return LakejoinError(f"cannot read source table {table}: {(text.strip().splitlines() or [type(exc).__name__])[0]}")
-
-    return failure
-
-
 def _last_ingested(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, table: str) -> tuple[int | None, int | None, set[str]]:
     """From one read of ``rel``'s ingest log rows: the last version of ``table`` logged as ingested, the newest its
     pointers in bronze hold (beyond the log when an ingest died between its pointers and its log row), and the table
@@ -409,15 +333,6 @@ def _last_ingested(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, tab
     bronze = engine.schema(warehouse.bronze(rel))
     pointed = engine.max_value(warehouse.bronze(rel), "_source_version") if bronze is not None and "_source_version" in bronze.fieldNames() else None
     return logged, pointed, known
-
-
-def records(engine: DeltaEngine, warehouse: Warehouse, specs: dict[str, RelationSpec] | None, rel: Relation) -> DataFrame | None:
-    """Bronze's rows of ``rel`` with the record's columns: bronze itself for files; for a source table, its pointers
-    with the columns read from the table's data files (the whole-table audits: ``validate``); a change feed's bronze
-    holds its rows whole."""
-    bronze = engine.read(warehouse.bronze(rel))
-    table = None if specs is None or specs[rel.name].changes is not None else specs[rel.name].table
-    return bronze if bronze is None or table is None else with_source_columns(engine, table, bronze)
 
 
 def source_status(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, table: str) -> dict[str, object]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from pipelines.config import Config
+from state.config import Config
 from pipelines.definition import recorded
 from pipelines.sources import source_status
 from state.batch_log import BatchLog, LogTail

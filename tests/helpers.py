@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import pytest
 from pyspark.sql import functions as F
 
-from pipelines.config import Config
+from state.config import Config
 from pipelines.spark import DELTA_JARS
 from pipelines.ingest import IngestResult, ingest_file
 from pipelines.silver import BatchReport, run

@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 
 from pipelines import LakejoinError, Pipeline
 from pipelines.cli import main
-from pipelines.config import Config
+from state.config import Config
 from state.layout import Warehouse
 from tests import helpers
 from tests.reference import Pair, Record, batch_join

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from expectations.audit import audit
 from expectations.reconcile import check_gold
-from pipelines.config import Config
+from state.config import Config
 from pipelines.status import warehouse_status
 from state.errors import LakejoinError
 from state.event_time import TIMESTAMP

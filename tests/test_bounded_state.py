@@ -10,7 +10,7 @@ from deltalake import DeltaTable
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipelines.config import Config
+from state.config import Config
 from pipelines.silver import RunReport
 from pipelines.status import warehouse_status
 from state.relations import R

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from expectations.reconcile import check_gold
-from pipelines.config import Config
+from state.config import Config
 from pipelines.status import warehouse_status
 from pipelines.silver import BatchReport, run
 from state.errors import LakejoinError

@@ -7,7 +7,7 @@ import os
 import pyarrow as pa
 import pytest
 
-from pipelines.config import Config
+from state.config import Config
 from state.errors import LakejoinError
 from state.relations import R, S
 from tests.helpers import Pipeline

@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from pipelines.config import Config
+from state.config import Config
 from pipelines.definition import record, recorded, settle
 from pipelines.reset import reset
 from state.errors import LakejoinError

@@ -10,7 +10,7 @@ from dataclasses import fields
 
 import pytest
 
-from pipelines.config import Config, Expectations, reference
+from state.config import Config, Expectations, reference
 from state.relations import ChangeSpec, RelationSpec
 from state.settings import documented
 from tests.helpers import REPO

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from expectations.reconcile import check_gold
-from pipelines.config import Config
+from state.config import Config
 from pipelines.status import warehouse_status
 from state.errors import LakejoinError
 from tests.helpers import Pipeline, crash_at_each

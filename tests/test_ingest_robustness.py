@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipelines.config import Config
+from state.config import Config
 from pipelines.ingest import ingest_files
 from pipelines.landing import ingest_landing
 from state.errors import FileRefused, LakejoinError

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import DataFrame
 
-from pipelines.config import Config
+from state.config import Config
 from pipelines.silver import run
 from state.engines.deltars import DeltaRsEngine
 from tests.helpers import Pipeline

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from expectations.reconcile import check_gold
-from pipelines.config import Config
+from state.config import Config
 from pipelines.api import Pipeline as Api
 from tests.helpers import Pipeline, crash_at_each, lakejoin, start_lakejoin
 from tests.reference import BatchJoiner, Match, Record, banded

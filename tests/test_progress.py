@@ -12,7 +12,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from pipelines.api import Pipeline as Api
-from pipelines.config import Config
+from state.config import Config
 from pipelines.definition import record, settle
 from pipelines.status import warehouse_status
 from state.clock import set_now

@@ -12,7 +12,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from expectations.audit import audit
-from pipelines.config import Config
+from state.config import Config
 from state.engines import DeltaEngine, make_engine
 from tests.helpers import Pipeline, lakejoin
 from tests.reference import Record, batch_join

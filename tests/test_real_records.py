@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from expectations.reconcile import check_gold
-from pipelines.config import Config
+from state.config import Config
 from state.errors import LakejoinError
 from state.relations import R, S
 from tests.helpers import Pipeline

@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from pipelines.config import Config
+from state.config import Config
 from state.engines import make_engine
 from state.faults import CRASH_AT, InjectedCrash
 from tests.helpers import Pipeline, crash_at_each

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from expectations.audit import audit
-from pipelines.config import Config, load_config
+from state.config import Config, load_config
 from pipelines.definition import record, settle
 from state.errors import LakejoinError
 from state.faults import CRASH_AT, InjectedCrash
