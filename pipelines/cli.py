@@ -10,7 +10,6 @@ from collections.abc import Sequence
 from contextlib import nullcontext
 from typing import TYPE_CHECKING
 
-from expectations.rules import check_policies
 from state.config import Config, load_config
 from pipelines.terminal import without_native_panics
 from state.errors import LakejoinError
@@ -141,6 +140,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             given = load_config(args.config) if args.config else None  # a bad config fails before Spark starts
             if given is not None:
+                from expectations.rules import check_policies  # loading the suites can fail: within the try
+
                 check_policies(given.quality)
             if args.command == "demo":
                 from pipelines.demo import DemoOptions, run_demo
@@ -210,9 +211,9 @@ def _status(args: argparse.Namespace, pipeline: Pipeline) -> int:
 
 
 def _show(args: argparse.Namespace, pipeline: Pipeline) -> int:
-    rows = pipeline.head(args.table, args.limit)
-    print(rows.to_pandas().to_string(index=False) if rows.num_rows else f"{args.table}: no rows yet")
-    if rows.num_rows == args.limit:
+    rows = pipeline.head(args.table, args.limit + 1)  # one more than shown: whether there are more
+    print(rows.slice(0, args.limit).to_pandas().to_string(index=False) if rows.num_rows else f"{args.table}: no rows yet")
+    if rows.num_rows > args.limit:
         print(f"(the first {args.limit} rows; --limit N shows more)")
     return 0
 

@@ -22,6 +22,7 @@ from expectations.rules import check_policies
 from state.config import Config
 from state.clock import now
 from state.engines import DeltaEngine
+from state.engines.base import DeltaReader
 from state.errors import LakejoinError
 from state.layout import Warehouse
 from state.relations import RELATIONS, Relation
@@ -52,7 +53,7 @@ class Recorded:
     recorded_at: datetime
 
 
-def recorded(engine: DeltaEngine, warehouse: Warehouse) -> Recorded | None:
+def recorded(engine: DeltaReader, warehouse: Warehouse) -> Recorded | None:
     """The definition in force: the warehouse's newest recorded one, or None before any."""
     rows = engine.rows(warehouse.definition)
     if rows is None or rows.num_rows == 0:
@@ -63,7 +64,11 @@ def recorded(engine: DeltaEngine, warehouse: Warehouse) -> Recorded | None:
 
 def in_force(current: Recorded | None) -> Config:
     """The config a recorded definition says, or the defaults before any."""
-    return Config() if current is None else Config(**current.settings)  # type: ignore[arg-type]
+    if current is None:
+        return Config()
+    config = Config(**current.settings)  # type: ignore[arg-type]
+    check_policies(config.quality)  # a rule the suites no longer have is refused, not silently skipped
+    return config
 
 
 @dataclass(frozen=True)
@@ -74,7 +79,7 @@ class Settled:
     pending: dict | None = None  # the row ``record`` appends; None when there is nothing new to record
 
 
-def settle(engine: DeltaEngine, warehouse: Warehouse, given: Config | None, command: str) -> Settled:
+def settle(engine: DeltaReader, warehouse: Warehouse, given: Config | None, command: str) -> Settled:
     """``given``, checked against the recorded definition (a gold-altering change is refused here, before the
     command writes anything), else the recorded one, else the defaults."""
     current = recorded(engine, warehouse)
@@ -134,7 +139,7 @@ def differences(old: dict, new: dict, prefix: str = "") -> list[tuple[str, objec
     return changes
 
 
-def _refuse_gold_changes(engine: DeltaEngine, warehouse: Warehouse, changes: list[tuple[str, object, object]]) -> None:
+def _refuse_gold_changes(engine: DeltaReader, warehouse: Warehouse, changes: list[tuple[str, object, object]]) -> None:
     for name, old, new in changes:
         parts = name.split(".")
         if name in OPERATIONAL or (parts[0] == "relations" and len(parts) == 3 and parts[2] in OPERATIONAL_PER_RELATION):
@@ -157,11 +162,11 @@ def _relation(name: str) -> Relation:
     return Relation(name, 0)
 
 
-def _has_batches(engine: DeltaEngine, warehouse: Warehouse) -> bool:
+def _has_batches(engine: DeltaReader, warehouse: Warehouse) -> bool:
     return engine.max_value(warehouse.batches, "batch_id") is not None
 
 
-def _has_data(engine: DeltaEngine, warehouse: Warehouse) -> bool:
+def _has_data(engine: DeltaReader, warehouse: Warehouse) -> bool:
     return any(engine.version(warehouse.bronze(rel)) is not None for rel in RELATIONS) or _has_batches(engine, warehouse)
 
 

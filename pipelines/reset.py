@@ -8,11 +8,11 @@ batch log last, so a reset that dies half-way leaves tables the batch log disagr
 from __future__ import annotations
 
 from state.checks import require_warehouse
-from state.engines import DeltaEngine
+from state.engines.base import DeltaReader
 from state.layout import Warehouse
 
 
-def reset(engine: DeltaEngine, warehouse: Warehouse) -> list[str]:
+def reset(engine: DeltaReader, warehouse: Warehouse) -> list[str]:
     """Drop every derived table; return the names of those that existed."""
     require_warehouse(engine, warehouse)
     dropped = []

@@ -27,7 +27,7 @@ from pipelines.classify import classify
 from pipelines.ingest import Provenance, land, last_arrival_seq, log_ingest
 from pipelines.parse import Parsed, numbered
 from state.engines import Actions, DeltaEngine
-from state.engines.base import CHANGE_FEED, no_change_feed
+from state.engines.base import CHANGE_FEED, DeltaReader, no_change_feed
 from state.engines.delta_log import data_file
 from state.errors import LakejoinError
 from state.layout import Warehouse
@@ -124,7 +124,7 @@ def pending_versions(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, s
     return Pending(rel, table, identity, commits)
 
 
-def _listed(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, table: str) -> tuple[int | None, str | None, list[Commit]]:
+def _listed(engine: DeltaReader, warehouse: Warehouse, rel: Relation, table: str) -> tuple[int | None, str | None, list[Commit]]:
     """The last version of ``table`` logged as ingested, the table's id, and the versions after it, classified. Before
     the first logged ingest, the first is the table's snapshot: its latest, or the one an ingest that died before its
     log row had read (read again: its rows are found as duplicates, its quarantined rows recorded, nothing skipped)."""
@@ -313,7 +313,7 @@ def _unknown_deletions(actions: Actions) -> bool:
     return any("add" in action and "deletionVector" not in action["add"] for action in actions)
 
 
-def _last_ingested(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, table: str) -> tuple[int | None, int | None, set[str]]:
+def _last_ingested(engine: DeltaReader, warehouse: Warehouse, rel: Relation, table: str) -> tuple[int | None, int | None, set[str]]:
     """From one read of ``rel``'s ingest log rows: the last version of ``table`` logged as ingested, the newest its
     pointers in bronze hold (beyond the log when an ingest died between its pointers and its log row), and the table
     ids the ingests recorded. A relation whose bronze points into another table cannot be moved to this one."""
@@ -335,7 +335,7 @@ def _last_ingested(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, tab
     return logged, pointed, known
 
 
-def source_status(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, table: str) -> dict[str, object]:
+def source_status(engine: DeltaReader, warehouse: Warehouse, rel: Relation, table: str) -> dict[str, object]:
     """What ``lakejoin status`` shows of a source: the last version ingested, the table's latest, and what the next run
     would ingest (versions, and rows where the log's file statistics count them)."""
     try:

@@ -195,7 +195,8 @@ def _flat(settings: dict, prefix: str = "") -> list[tuple[str, object]]:
 
 
 def _last_rule_results(engine: DeltaReader, warehouse: Warehouse) -> list[dict]:
-    last = engine.max_value(warehouse.dq_results, "batch_id")
+    found = engine.aggregate(warehouse.dq_results, None, "max(batch_id)")
+    last = None if found is None else found[0]
     if last is None:
         return []
     columns = ["batch_id", "rule", "table", "policy", "evaluated", "failed", "examples"]

@@ -13,11 +13,14 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import BinaryIO
 
 PANIC = b" panicked at "  # Rust's panic header: thread 'name' (id) panicked at file:line:column:, then the message line
 # What may follow the message: a backtrace (its frames indented) and notes on how to see more.
 PANIC_TAIL = (b"stack backtrace:", b"note: ", b" ", b"\t")
-FLUSHED = b"lakejoin-stderr-flushed\n"  # written last, so leaving waits until every earlier line is through
+# Written last (after a newline, so a partial line before it cannot hide it): leaving waits until every earlier
+# line is through.
+FLUSHED = b"lakejoin-stderr-flushed\n"
 
 
 @contextmanager
@@ -35,18 +38,29 @@ def without_native_panics() -> Iterator[None]:
     try:
         yield
     finally:
-        sys.stderr.flush()
-        os.write(2, FLUSHED)
-        flushed.wait(timeout=5)
-        os.dup2(terminal, 2)  # child processes that still hold the pipe (Spark's JVM) keep being forwarded
+        try:
+            sys.stderr.flush()
+            os.write(2, b"\n" + FLUSHED)
+            flushed.wait(timeout=5)
+        finally:
+            os.dup2(terminal, 2)  # child processes that still hold the pipe (Spark's JVM) keep being forwarded
 
 
 def _forward(read: int, terminal: int, flushed: threading.Event) -> None:
+    """Copy the pipe to the terminal without panic text, until every writer has closed it; a terminal that went away
+    (a closed pipe) only stops the copying, never the draining, so no writer ever blocks on a full pipe."""
     message_next = in_tail = False
-    with os.fdopen(read, "rb") as lines, os.fdopen(terminal, "wb", closefd=False) as out:
+    blank = False  # a blank line held back: the newline written before FLUSHED, or one of the output's own
+    with os.fdopen(read, "rb") as lines, os.fdopen(terminal, "wb") as out:
         for line in lines:
             if line == FLUSHED:
+                blank = False
                 flushed.set()
+                continue
+            if blank:
+                write_quietly(out, b"\n")
+            blank = line == b"\n"
+            if blank:
                 continue
             if message_next:
                 message_next, in_tail = False, True
@@ -57,5 +71,13 @@ def _forward(read: int, terminal: int, flushed: threading.Event) -> None:
             if line.startswith(b"thread '") and PANIC in line:
                 message_next = True
                 continue
-            out.write(line)
-            out.flush()
+            write_quietly(out, line)
+
+
+def write_quietly(out: BinaryIO, line: bytes) -> None:
+    """Write and flush ``line``, dropping it when the terminal is gone."""
+    try:
+        out.write(line)
+        out.flush()
+    except OSError:
+        pass

@@ -14,6 +14,7 @@ from pyspark.sql.types import StructType
 
 from state.batch_log import BatchLog, LogTail
 from state.engines import DeltaEngine
+from state.engines.base import DeltaReader
 from state.errors import LakejoinError
 from state.layout import IN_STORE, Warehouse
 from state.lock import is_local
@@ -28,7 +29,7 @@ DQ_RESULT_COLUMNS = ("batch_id", "rule", "table", "policy", "evaluated", "failed
 DQ_QUARANTINE_COLUMNS = ("batch_id", "rule", "table", "row_key", "row")
 
 
-def require_engine_for(warehouse: Warehouse, engine: DeltaEngine) -> None:
+def require_engine_for(warehouse: Warehouse, engine: DeltaReader) -> None:
     """Unity Catalog tables are reached through Spark's catalog: delta-rs takes paths only."""
     if warehouse.in_catalog and engine.name != "spark":
         raise LakejoinError(
@@ -37,7 +38,7 @@ def require_engine_for(warehouse: Warehouse, engine: DeltaEngine) -> None:
         )
 
 
-def require_warehouse(engine: DeltaEngine, warehouse: Warehouse) -> None:
+def require_warehouse(engine: DeltaReader, warehouse: Warehouse) -> None:
     """A lakejoin warehouse is one that has had an ingest: it holds ``bronze/_ingests``."""
     if engine.version(warehouse.ingest_log) is None:
         raise LakejoinError(
@@ -62,7 +63,7 @@ def _listdir(root: str) -> list[str]:
     return sorted(os.listdir(root)) if os.path.isdir(root) else []
 
 
-def check_consistency(engine: DeltaEngine, warehouse: Warehouse, pipeline: str) -> LogTail:
+def check_consistency(engine: DeltaReader, warehouse: Warehouse, pipeline: str) -> LogTail:
     """The batch log's tail, once every silver and gold table is shown to be what the log says it is."""
     require_warehouse(engine, warehouse)
     legacy = [path for path in warehouse.legacy_state() if engine.version(path) is not None]

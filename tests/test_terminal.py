@@ -40,3 +40,20 @@ print("outside", file=sys.stderr)
 def test_without_the_filter_the_panic_text_is_there():
     """What ``--verbose`` shows: the filter is what removes it."""
     assert stderr_of(f"import os; os.write(2, {PANIC.encode()!r})") == PANIC
+
+
+def test_leaving_is_prompt_keeps_a_partial_line_and_blank_lines_and_leaves_no_descriptor_open():
+    script = """
+import os, sys, threading, time
+from pipelines.terminal import without_native_panics
+before, started = len(os.listdir("/proc/self/fd")), time.monotonic()
+for _ in range(3):
+    with without_native_panics():
+        print("a\\n\\nb", file=sys.stderr)
+        os.write(2, b"partial")  # no newline: the last write of a native library, say
+seconds = time.monotonic() - started
+for forwarder in [thread for thread in threading.enumerate() if thread.name == "lakejoin-stderr"]:
+    forwarder.join(5)  # each ends once the pipe's last writer closed it, closing what it held
+print(f"{len(os.listdir('/proc/self/fd')) - before} {seconds < 3}", file=sys.stderr)
+"""
+    assert stderr_of(script) == "a\n\nb\npartial\n" * 3 + "0 True\n"

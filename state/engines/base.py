@@ -124,8 +124,8 @@ class Merged:
 
 class DeltaReader(Protocol):
     """What reads a warehouse without computing in Spark: logs, schemas, counts and small slices to the driver, the
-    user's source tables, and dropping tables. ``status`` and ``reset`` need nothing more, so on a local warehouse
-    they run on delta-rs alone and start no JVM."""
+    user's source tables, and dropping tables. ``status``, ``show`` and ``reset`` need nothing more, so on a local
+    warehouse they run on delta-rs alone and start no JVM."""
 
     name: str
 

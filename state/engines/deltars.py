@@ -32,7 +32,7 @@ def to_arrow(df: Data) -> pa.Table:
 
 
 class DeltaRsReader:
-    """delta-rs alone, no Spark: what ``status`` and ``reset`` ask of a warehouse (base.DeltaReader)."""
+    """delta-rs alone, no Spark: what ``status``, ``show`` and ``reset`` ask of a warehouse (base.DeltaReader)."""
 
     name = "delta-rs"
 
@@ -173,6 +173,7 @@ class DeltaRsReader:
         filesystem, root = fs.FileSystem.from_uri(path if "://" in path else os.path.abspath(path))
         if filesystem.get_file_info(root).type != fs.FileType.NotFound:
             filesystem.delete_dir(root)
+
 
 class DeltaRsEngine(DeltaRsReader):
     """The reader, with Spark to read snapshots into and to compute the Arrow that delta-rs commits."""

@@ -66,11 +66,17 @@ def start_driver_jvm(settings: dict[str, str]) -> None:
 
 
 def _copy_jvm_stderr(read: int, target: int) -> None:
+    """Until the JVM exits; a terminal that went away stops the copying, never the draining (a JVM blocked on a full
+    pipe would hang the driver)."""
     with os.fdopen(read, "rb") as jvm, os.fdopen(target, "wb") as out:
+        copying = True
         for line in jvm:
-            if not line.startswith(INCUBATOR_NOTICE):
-                out.write(line)
-                out.flush()
+            if copying and not line.startswith(INCUBATOR_NOTICE):
+                try:
+                    out.write(line)
+                    out.flush()
+                except OSError:
+                    copying = False
 
 
 def has_delta_classes(spark: SparkSession) -> bool:
