@@ -1,1 +1,1 @@
-"""Silver-stage state: relations, the store/probe joiner, the batch log and the Delta engines."""
+"""The bottom layer: the config every layer reads, relations, the store/probe joiner, the state tables, the batch log and the Delta engines."""
