@@ -88,13 +88,3 @@ def sql_name(table: str) -> str:
 def data_file(root: str, path: str) -> str:
     """A data file named in a Delta log (relative or an absolute URI, percent-encoded either way) as Spark reads it."""
     return unquote(path) if urlparse(path).scheme else f"{root.rstrip('/')}/{unquote(path)}"
-
-
-def log_reader(spark: SparkSession) -> DeltaLogReader:
-    if is_connect(spark):
-        from state.engines.sql_log import SqlLog
-
-        return SqlLog(spark)
-    from state.engines.jvm import JvmLog
-
-    return JvmLog(spark)

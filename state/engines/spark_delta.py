@@ -7,7 +7,7 @@ cost a reconstruction of the table's state per write: Delta 4.4 checks it that w
 is written only where no kept commit records the app (a table's first write, or after its records left the log),
 so the state holds the app's version where the commits no longer do.
 Writes are Spark SQL and the DataFrame API (a MERGE is a ``MERGE INTO`` statement), so the engine runs in a classic
-session and as a Spark Connect client alike; what it reads of a table's log goes through ``delta_log.log_reader``.
+session and as a Spark Connect client alike; what it reads of a table's log goes through ``log_reader``.
 A table is a path or, in a Unity Catalog warehouse, a three-part name (``main.lakejoin.gold_join_results``).
 """
 
@@ -26,7 +26,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from state.engines.base import Actions, Data, Memberships, Merged, OnMatch, TableInfo, Txn, as_frame, changes_merge, marker, match_condition, no_change_feed
-from state.engines.delta_log import DeltaLogReader, Head, Recorded, is_connect, log_reader, sql_name
+from state.engines.delta_log import DeltaLogReader, Head, Recorded, is_connect, sql_name
 from state.layout import is_table_name
 
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
@@ -48,6 +48,18 @@ GLOBAL_VIEWS = "spark.sql.globalTempDatabase"
 # on different tables run at once without seeing each other's settings: per session lakejoin computes with.
 _POOLS: weakref.WeakKeyDictionary[SparkSession, queue.SimpleQueue[SparkSession]] = weakref.WeakKeyDictionary()
 _POOLS_LOCK = threading.Lock()
+
+
+def log_reader(spark: SparkSession) -> DeltaLogReader:
+    """The session's reader of Delta logs: Delta's own in the driver's JVM, else (Spark Connect) SQL and file reads.
+    Each is imported only where it runs, so a Connect client needs no py4j."""
+    if is_connect(spark):
+        from state.engines.sql_log import SqlLog
+
+        return SqlLog(spark)
+    from state.engines.jvm import JvmLog
+
+    return JvmLog(spark)
 
 
 class SparkDeltaEngine:
