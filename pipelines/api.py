@@ -423,11 +423,12 @@ def _names_catalog_tables(config: Config) -> bool:
 def _path_of(warehouse: Warehouse, name: str) -> str:
     """The path of the table called ``name`` (``gold``, ``bronze/r``, ``silver/r_state``, ...); one line listing the
     names when there is none."""
-    tables = {warehouse.name_of(path): path for path in warehouse.tables()}
-    wanted = warehouse.name_of(warehouse.gold) if name == "gold" else name.replace("/", "_") if warehouse.in_catalog else name
-    if wanted not in tables:
-        raise LakejoinError(f"no table {name!r} in {warehouse.root}: use one of gold, {', '.join(sorted(tables))}")
-    return tables[wanted]
+    tables = warehouse.tables()
+    path = warehouse.gold if name == "gold" else warehouse.path_of(name)
+    if path not in tables:
+        names = ", ".join(sorted(warehouse.name_of(each) for each in tables))
+        raise LakejoinError(f"no table {name!r} in {warehouse.root}: use one of gold, {names}")
+    return path
 
 
 def _existing(name: str, table: T | None, root: str) -> T:

@@ -55,7 +55,7 @@ def _parser() -> argparse.ArgumentParser:
     which.add_argument("--side", choices=["r", "s"], help="the same, for a join of r and s (the default relations)")
     ingest.add_argument("files", nargs="*", metavar="FILE", help="ingested in this order, line by line")
     ingest.add_argument("--landing", metavar="DIR", help="instead of FILEs: every new file under DIR (Auto Loader on Databricks)")
-    ingest.add_argument("--checkpoint", metavar="DIR", help="Auto Loader's checkpoint (default DIR/_lakejoin_checkpoint/NAME)")
+    ingest.add_argument("--checkpoint", metavar="DIR", help="on Databricks, Auto Loader's checkpoint (default: the landing DIR's _lakejoin_checkpoint/NAME)")
 
     run = command("run", "join every pending arrival in micro-batches, then exit (or, with --follow, keep joining)")
     run.add_argument("--max-batch-rows", type=_positive, metavar="N", help="arrivals per micro-batch (config: max_batch_rows)")

@@ -63,6 +63,10 @@ class Warehouse:
             return f"{self.root}." + "_".join(part.strip("_") for part in parts)
         return os.path.join(self.root, *parts)
 
+    def path_of(self, name: str) -> str:
+        """The path of the table a folder name names (``silver/r_state``, ``bronze/_ingests``), in a catalog too."""
+        return self._path(*name.split("/"))
+
     def name_of(self, path: str) -> str:
         """A table's name within the warehouse, e.g. ``silver/r_state`` (``silver_r_state`` in a catalog)."""
         if self.in_catalog:

@@ -7,6 +7,7 @@ from collections import Counter
 
 import pytest
 
+from pipelines.api import _path_of
 from pipelines.landing import ingest_landing, listed
 from pipelines.maintain import maintain
 from state.checks import require_engine_for
@@ -28,6 +29,16 @@ def test_a_catalog_schema_warehouse_names_one_table_per_layer_and_role():
     assert warehouse.gold == "main.lakejoin.gold_join_results" and is_table_name(warehouse.gold)
     assert len(set(names)) == len(names) and all(name.isidentifier() for name in names)
     assert warehouse.app_id("lakejoin", warehouse.state(R)) == "lakejoin:silver_r_state"
+
+
+@pytest.mark.parametrize("root", ["main.lakejoin", "/tmp/wh"])
+def test_show_and_table_take_a_table_by_its_folder_name_in_a_catalog_too(root):
+    warehouse = Warehouse(root)
+    assert _path_of(warehouse, "bronze/_ingests") == warehouse.ingest_log
+    assert _path_of(warehouse, "silver/r_state") == warehouse.state(R)
+    assert _path_of(warehouse, "gold") == warehouse.gold
+    with pytest.raises(LakejoinError, match="no table 'silver/nothing'.*use one of gold, "):
+        _path_of(warehouse, "silver/nothing")
 
 
 @pytest.mark.parametrize("root", ["/tmp/wh", "./main.lakejoin", "s3://bucket/wh", "/Volumes/main/lakejoin/wh"])
