@@ -212,7 +212,9 @@ def _status(args: argparse.Namespace, pipeline: Pipeline) -> int:
 
 def _show(args: argparse.Namespace, pipeline: Pipeline) -> int:
     rows = pipeline.head(args.table, args.limit + 1)  # one more than shown: whether there are more
-    print(rows.slice(0, args.limit).to_pandas().to_string(index=False) if rows.num_rows else f"{args.table}: no rows yet")
+    records_first = sorted(rows.column_names, key=lambda name: name.startswith("_"))  # bookkeeping (_id, _ts, ...) last
+    shown = rows.select(records_first).slice(0, args.limit)
+    print(shown.to_pandas().to_string(index=False) if rows.num_rows else f"{args.table}: no rows yet")
     if rows.num_rows > args.limit:
         print(f"(the first {args.limit} rows; --limit N shows more)")
     return 0
