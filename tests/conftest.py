@@ -10,10 +10,18 @@ from pyspark.sql import SparkSession
 from pipelines.spark import DELTA_JARS, check_java, local_conf
 from state.engines import make_engine, session_has_delta
 
+# Each of these starts servers of its own and takes minutes: they start first, so that the two xdist workers
+# end together instead of one waiting out the last of them.
+LONGEST_FIRST = ("test_where_spark_runs",)
+
 SPARK_DELTA_SKIP = (
     f"Delta Lake's JVM jars are not on this Spark session's class path: set {DELTA_JARS} to a folder holding "
     "delta-spark_2.13-4.4.x.jar and delta-storage-4.4.x.jar (.ci/run does on a machine that has them)"
 )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: item.module.__name__.rpartition(".")[2] not in LONGEST_FIRST)  # stable: the rest keep their order
 
 
 @pytest.fixture(scope="session")
