@@ -123,7 +123,7 @@ def test_a_dataframe_lands_as_a_file_would_its_bad_rows_quarantined_and_its_erro
 
 # When to kill the feeder: after its Spark has started, while its streams land files and its run joins them.
 KILL_AFTER_SECONDS = (8.0, 22.0)
-KILLS = 3
+KILLS = 2
 
 
 def test_two_streams_land_through_foreach_batch_exactly_once_across_kill_9(deltars, tmp_path):

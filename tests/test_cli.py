@@ -64,7 +64,7 @@ def test_bad_files_are_refused_in_one_line_each_and_the_good_ones_land(landing):
 
 
 def test_the_demo_prints_pass(tmp_path):
-    demo = lakejoin("demo", "--rows", "600", "--keys", "50", "--chunk-rows", "400", "--max-batch-rows", "300", cwd=str(tmp_path))
+    demo = lakejoin("demo", "--rows", "300", "--keys", "50", "--chunk-rows", "300", "--max-batch-rows", "200", cwd=str(tmp_path))
     assert demo.returncode == 0, demo.stderr[-2000:]
     assert "PASS: gold equals the batch SQL join" in demo.stdout
     assert "rows per second" in demo.stdout
@@ -115,6 +115,6 @@ def test_a_newcomer_joins_their_own_two_files_with_the_readmes_commands(tmp_path
 
 
 def test_the_three_way_demo_prints_pass(tmp_path):
-    demo = lakejoin("demo", "--relations", "3", "--rows", "400", "--keys", "20", "--chunk-rows", "400", "--max-batch-rows", "400", cwd=str(tmp_path))
+    demo = lakejoin("demo", "--relations", "3", "--rows", "150", "--keys", "20", "--chunk-rows", "225", "--max-batch-rows", "225", cwd=str(tmp_path))
     assert demo.returncode == 0, demo.stderr[-2000:]
     assert "PASS: gold equals the batch SQL join" in demo.stdout

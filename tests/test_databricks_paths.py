@@ -83,7 +83,7 @@ def test_maintenance_compacts_every_table_and_the_next_run_joins_as_before(engin
     assert len(engine.read(pipeline.warehouse.gold).inputFiles()) == 1
     assert engine.version(pipeline.warehouse.gold) > gold_version  # OPTIMIZE (Delta on Spark also logs VACUUM start and end)
     pipeline.land(RECORDS[3:])
-    pipeline.run(max_batch_rows=1)
+    pipeline.run()
     assert pipeline.gold_pairs() == Counter(batch_join(RECORDS))
     with pytest.raises(LakejoinError, match="use at least 168"):
         maintain(engine, pipeline.warehouse, retention_hours=1)

@@ -102,7 +102,7 @@ def arrivals_in_random_batches_give_the_batch_join(engine, root: str, records: l
     assert pipeline.gold_pairs() == Counter(batch_join(records))
 
 
-@settings(max_examples=18, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(records=arrival_sequences, data=st.data())
 def test_any_arrival_order_and_batch_split_gives_the_batch_join(deltars, tmp_path_factory, records, data):
     arrivals_in_random_batches_give_the_batch_join(deltars, str(tmp_path_factory.mktemp("prop")), records, data)

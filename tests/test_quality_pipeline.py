@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
+import pipelines
 from expectations.audit import audit
 from state.config import Config
 from state.engines import DeltaEngine, make_engine
@@ -88,9 +89,8 @@ def test_quarantine_takes_the_row_out_of_the_join_and_keeps_it_with_the_rule_nam
     assert gold_ids(warehouse) == Counter((p.r_id, p.s_id) for p in batch_join(PLAUSIBLE))
     (kept,) = read(os.path.join(warehouse, "quarantine", "expectations"))
     assert (kept["rule"], kept["table"], kept["row_key"], json.loads(kept["row"])["ts"]) == ("bronze_ts_plausible", "bronze/s", "s99", 99)
-    audited = lakejoin("validate", "--warehouse", warehouse, "--config", config_file(tmp_path, "quarantine"), cwd=str(tmp_path), engine=cli_engine)
-    assert audited.returncode == 0, audited.stdout[-3000:]
-    assert "reconciliation: PASS" in audited.stdout  # gold = join of bronze minus the quarantined row
+    audited = pipelines.Pipeline(warehouse, config_file(tmp_path, "quarantine"), spark=spark).validate(str(tmp_path / "docs"))  # in this JVM
+    assert audited.success and audited.reconciliation.passed, audited.describe()  # gold = join of bronze minus the quarantined row
 
 
 def test_the_audit_finds_a_gold_row_corrupted_after_it_was_written(deltars, tmp_path):

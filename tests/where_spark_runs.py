@@ -64,9 +64,9 @@ def typed_rows(relation: str, count: int) -> list[dict]:
     ]  # fmt: skip
 
 
-def worked_example(root: str, spark) -> list[list]:  # noqa: ANN001 - a classic or a Connect session
-    """docs/design.md section 2's worked example, one record per batch: the gold rows (r, s, owner, batch). Records
-    arrive in their order (one file each; a relation's consecutive ones in one ingest), then batches of one."""
+def worked_example(root: str, spark) -> list[list]:  # noqa: ANN001 - a cluster's session
+    """docs/design.md section 2's worked example, two records per batch: the gold rows (r, s, owner, batch). Records
+    arrive in their order (one file each; a relation's consecutive ones in one ingest), then batches of two."""
     records, _ = ORDERS[WORKED_ORDER]
     with Pipeline(os.path.join(root, "worked"), spark=spark) as pipeline:
         for relation, run in itertools.groupby(enumerate(records), key=lambda numbered: numbered[1].relation):
@@ -76,7 +76,7 @@ def worked_example(root: str, spark) -> list[list]:  # noqa: ANN001 - a classic 
                 with open(files[-1], "w", encoding="utf-8") as handle:
                     handle.write(json.dumps({"id": record.id, "ts": record.ts, "key": record.key, "payload": record.payload}) + "\n")
             pipeline.ingest(relation, files)
-        pipeline.run(max_batch_rows=1)
+        pipeline.run(max_batch_rows=2)
         return [list(row) for row in pipeline.table("gold").select("r_id", "s_id", "owner", "batch_id").collect()]
 
 
@@ -115,10 +115,10 @@ def main() -> None:
     from state.engines import make_engine
 
     found = {"session": type(spark).__module__, "engine": make_engine(spark).name}
-    found["worked"] = worked_example(args.workdir, spark)
     if args.remote:  # the crash path is the same driver code on a cluster as locally; over Connect its reads are not
         found["typed"] = typed_join_with_a_crash(args.workdir, spark)
-    if args.master:  # Python run by the executors' own workers, each in its executor's folder: one per executor
+    if args.master:  # batch after batch on executors; Python run by the executors' own workers, one folder each
+        found["worked"] = worked_example(args.workdir, spark)
         folder = F.udf(lambda _: os.getcwd())
         found["executors"] = spark.range(0, 16, 1, 16).select(folder("id")).distinct().count()
     print(json.dumps(found))
