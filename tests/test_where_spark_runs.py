@@ -30,7 +30,7 @@ from state.layout import Warehouse
 from state.relations import relation
 from tests.helpers import REPO, lakejoin
 from tests.test_join_pipeline import ORDERS
-from tests.where_spark_runs import TYPED_CONFIG, TYPES, WORKED_ORDER
+from tests.where_spark_runs import TYPED_CONFIG, TYPES, WORKED_BATCH_ROWS, WORKED_ORDER
 
 SPARK_HOME = os.path.dirname(pyspark.__file__)
 JVM_SIDE = re.compile(r"\b(_jvm|_jsc|_jsparkSession|_jdf|_jdt|sparkContext|SparkContext|rdd)\b")
@@ -91,9 +91,10 @@ def _scenarios(tmp_path: Path, *where: str) -> dict:
 
 
 def _assert_worked_example(found: dict) -> None:
-    """The worked example's gold row by row: in batches of two, a pair made in batch b of one-record batches is made in (b + 1) // 2."""
+    """The worked example's gold row by row: a pair made in batch b of one-record batches is made in the batch holding
+    its b-th record."""
     _, one_by_one = ORDERS[WORKED_ORDER]
-    expected = {(r_id, s_id, owner, (batch + 1) // 2) for r_id, s_id, owner, batch in one_by_one}
+    expected = {(r_id, s_id, owner, (batch - 1) // WORKED_BATCH_ROWS + 1) for r_id, s_id, owner, batch in one_by_one}
     assert {tuple(row) for row in found["worked"]} == expected and len(found["worked"]) == len(expected)
 
 

@@ -26,6 +26,7 @@ from state.layout import Warehouse
 from tests.test_join_pipeline import ORDERS
 
 WORKED_ORDER = "delayed store r4"
+WORKED_BATCH_ROWS = 2
 CRASH_POINT = "after:gold"  # gold committed, the state tables and the batch log not yet
 
 # A record of every type a user's table holds, for both relations (payments' columns differ only in name).
@@ -65,8 +66,8 @@ def typed_rows(relation: str, count: int) -> list[dict]:
 
 
 def worked_example(root: str, spark) -> list[list]:  # noqa: ANN001 - a cluster's session
-    """docs/design.md section 2's worked example, two records per batch: the gold rows (r, s, owner, batch). Records
-    arrive in their order (one file each; a relation's consecutive ones in one ingest), then batches of two."""
+    """docs/design.md section 2's worked example in batches of ``WORKED_BATCH_ROWS``: the gold rows (r, s, owner, batch).
+    Records arrive in their order (one file each; a relation's consecutive ones in one ingest)."""
     records, _ = ORDERS[WORKED_ORDER]
     with Pipeline(os.path.join(root, "worked"), spark=spark) as pipeline:
         for relation, run in itertools.groupby(enumerate(records), key=lambda numbered: numbered[1].relation):
@@ -76,7 +77,7 @@ def worked_example(root: str, spark) -> list[list]:  # noqa: ANN001 - a cluster'
                 with open(files[-1], "w", encoding="utf-8") as handle:
                     handle.write(json.dumps({"id": record.id, "ts": record.ts, "key": record.key, "payload": record.payload}) + "\n")
             pipeline.ingest(relation, files)
-        pipeline.run(max_batch_rows=2)
+        pipeline.run(max_batch_rows=WORKED_BATCH_ROWS)
         return [list(row) for row in pipeline.table("gold").select("r_id", "s_id", "owner", "batch_id").collect()]
 
 
