@@ -118,7 +118,7 @@ class Pipeline:
         self, relation: str, folder: str, checkpoint: str | None = None, *, progress: Callable[[IngestResult], None] | None = None
     ) -> list[IngestResult]:
         """Ingest every file under ``folder`` not ingested yet (Auto Loader on Databricks, its checkpoint by default
-        under ``folder/_lakejoin_checkpoint``). A file refused as a whole is recorded and not tried again."""
+        under ``folder/_lakejoin_checkpoint``, one per warehouse). A file refused as a whole is recorded and not tried again."""
         from pipelines.landing import ingest_landing
 
         def ingest(opened: _Opened, rel: Relation) -> list[IngestResult]:
@@ -148,13 +148,14 @@ class Pipeline:
         progress: Callable[[BatchReport | SourceResult], None] | None = None,
     ) -> RunReport:
         """Join every pending arrival in micro-batches of at most ``max_batch_rows`` (config ``max_batch_rows``), then
-        return what the batches did. Source tables' new versions are ingested first. ``progress`` hears of each source's
-        ingest and each batch as it commits. ``follow``: keep looking for new
+        return what the batches did. Source tables' new versions and the files new in the landing folders are ingested
+        first. ``progress`` hears of each source's ingest, each landing file's and each batch as it commits. ``follow``: keep looking for new
         arrivals every so many seconds until SIGTERM or Ctrl-C, which let the batch under way commit. ``wait``: how
         long to wait for another run holding the warehouse before raising ``WarehouseBusy``. A second signal abandons
         the batch under way (the next run resumes it): the report says ``interrupted``."""
         from pipelines.definition import recorder
         from pipelines.follow import StopSignal
+        from pipelines.ingest import IngestResult
         from pipelines.silver import BatchReport, RunReport
         from pipelines.sources import SourceResult
         from state.lock import JOIN, hold
@@ -180,7 +181,12 @@ class Pipeline:
                         except KeyboardInterrupt:  # a second signal: the work under way is abandoned
                             interrupted = True
                 record()  # a run with nothing to write records the config it was given too
-        return RunReport([item for item in done if isinstance(item, BatchReport)], interrupted, [item for item in done if isinstance(item, SourceResult)])
+        return RunReport(
+            [item for item in done if isinstance(item, BatchReport)],
+            interrupted,
+            [item for item in done if isinstance(item, SourceResult)],
+            [item for item in done if isinstance(item, IngestResult)],
+        )
 
     def status(self) -> dict:
         """Every table's version and rows, the last batch, pending arrivals and watermarks (``lakejoin status --json``)."""
@@ -438,9 +444,9 @@ def _existing(name: str, table: T | None, root: str) -> T:
 
 
 def _creates(command: str, config: Config) -> bool:
-    """Whether ``command`` may create the warehouse: an ingest, or a run whose relations read source tables (it
-    ingests their versions)."""
-    return command == "ingest" or (command == "run" and config.reads_tables)
+    """Whether ``command`` may create the warehouse: an ingest, or a run whose relations read source tables or
+    landing folders (it ingests them)."""
+    return command == "ingest" or (command == "run" and (config.reads_tables or bool(config.landings)))
 
 
 def _config(config: str | os.PathLike | Mapping | Config | None) -> Config | None:
@@ -469,15 +475,21 @@ def _files(opened: _Opened, rel: Relation, files: list[str], progress: Callable[
 
 
 def _join_pending(opened: _Opened, config: Config, report: Callable, stop: Callable[[], bool], record: Callable[[], None]) -> None:
-    """Ingest the source tables' new versions, then join every pending arrival (unless ``stop`` says so), handing
-    ``report`` each source's result and each batch's; ``record`` records the definition before the first write."""
+    """Ingest the source tables' new versions and the files new in the landing folders, then join every pending
+    arrival (unless ``stop`` says so), handing ``report`` each source's result, each landed file's and each batch's;
+    ``record`` records the definition before the first write."""
+    from pipelines.landing import ingest_landing
     from pipelines.silver import run
     from pipelines.sources import ingest_sources
     from state.lock import INGEST, hold
+    from state.relations import relation
 
-    if config.reads_tables:
+    if config.reads_tables or config.landings:
         record()
-        with hold(opened.warehouse.root, INGEST, wait_seconds=None):  # a source's rows take places in the arrival order
+        with hold(opened.warehouse.root, INGEST, wait_seconds=None):  # new rows take places in the arrival order
             for result in ingest_sources(opened.engine, opened.warehouse, config.relations):
                 report(result)
+            for name, folder in config.landings.items():
+                rel = relation(name, opened.warehouse.relations)
+                ingest_landing(opened.engine, opened.warehouse, rel, folder, None, report, config.relations)
     run(opened.engine, opened.warehouse, config, progress=report, stop=stop, before_writing=record)

@@ -55,7 +55,7 @@ def _parser() -> argparse.ArgumentParser:
     which.add_argument("--side", choices=["r", "s"], help="the same, for a join of r and s (the default relations)")
     ingest.add_argument("files", nargs="*", metavar="FILE", help="ingested in this order, line by line")
     ingest.add_argument("--landing", metavar="DIR", help="instead of FILEs: every new file under DIR (Auto Loader on Databricks)")
-    ingest.add_argument("--checkpoint", metavar="DIR", help="on Databricks, Auto Loader's checkpoint (default: the landing DIR's _lakejoin_checkpoint/NAME)")
+    ingest.add_argument("--checkpoint", metavar="DIR", help="on Databricks, Auto Loader's checkpoint (default: the landing DIR's _lakejoin_checkpoint/WAREHOUSE/NAME)")
 
     run = command("run", "join every pending arrival in micro-batches, then exit (or, with --follow, keep joining)")
     run.add_argument("--max-batch-rows", type=_positive, metavar="N", help="arrivals per micro-batch (config: max_batch_rows)")
@@ -174,34 +174,29 @@ def _on_warehouse(args: argparse.Namespace, given: Config | None) -> int:
 
 
 def _ingest(args: argparse.Namespace, pipeline: Pipeline) -> int:
-    refused: list[IngestResult] = []
-
-    def show(result: IngestResult) -> None:
-        """Each file's outcome as it ends; a refused file on stderr, as an error, and the command goes on."""
-        if result.refused is None:
-            print(result.describe(), flush=True)
-        else:
-            print(f"lakejoin: error: {result.describe()}", file=sys.stderr, flush=True)
-            refused.append(result)
-
     relation = args.relation or args.side
     if args.landing:
-        pipeline.ingest_landing(relation, args.landing, args.checkpoint, progress=show)
+        results = pipeline.ingest_landing(relation, args.landing, args.checkpoint, progress=_print_outcome)
     else:
-        pipeline.ingest(relation, args.files, progress=show)
-    return 2 if refused else 0
+        results = pipeline.ingest(relation, args.files, progress=_print_outcome)
+    return 2 if any(result.refused is not None for result in results) else 0
 
 
 def _run(args: argparse.Namespace, pipeline: Pipeline) -> int:
-    def show(done: BatchReport | SourceResult) -> None:
-        print(done.describe(), flush=True)
-
     follow = (args.trigger or DEFAULT_TRIGGER) if args.follow else None
-    report = pipeline.run(args.max_batch_rows, follow=follow, wait=args.wait, progress=show)
+    report = pipeline.run(args.max_batch_rows, follow=follow, wait=args.wait, progress=_print_outcome)
     if report.interrupted:
         print("stopped before the work under way finished: the next run resumes an unfinished batch", flush=True)
     print(report.describe())
-    return 0
+    return 2 if report.refused else 0
+
+
+def _print_outcome(done: IngestResult | SourceResult | BatchReport) -> None:
+    """Each step's outcome as it ends; a file refused as a whole on stderr, as an error, and the command goes on."""
+    if getattr(done, "refused", None) is not None:
+        print(f"lakejoin: error: {done.describe()}", file=sys.stderr, flush=True)
+    else:
+        print(done.describe(), flush=True)
 
 
 def _status(args: argparse.Namespace, pipeline: Pipeline) -> int:

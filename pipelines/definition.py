@@ -29,8 +29,9 @@ from state.relations import RELATIONS, Relation
 
 # Settings that do not change what gold holds; every other one does, including any added later.
 OPERATIONAL = frozenset({"max_batch_rows", "driver_rows", "engine", "expectations.engine"})
-# Per relation: how a source table's next change commit is met (refused or skipped); what was joined stays.
-OPERATIONAL_PER_RELATION = frozenset({"skip_change_commits"})
+# Per relation: how a source table's next change commit is met (refused or skipped), and where new files are looked
+# for; what was joined stays.
+OPERATIONAL_PER_RELATION = frozenset({"skip_change_commits", "landing"})
 # What bronze was ingested under: a change would give bronze's rows another meaning, which no reset undoes
 # (a relation's source table: bronze points into it; a change feed's rows are changes, not records).
 INGESTED = ("id", "event_time", "table", "changes")

@@ -7,6 +7,7 @@ before, so a discovery replayed after a crash adds nothing twice.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 
 from pyspark.sql import DataFrame
@@ -38,10 +39,16 @@ def ingest_landing(
         report(ingest_or_refuse(engine.spark, engine, warehouse, rel, path, specs, record_refusal=True))
 
     if on_databricks():
-        _auto_loader(engine, landing, checkpoint or os.path.join(landing, "_lakejoin_checkpoint", rel.name), ingest)
+        _auto_loader(engine, landing, checkpoint or default_checkpoint(landing, warehouse, rel), ingest)
         return
     for path in listed(landing):
         ingest(path)
+
+
+def default_checkpoint(landing: str, warehouse: Warehouse, rel: Relation) -> str:
+    """Auto Loader's checkpoint when none is given: in the landing folder, one per warehouse and relation, so that two
+    warehouses fed from one folder (a bundle's dev and prod targets) each find every file."""
+    return os.path.join(landing, "_lakejoin_checkpoint", re.sub(r"[^A-Za-z0-9_.-]+", "_", warehouse.root.strip("/")), rel.name)
 
 
 def listed(landing: str) -> list[str]:

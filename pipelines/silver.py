@@ -80,6 +80,12 @@ class RunReport:
     batches: list[BatchReport]
     interrupted: bool = False  # a follow stopped by a second signal, the batch under way abandoned
     sources: list = field(default_factory=list)  # each source table's ingest (pipelines/sources.py SourceResult)
+    landed: list = field(default_factory=list)  # each file found in a landing folder (pipelines/ingest.py IngestResult)
+
+    @property
+    def refused(self) -> list:
+        """The landing files refused as a whole this run (recorded in quarantine/ingest, not tried again)."""
+        return [result for result in self.landed if result.refused is not None]
 
     @property
     def arrivals(self) -> int:

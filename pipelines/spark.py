@@ -13,7 +13,9 @@ import logging
 import os
 import re
 import shutil
+import socket
 import subprocess
+import warnings
 
 from pyspark.logger import PySparkLogger
 from pyspark.sql import SparkSession
@@ -116,7 +118,7 @@ def get_spark(
         _quiet_python_loggers()
     remote = remote or os.environ.get(REMOTE)
     if remote:
-        return connect(remote)
+        return connect(remote, verbose)
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
@@ -134,16 +136,84 @@ def get_spark(
     return builder.getOrCreate()
 
 
-def connect(url: str) -> SparkSession:
-    """A Spark Connect session on the server at ``url``; one line naming the server when it cannot be reached."""
+# How long lakejoin waits for a Spark Connect server's port to accept a connection before calling it unreachable.
+CONNECT_SECONDS = 10.0
+
+
+def connect(url: str, verbose: bool = False) -> SparkSession:
+    """A Spark Connect session on the server at ``url``, or one line naming the server within about 20 seconds when
+    nothing there answers: Spark Connect's own client retries an unreachable server for ten minutes or more. Only the
+    first call is hurried: a server that answers slowly, or asks to be called back (a cluster starting), is waited
+    for, and later calls keep Spark Connect's retries. gRPC's own log says only errors unless ``verbose``."""
     from pyspark.errors import PySparkException
 
+    if not verbose:
+        os.environ.setdefault("GRPC_VERBOSITY", "ERROR")  # read when gRPC loads, below
+    shown = _without_secrets(url)
     try:
-        spark = SparkSession.builder.remote(url).getOrCreate()
-        spark.sql("SELECT 1").collect()  # the first call reaches the server
+        from pyspark.sql.connect.client.core import DefaultChannelBuilder
+
+        address = DefaultChannelBuilder(url)
     except ImportError as exc:
         raise LakejoinError(f"Spark Connect needs its client libraries: pip install 'pyspark[connect]' ({exc})") from None
     except (PySparkException, ValueError) as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise LakejoinError(f"cannot reach the Spark Connect server at {url}: {first}") from None
+        raise LakejoinError(f"{shown} is not a Spark Connect URL ({_first_line(exc)}): give one as sc://host:15002") from None
+    _require_listening(address.url.hostname or "", address.url.port or DefaultChannelBuilder.default_port(), shown)
+    spark = SparkSession.builder.remote(url).getOrCreate()
+    client = spark.client
+    patient = client.get_retry_policies()
+    client.set_retry_policies(_first_call_policies())
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # PySpark warns "[RETRIES_EXCEEDED]" before raising: the error says it
+            spark.version  # the first call: one round trip, whose failure nothing inside PySpark swallows
+    except (PySparkException, ValueError) as exc:
+        client.close()  # else Python's exit calls the server again, with the ten-minute retries
+        raise LakejoinError(f"cannot reach the Spark Connect server at {shown}: {_grpc_details(exc)}") from None
+    client.set_retry_policies(patient)
     return spark
+
+
+def _require_listening(host: str, port: int, shown: str) -> None:
+    """Refuse at once an address where nothing accepts connections (a closed port, a host that drops them, a name
+    that does not resolve). Behind a proxy the server is reached through it, so only gRPC can tell."""
+    if any(os.environ.get(name) for name in ("grpc_proxy", "https_proxy", "HTTPS_PROXY")):
+        return
+    try:
+        socket.create_connection((host.strip("[]"), port), timeout=CONNECT_SECONDS).close()
+    except TimeoutError:
+        raise LakejoinError(f"cannot reach the Spark Connect server at {shown}: no answer in {CONNECT_SECONDS:g} s; check the host and port") from None
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise LakejoinError(f"cannot reach the Spark Connect server at {shown}: {reason}; check the host and port, and that the server runs") from None
+
+
+def _first_call_policies() -> list:
+    """Retries for the first call: a server's own request to wait (it answered) is honoured as Spark Connect does; no
+    answer at all is tried four more times, about 8 s in all."""
+    from pyspark.sql.connect.client.retries import DefaultPolicy, extract_retry_info
+
+    class ServerAskedToWait(DefaultPolicy):
+        def can_retry(self, e: BaseException) -> bool:
+            return extract_retry_info(e) is not None
+
+    class NoAnswer(DefaultPolicy):
+        def __init__(self) -> None:
+            super().__init__(max_retries=4, initial_backoff=500, backoff_multiplier=2.0, max_backoff=4000, jitter=0, recognize_server_retry_delay=False)
+
+    return [ServerAskedToWait(), NoAnswer()]
+
+
+def _without_secrets(url: str) -> str:
+    """``url`` as it may be printed: a token in its parameters (Databricks Connect's ``;token=``) masked."""
+    return re.sub(r"(;\s*token=)[^;]*", r"\1…", url, flags=re.I)
+
+
+def _grpc_details(exc: BaseException) -> str:
+    """What gRPC said went wrong (its ``details``), not the multi-line dump PySpark's message is."""
+    found = re.search(r'details = "([^"]*)"', str(exc))
+    return found.group(1) if found else _first_line(exc)
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

@@ -208,6 +208,11 @@ class Config:
         return any(spec.table is not None for spec in self.relations.values())  # type: ignore[union-attr] - normalised
 
     @property
+    def landings(self) -> dict[str, str]:
+        """Each relation with a landing folder, by name: ``run`` ingests what landed there before it joins."""
+        return {name: spec.landing for name, spec in self.relations.items() if spec.landing is not None}  # type: ignore[union-attr] - normalised
+
+    @property
     def quality(self) -> Expectations:
         return self.expectations  # type: ignore[return-value] - normalised in __post_init__
 

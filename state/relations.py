@@ -130,6 +130,14 @@ class RelationSpec:
         unset="never idle",
         example="15 minutes",
     )
+    landing: str | None = setting(
+        None,
+        doc="A folder where the relation's raw files land (a Unity Catalog Volume on Databricks). Every `lakejoin run` "
+        "first ingests the files new there, as `lakejoin ingest --landing` does: Auto Loader on Databricks, with its "
+        "checkpoint in the folder's `_lakejoin_checkpoint`, one per warehouse; a listing elsewhere.",
+        unset="files are given to `lakejoin ingest`",
+        example="/Volumes/main/lakejoin/landing/orders",
+    )
 
     @classmethod
     def default(cls) -> RelationSpec:
@@ -175,7 +183,12 @@ class RelationSpec:
                         f"(Delta cannot store whitespace or ' ,;{{}}()=' in a name): use {storable(column, 0)!r}"
                     )
         idle = None if raw.get("idle_after") is None else _seconds(raw["idle_after"], f"relations.{name}.idle_after")
-        return cls(tuple(ids), raw.get("event_time", "ts"), dict(columns), tuple(required), table, skip, changes, idle)
+        landing = raw.get("landing")
+        if landing is not None and (not isinstance(landing, str) or not landing.strip()):
+            raise LakejoinError(f"config: relations.{name}.landing must be a folder's path, got {landing!r}")
+        if landing is not None and table is not None:
+            raise LakejoinError(f"config: relations.{name} reads table {table} in place and takes no files: remove its landing or its table")
+        return cls(tuple(ids), raw.get("event_time", "ts"), dict(columns), tuple(required), table, skip, changes, idle, landing)
 
     @property
     def record_columns(self) -> list[str]:
@@ -190,6 +203,8 @@ class RelationSpec:
             settings["changes"] = self.changes.settings()
         if self.idle_after is not None:
             settings["idle_after"] = describe_span(timedelta(seconds=self.idle_after))
+        if self.landing is not None:
+            settings["landing"] = self.landing
         return settings if self.table is None else {**settings, "table": self.table, "skip_change_commits": self.skip_change_commits}
 
 

@@ -1,9 +1,12 @@
 """The Databricks bundle, checked offline: it parses, every job validates against ``databricks-bundles``'
-models, every task calls a real ``lakejoin`` command, crons are valid, nothing names a workspace or a secret."""
+models, every task calls a real ``lakejoin`` command with the config and names no relation, crons are valid, nothing
+names a workspace or a secret; and the join job's own command, run here on a config of other relations' names,
+ingests their landing folders and joins them."""
 
 from __future__ import annotations
 
 import glob
+import json
 import os
 import re
 import tomllib
@@ -68,7 +71,7 @@ def test_every_include_glob_matches_a_file(bundle):
 
 def test_every_job_validates_against_the_databricks_bundles_models(bundle):
     found = jobs(bundle)
-    assert set(found) == {"lakejoin_ingest", "lakejoin_join", "lakejoin_validate", "lakejoin_maintenance", "lakejoin_join_tables", "lakejoin_join_follow"}
+    assert set(found) == {"lakejoin_join", "lakejoin_validate", "lakejoin_maintenance", "lakejoin_join_follow"}
     for key, (_, job) in found.items():
         Job.from_dict(resolved(job, defaults(bundle)))  # raises on an unknown field or a missing required one
 
@@ -91,11 +94,11 @@ def test_every_task_runs_a_real_lakejoin_command_from_the_wheel(bundle):
             assert wheel_task["entry_point"] in project["scripts"]
             arguments = _parser().parse_args(wheel_task["parameters"])  # exits (SystemExit) on a bad argument
             commands.add(arguments.command)
-            assert arguments.warehouse in ("main.lakejoin", "main.lakejoin_tables")  # catalog.schema: a Unity Catalog warehouse
+            assert arguments.warehouse == "main.lakejoin"  # catalog.schema: a Unity Catalog warehouse
             for library in task["libraries"]:
                 wheel = os.path.normpath(os.path.join(os.path.dirname(path), library["whl"]))
                 assert wheel == os.path.join(REPO, "dist", "*.whl")  # where the artifact's build puts it
-    assert commands == {"ingest", "run", "validate", "maintain"}
+    assert commands == {"run", "validate", "maintain"}
     assert bundle["artifacts"]["lakejoin_wheel"]["type"] == "whl"
 
 
@@ -160,3 +163,52 @@ def test_no_workspace_url_or_secret_is_hard_coded(bundle):
         with open(path, encoding="utf-8") as handle:
             text = "\n".join(line.split("#")[0] for line in handle)  # comments may explain, not configure
         assert not forbidden.search(text), (path, forbidden.search(text))
+
+
+def task_parameters(bundle: dict[str, Any], key: str, **variables: str) -> list[str]:
+    """The parameters of job ``key``'s task as ``bundle deploy`` would pass them, with ``variables`` set (``-t`` a
+    target, ``--var name=value``)."""
+    (task,) = resolved(jobs(bundle)[key][1], {**defaults(bundle), **variables})["tasks"]
+    return task["python_wheel_task"]["parameters"]
+
+
+def test_every_task_takes_the_config_and_names_no_relation_and_no_batch_size(bundle):
+    for key in jobs(bundle):
+        arguments = _parser().parse_args(task_parameters(bundle, key))
+        assert arguments.config == defaults(bundle)["config"], key
+        assert getattr(arguments, "relation", None) is None and getattr(arguments, "side", None) is None, key
+        assert getattr(arguments, "max_batch_rows", None) is None, key  # the config's max_batch_rows rules
+
+
+def test_the_join_job_ingests_and_joins_a_config_s_own_relations_from_their_landing_folders(bundle, spark, tmp_path):
+    """The bundle follows the config: relations named orders and payments, each with its landing folder, joined by
+    the join job's exact command (the variables pointed here), run after run."""
+    from pipelines.cli import main
+    from state.engines.deltars import DeltaRsReader
+
+    landing = {name: tmp_path / "landing" / name for name in ("orders", "payments")}
+    for folder in landing.values():
+        folder.mkdir(parents=True)
+    config = tmp_path / "pipeline.yml"
+    config.write_text(yaml.safe_dump({
+        "relations": {
+            "orders": {"id": "order_id", "event_time": "placed", "landing": str(landing["orders"])},
+            "payments": {"id": "payment_id", "event_time": "paid", "landing": str(landing["payments"])},
+        },
+        "predicate": "orders.customer = payments.customer",
+        "engine": "delta-rs",
+    }))
+
+    def land(name: str, file: str, rows: list[dict]) -> None:
+        (landing[name] / file).write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+    land("orders", "o1.jsonl", [{"order_id": f"o{i}", "placed": i, "customer": f"c{i % 2}"} for i in range(4)])
+    land("payments", "p1.jsonl", [{"payment_id": "p0", "paid": 5, "customer": "c0"}])
+    warehouse = tmp_path / "wh"
+    parameters = task_parameters(bundle, "lakejoin_join", config=str(config))
+    parameters[parameters.index("--warehouse") + 1] = str(warehouse)  # catalog.schema here is a folder
+    assert main(parameters) == 0
+    land("payments", "p2.jsonl", [{"payment_id": "p1", "paid": 6, "customer": "c1"}])
+    assert main(parameters) == 0
+    gold = DeltaRsReader().rows(str(warehouse / "gold" / "join_results")).to_pylist()
+    assert sorted((row["orders_order_id"], row["payments_payment_id"]) for row in gold) == [("o0", "p0"), ("o1", "p1"), ("o2", "p0"), ("o3", "p1")]

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from collections import Counter
 
 import pytest
 
 from pipelines.api import _path_of
-from pipelines.landing import ingest_landing, listed
+from pipelines.landing import default_checkpoint, ingest_landing, listed
 from pipelines.maintain import maintain
 from state.checks import require_engine_for
+from state.config import config_from
 from state.errors import LakejoinError
 from state.layout import Warehouse, is_table_name
 from state.lock import is_local
@@ -70,6 +73,56 @@ def test_landing_ingest_takes_every_new_file_once_in_name_order(deltars, tmp_pat
     again = []
     ingest_landing(deltars, pipeline.warehouse, R, str(landing), None, again.append)
     assert sum(result.landed for result in again) == 0
+
+
+def landing_config(tmp_path, **landings: str) -> str:
+    """A config whose relations r and s land their files in the folders given, written beside the warehouse."""
+    relations = {name: {"landing": folder} for name, folder in landings.items()}
+    path = tmp_path / "pipeline.yml"
+    path.write_text(json.dumps({"relations": {"r": {}, "s": {}} | relations, "engine": "delta-rs"}))  # JSON is YAML
+    return str(path)
+
+
+def test_run_ingests_every_landing_folder_of_the_config_and_a_refused_file_exits_2_once(spark, tmp_path, capsys):
+    from pipelines.cli import main
+
+    folders = {name: tmp_path / "landing" / name for name in ("r", "s")}
+    for folder in folders.values():
+        folder.mkdir(parents=True)
+    (folders["r"] / "a.jsonl").write_text('{"id": "r1", "ts": 1, "key": "a"}\n')
+    (folders["s"] / "a.jsonl").write_text('{"id": "s1", "ts": 2, "key": "a"}\n')
+    (folders["s"] / "b.parquet").write_text("not parquet")
+    run = ["run", "--warehouse", str(tmp_path / "wh"), "--config", landing_config(tmp_path, r=str(folders["r"]), s=str(folders["s"]))]
+    assert main(run) == 2
+    out, err = capsys.readouterr()
+    assert "1 pairs" in out.splitlines()[-1]
+    assert err.count("\n") == 1 and err.startswith("lakejoin: error: ") and "b.parquet" in err and "not tried again" in err
+    moved = tmp_path / "landing" / "r2"
+    moved.mkdir()
+    (moved / "c.jsonl").write_text('{"id": "r2", "ts": 3, "key": "a"}\n')
+    run[-1] = landing_config(tmp_path, r=str(moved), s=str(folders["s"]))  # a landing folder changes freely
+    assert main(run) == 0
+    out, err = capsys.readouterr()
+    assert "refused before" in out and err == "" and "1 batches: 1 arrivals, 1 pairs" in out
+
+
+def test_auto_loader_keeps_one_checkpoint_per_warehouse_in_the_landing_folder():
+    dev, prod = (default_checkpoint("/Volumes/main/lakejoin/landing/r", Warehouse(root), R) for root in ("main.lakejoin_dev", "main.lakejoin"))
+    assert dev == "/Volumes/main/lakejoin/landing/r/_lakejoin_checkpoint/main.lakejoin_dev/r"
+    assert prod == "/Volumes/main/lakejoin/landing/r/_lakejoin_checkpoint/main.lakejoin/r"
+
+
+@pytest.mark.parametrize(
+    "relation, error",
+    [
+        ({"landing": ""}, "relations.r.landing must be a folder's path"),
+        ({"landing": ["/a"]}, "relations.r.landing must be a folder's path"),
+        ({"landing": "/a", "table": "/t"}, "relations.r reads table /t in place and takes no files: remove its landing or its table"),
+    ],
+)
+def test_a_bad_landing_setting_is_refused_in_one_line(relation, error):
+    with pytest.raises(LakejoinError, match=re.escape(error)):
+        config_from({"relations": {"r": relation, "s": {}}}, "config")
 
 
 def test_maintenance_compacts_every_table_and_the_next_run_joins_as_before(engine, tmp_path):
