@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 FLINK_VENV := .venv-flink
 FLINK_STAMP := $(FLINK_VENV)/.installed
 
-.PHONY: demo test bench-state bench-dq bench-peers bench-peers-bounded bench-engines bench-memory bench-commit bench-sources bench-floors bench-nway bench-final bench-api bench-connect bench-changes bench-idle
+.PHONY: demo test bench-state bench-dq bench-peers bench-peers-bounded bench-engines bench-memory bench-commit bench-sources bench-floors bench-nway bench-final bench-api bench-connect bench-changes bench-idle bench-sizing bench-backlog
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is required: install it, or pass PYTHON=/path/to/python3.11"; exit 1; }
@@ -74,6 +74,21 @@ bench-changes: $(STAMP)
 
 bench-idle: $(STAMP)
 	$(VENV)/bin/python -m benchmarks.idle
+
+# One engine per process: delta-rs without Delta's jars, then Delta on Spark with them when ../shared/delta-jars exists
+bench-sizing: $(STAMP)
+	env -u LAKEJOIN_DELTA_JARS $(VENV)/bin/python -m benchmarks.sizing
+	if [ -d ../shared/delta-jars ]; then \
+		LAKEJOIN_DELTA_JARS=$(abspath ../shared/delta-jars) $(VENV)/bin/python -m benchmarks.sizing --engine spark; \
+	else echo "bench-sizing: Delta on Spark skipped, ../shared/delta-jars does not exist"; fi
+
+# A day's backlog drained by one scheduled run, against Structured Streaming: delta-rs, then Delta on Spark when
+# ../shared/delta-jars exists. BATCH=all (or a number) sets lakejoin's max_batch_rows instead of its default.
+bench-backlog: $(STAMP)
+	env -u LAKEJOIN_DELTA_JARS $(VENV)/bin/python -m benchmarks.backlog $(if $(BATCH),--max-batch-rows $(BATCH))
+	if [ -d ../shared/delta-jars ]; then \
+		LAKEJOIN_DELTA_JARS=$(abspath ../shared/delta-jars) $(VENV)/bin/python -m benchmarks.backlog --engine spark $(if $(BATCH),--max-batch-rows $(BATCH)); \
+	else echo "bench-backlog: Delta on Spark skipped, ../shared/delta-jars does not exist"; fi
 
 # REMOTE: a running Spark Connect server with Delta (docs/running.md starts one), e.g. make bench-connect REMOTE=sc://127.0.0.1:15002
 bench-connect: $(STAMP)

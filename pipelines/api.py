@@ -478,18 +478,20 @@ def _join_pending(opened: _Opened, config: Config, report: Callable, stop: Calla
     """Ingest the source tables' new versions and the files new in the landing folders, then join every pending
     arrival (unless ``stop`` says so), handing ``report`` each source's result, each landed file's and each batch's;
     ``record`` records the definition before the first write."""
-    from pipelines.landing import ingest_landing
+    from pipelines.landing import ingest_landing, require_landing
     from pipelines.silver import run
     from pipelines.sources import ingest_sources
     from state.lock import INGEST, hold
     from state.relations import relation
 
-    if config.reads_tables or config.landings:
+    landings = {relation(name, opened.warehouse.relations): folder for name, folder in config.landings.items()}
+    for rel, folder in landings.items():
+        require_landing(folder, rel)  # before the definition is recorded: a refused run writes nothing
+    if config.reads_tables or landings:
         record()
         with hold(opened.warehouse.root, INGEST, wait_seconds=None):  # new rows take places in the arrival order
             for result in ingest_sources(opened.engine, opened.warehouse, config.relations):
                 report(result)
-            for name, folder in config.landings.items():
-                rel = relation(name, opened.warehouse.relations)
+            for rel, folder in landings.items():
                 ingest_landing(opened.engine, opened.warehouse, rel, folder, None, report, config.relations)
     run(opened.engine, opened.warehouse, config, progress=report, stop=stop, before_writing=record)

@@ -15,6 +15,7 @@ from pyspark.sql import DataFrame
 from pipelines.ingest import IngestResult, ingest_or_refuse
 from pipelines.parse import FORMATS
 from state.engines import DeltaEngine
+from state.errors import LakejoinError
 from state.layout import Warehouse
 from state.relations import Relation, RelationSpec
 
@@ -35,6 +36,8 @@ def ingest_landing(
     """Ingest every file under ``landing`` not ingested yet, in name order within each discovery. A file refused
     as a whole is recorded in quarantine/ingest, reported, and not tried again; the next file goes on."""
 
+    require_landing(landing, rel)
+
     def ingest(path: str) -> None:
         report(ingest_or_refuse(engine.spark, engine, warehouse, rel, path, specs, record_refusal=True))
 
@@ -43,6 +46,12 @@ def ingest_landing(
         return
     for path in listed(landing):
         ingest(path)
+
+
+def require_landing(landing: str, rel: Relation) -> None:
+    """Refuse a landing folder that is not there: a mistyped path would otherwise ingest nothing, run after run."""
+    if not os.path.isdir(landing):
+        raise LakejoinError(f"{rel.name}'s landing folder {landing} does not exist: create it, or correct the path (config relations.{rel.name}.landing, or --landing)")
 
 
 def default_checkpoint(landing: str, warehouse: Warehouse, rel: Relation) -> str:

@@ -129,15 +129,18 @@ def test_the_cron_checker_rejects_bad_expressions():
     assert not quartz_valid("0 61 * * * ?") and not quartz_valid("0 0 4 * * *")
 
 
-def test_every_schedule_is_a_valid_quartz_cron_and_paused_outside_prod(bundle):
+def test_every_schedule_is_a_valid_quartz_cron_paused_until_the_schedules_variable_unpauses_it(bundle):
+    """Deploying starts nothing: the checklist runs the join once, then deploys with --var="schedules=UNPAUSED"."""
     scheduled = {key for key, (_, job) in jobs(bundle).items() if "schedule" in job}
+    assert scheduled == {"lakejoin_join", "lakejoin_validate", "lakejoin_maintenance"}
     for key in scheduled:
-        schedule = resolved(jobs(bundle)[key][1], defaults(bundle))["schedule"]
-        assert quartz_valid(schedule["quartz_cron_expression"]), schedule
-        assert schedule["pause_status"] == "PAUSED"
-    assert bundle["targets"]["dev"]["mode"] == "development"
-    unpaused = bundle["targets"]["prod"]["resources"]["jobs"]
-    assert set(unpaused) == scheduled and all(job["schedule"]["pause_status"] == "UNPAUSED" for job in unpaused.values())
+        assert jobs(bundle)[key][1]["schedule"]["pause_status"] == "${var.schedules}"
+        for pause in ("PAUSED", "UNPAUSED"):
+            schedule = resolved(jobs(bundle)[key][1], {**defaults(bundle), "schedules": pause})["schedule"]
+            assert quartz_valid(schedule["quartz_cron_expression"]), schedule
+            Job.from_dict(resolved(jobs(bundle)[key][1], {**defaults(bundle), "schedules": pause}))
+    assert defaults(bundle)["schedules"] == "PAUSED"
+    assert bundle["targets"]["dev"]["mode"] == "development" and bundle["targets"]["prod"] == {"mode": "production"}
 
 
 def test_the_following_join_is_a_paused_continuous_job_that_runs_on_the_scheduled_join_s_warehouse(bundle):

@@ -93,3 +93,66 @@ def test_a_port_that_is_no_spark_connect_server_is_refused_within_the_deadline_a
 def test_a_url_that_is_not_spark_connect_s_is_refused_before_anything_is_tried(tmp_path):
     lines, _ = refused(tmp_path, "run", "--warehouse", "wh", "--remote", "http://127.0.0.1:15002")
     assert len(lines) == 1 and lines[0].startswith("lakejoin: error: http://127.0.0.1:15002 is not a Spark Connect URL (")
+
+
+def unavailable(retry_after_ms: int | None = None) -> BaseException:
+    """A gRPC UNAVAILABLE error, as Spark Connect's client sees one: from a server that answered asking to be called
+    back after ``retry_after_ms`` (its RetryInfo), or, without it, from an address where nothing answered."""
+    import grpc
+    from google.protobuf import any_pb2, duration_pb2
+    from google.rpc import error_details_pb2, status_pb2
+
+    status = status_pb2.Status(code=grpc.StatusCode.UNAVAILABLE.value[0], message="unavailable")
+    if retry_after_ms is not None:
+        detail = any_pb2.Any()
+        detail.Pack(error_details_pb2.RetryInfo(retry_delay=duration_pb2.Duration(seconds=retry_after_ms // 1000)))
+        status.details.append(detail)
+
+    class Unavailable(grpc.RpcError, grpc.Call):
+        def code(self) -> grpc.StatusCode:
+            return grpc.StatusCode.UNAVAILABLE
+
+        def details(self) -> str:
+            return status.message
+
+        def trailing_metadata(self) -> tuple:
+            return (("grpc-status-details-bin", status.SerializeToString()),)
+
+        def initial_metadata(self) -> tuple:
+            return ()
+
+        def is_active(self) -> bool:
+            return False
+
+        def time_remaining(self) -> None:
+            return None
+
+        def cancel(self) -> bool:
+            return False
+
+        def add_callback(self, callback: object) -> bool:
+            return False
+
+    return Unavailable()
+
+
+def waited(error: BaseException) -> float:
+    """The seconds the first call's retries sleep on ``error`` before giving up (nothing is slept here)."""
+    import warnings
+
+    from pyspark.sql.connect.client.retries import Retrying
+
+    from pipelines.spark import _first_call_policies
+
+    sleeps: list[float] = []
+    with warnings.catch_warnings(), pytest.raises(type(error)):
+        warnings.simplefilter("ignore")
+        for attempt in Retrying(_first_call_policies(), sleep=sleeps.append):
+            with attempt:
+                raise error
+    return sum(sleeps)
+
+
+def test_the_first_call_gives_up_on_no_answer_in_seconds_but_waits_for_a_server_that_asks_to_be_called_back():
+    assert 5 < waited(unavailable()) < 10
+    assert waited(unavailable(retry_after_ms=30_000)) > 10 * 60  # Spark Connect's own patience, as for every later call

@@ -106,6 +106,20 @@ def test_run_ingests_every_landing_folder_of_the_config_and_a_refused_file_exits
     assert "refused before" in out and err == "" and "1 batches: 1 arrivals, 1 pairs" in out
 
 
+def test_a_landing_folder_that_is_not_there_is_refused_in_one_line_before_anything_is_written(spark, tmp_path, capsys):
+    from pipelines.cli import main
+
+    (tmp_path / "r").mkdir()
+    warehouse = tmp_path / "wh"
+    run = ["run", "--warehouse", str(warehouse), "--config", landing_config(tmp_path, r=str(tmp_path / "r"), s=str(tmp_path / "typo"))]
+    assert main(run) == 2
+    assert capsys.readouterr().err == (
+        f"lakejoin: error: s's landing folder {tmp_path / 'typo'} does not exist: create it, or correct the path "
+        "(config relations.s.landing, or --landing)\n"
+    )
+    assert not (warehouse / "silver").exists() and not (warehouse / "bronze").exists()
+
+
 def test_auto_loader_keeps_one_checkpoint_per_warehouse_in_the_landing_folder():
     dev, prod = (default_checkpoint("/Volumes/main/lakejoin/landing/r", Warehouse(root), R) for root in ("main.lakejoin_dev", "main.lakejoin"))
     assert dev == "/Volumes/main/lakejoin/landing/r/_lakejoin_checkpoint/main.lakejoin_dev/r"

@@ -1,0 +1,167 @@
+"""A scheduled job draining a backlog: lakejoin against Structured Streaming and the one-shot join, in one session.
+
+A day's arrivals have landed out of order as Parquet files, ``--files`` per relation (default 25 of 20,000 records
+each: 500,000 records per relation), in two landing folders. Each system drains them once:
+
+1. lakejoin with its **defaults** (``--route landing``: one ``lakejoin run`` whose config names the landing folders,
+   the scheduled job of the Databricks bundle, which ingests each file, then joins; ``--route ingest``:
+   ``Pipeline.ingest`` of each relation's files, then ``Pipeline.run``), on ``--engine`` delta-rs or Delta on Spark,
+   or with ``--max-batch-rows`` (``all``: the whole backlog in one batch);
+2. Structured Streaming with its default trigger sizes (``availableNow``, a stream-stream inner join on the same
+   predicate, RocksDB state): on delta-rs the file streams into Parquet (files → join); on Delta on Spark what a
+   Databricks user builds, the files streamed into two bronze Delta tables and those joined into a gold Delta table
+   (files → bronze Delta → join → gold Delta), its bronze timed as lakejoin's is;
+3. the one-shot batch join of all files (the floor of the work).
+
+Every system's pairs are checked against the one-shot join's. Prints one table with the ratios; writes a JSON.
+
+    .venv/bin/python -m benchmarks.backlog [--engine delta-rs|spark] [--files 25] [--file-rows 20000] [--max-batch-rows N|all]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from benchmarks.peers import RELATIONS, SCHEMA, Measured, landed_batches, one_shot, phase_medians, same_pairs, _stream_join
+from benchmarks.report import write_json
+from pipelines.api import Pipeline
+from pipelines.demo import DemoOptions
+from pipelines.spark import get_spark
+from state.engines import session_has_delta
+
+
+def landed_backlog(files: int, file_rows: int, root: str) -> tuple[int, list[dict[str, str]], dict[str, str]]:
+    """The backlog landed under ``root``: its records per relation, its files (one per relation at a time, in arrival
+    order) and the relations' landing folders."""
+    rows = files * file_rows
+    options = DemoOptions(rows=rows, keys=rows // 4, skew=0.0, disorder=2_000, seed=7)
+    batches = landed_batches(options, file_rows, os.path.join(root, "landing"))
+    return rows, batches, {rel.name: os.path.dirname(batches[0][rel.name]) for rel in RELATIONS}
+
+
+def median_of(rounds: list[Measured]) -> tuple[Measured, dict[str, object]]:
+    """The round of median total, and every round's total with their median."""
+    totals = [measured.total_s for measured in rounds]
+    return sorted(rounds, key=lambda measured: measured.total_s)[len(rounds) // 2], {"total_s_rounds": totals, "total_s": statistics.median(totals)}
+
+
+def run_lakejoin(spark: SparkSession, folders: dict[str, str], workdir: str, engine: str, route: str, max_batch_rows: int | None) -> Measured:
+    """One scheduled run of lakejoin (its defaults unless ``max_batch_rows``); the ingest of the files (the run's time
+    outside its batches, on the landing route) and the batches' phases kept for the report."""
+    root = os.path.join(workdir, "lakejoin")
+    landing = route == "landing"
+    relations = {name: ({"landing": folder} if landing else {}) | {"required": ["key"]} for name, folder in folders.items()}
+    started = time.perf_counter()
+    pipeline = Pipeline(root, config={"relations": relations, "engine": engine}, spark=spark)
+    if not landing:
+        for name, folder in folders.items():
+            pipeline.ingest(name, sorted(os.path.join(folder, file) for file in os.listdir(folder)))
+    ingested = time.perf_counter()
+    report = pipeline.run(max_batch_rows)
+    measured = Measured(time.perf_counter() - started, [batch.seconds for batch in report.batches])
+    landing_s = time.perf_counter() - ingested - sum(measured.batch_s) if landing else ingested - started
+    measured.phases = [{"ingest": landing_s}, phase_medians([batch.phases for batch in report.batches])]
+    measured.pairs = pipeline.table("gold").select("r_id", "s_id")
+    return measured
+
+
+def run_streams(spark: SparkSession, folders: dict[str, str], workdir: str, predicate: str, delta: bool) -> Measured:
+    """Structured Streaming with its default trigger sizes: the file streams joined into Parquet, or (``delta``) first
+    streamed into bronze Delta tables, timed, then those joined into a Delta table."""
+    started = time.perf_counter()
+    if not delta:
+        streams = {rel: spark.readStream.schema(SCHEMA).parquet(folders[rel.name]) for rel in RELATIONS}
+        return _stream_join(spark, streams, workdir, predicate, "parquet", None)
+    for rel in RELATIONS:
+        bronze = os.path.join(workdir, "bronze", rel.name)
+        query = (
+            spark.readStream.schema(SCHEMA).parquet(folders[rel.name]).writeStream.format("delta")
+            .option("checkpointLocation", os.path.join(workdir, "bronze-checkpoint", rel.name)).trigger(availableNow=True).start(bronze)
+        )
+        query.awaitTermination()
+    bronze_s = time.perf_counter() - started
+    streams = {rel: spark.readStream.format("delta").load(os.path.join(workdir, "bronze", rel.name)) for rel in RELATIONS}
+    measured = _stream_join(spark, streams, workdir, predicate, "delta", None)
+    measured.total_s += bronze_s
+    measured.phases = [{"bronze": bronze_s}]
+    return measured
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--engine", choices=["delta-rs", "spark"], default="delta-rs", help="lakejoin's Delta engine (spark needs LAKEJOIN_DELTA_JARS)")
+    parser.add_argument("--files", type=int, default=25, help="Parquet files per relation (default 25)")
+    parser.add_argument("--file-rows", type=int, default=20_000, help="records per file (default 20000)")
+    parser.add_argument("--route", choices=["landing", "ingest"], default="landing", help="landing folders in the config (default), or ingest then run")
+    parser.add_argument("--max-batch-rows", help="lakejoin's batch size: arrivals per batch, or 'all' (default: the config's default)")
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--driver-memory", default="4g", help="the Spark driver's heap (default 4g, lakejoin's local default)")
+    parser.add_argument("--systems", default="lakejoin,structured-streaming,one-shot", help="comma-separated systems to run (default all)")
+    parser.add_argument("--out", help="default benchmarks/results/backlog[_spark].json")
+    args = parser.parse_args()
+    args.out = args.out or f"benchmarks/results/backlog{'' if args.engine == 'delta-rs' else '_spark'}.json"
+
+    root = tempfile.mkdtemp(prefix="lakejoin-backlog-")
+    rows, batches, folders = landed_backlog(args.files, args.file_rows, root)
+    max_batch_rows = None if args.max_batch_rows is None else 2 * rows if args.max_batch_rows == "all" else int(args.max_batch_rows)
+    spark = get_spark(conf={"spark.driver.memory": args.driver_memory})
+    if args.engine == "spark" and not session_has_delta(spark):
+        raise SystemExit("--engine spark needs Delta on Spark: set LAKEJOIN_DELTA_JARS to Delta's jars")
+    predicate = "r.key = s.key"
+    delta = args.engine == "spark"
+    every: dict[str, Callable[[str], Measured]] = {
+        "lakejoin": lambda workdir: run_lakejoin(spark, folders, workdir, args.engine, args.route, max_batch_rows),
+        "structured-streaming": lambda workdir: run_streams(spark, folders, workdir, predicate, delta),
+        "one-shot": lambda workdir: one_shot(spark, batches, workdir, predicate),
+    }
+    systems = {name: system for name, system in every.items() if name in args.systems.split(",") or name == "one-shot"}  # the reference
+    warm = tempfile.mkdtemp(dir=root)  # the session's first jobs, once, in no system's time
+    one_shot(spark, batches[:1], warm, predicate)
+    rounds: dict[str, list[Measured]] = {name: [] for name in systems}
+    for number in range(args.rounds):
+        for name, system in systems.items():
+            rounds[name].append(system(tempfile.mkdtemp(dir=root)))
+            print(f"round {number + 1}: {name} {rounds[name][-1].total_s:.1f} s", flush=True)
+    reference: DataFrame = rounds["one-shot"][-1].pairs  # type: ignore[assignment] - every system sets its pairs
+    pairs = reference.count()
+    figures = {}
+    for name, measured in rounds.items():
+        median_round, totals = median_of(measured)
+        figures[name] = {
+            **totals,
+            "batches": len(median_round.batch_s) or None,
+            "phases": median_round.phases,
+            "same_pairs_as_one_shot": same_pairs(median_round.pairs, reference),  # type: ignore[arg-type]
+        }
+    lakejoin = figures.get("lakejoin", {}).get("total_s")
+    ratios = {f"lakejoin_over_{name.replace('-', '_')}": lakejoin / figures[name]["total_s"] for name in ("structured-streaming", "one-shot") if lakejoin and name in figures}
+    streams = "files -> bronze Delta -> join -> gold Delta" if delta else "files -> join"
+    print(f"\nbacklog: {rows:,} records per relation in {args.files} Parquet files each, {pairs:,} pairs; lakejoin on {args.engine} "
+          f"({args.route} route, max_batch_rows {max_batch_rows or 'default'}), Structured Streaming {streams}; {args.rounds} round(s), medians")
+    print(f"{'system':<22} {'total s':>8} {'batches':>8}  same pairs")
+    for name, row in figures.items():
+        print(f"{name:<22} {row['total_s']:>8.1f} {row['batches'] or '-':>8}  {'yes' if row['same_pairs_as_one_shot'] else 'NO'}")
+    print("; ".join(f"{name.replace('_', ' ')}: {ratio:.2f}" for name, ratio in ratios.items()))
+    if lakejoin:
+        print(f"lakejoin: {lakejoin / (2 * rows / 1e6):.1f} s per million records")
+    if "lakejoin" in figures:
+        ingest, per_batch = figures["lakejoin"]["phases"]
+        print(f"lakejoin: ingest of the files {ingest['ingest']:.1f} s; a batch by phase, medians (s; writes overlap): "
+              + ", ".join(f"{name} {seconds:.2f}" for name, seconds in sorted(per_batch.items(), key=lambda item: -item[1])))
+    write_json(args.out, {"config": vars(args), "pairs": pairs, "systems": figures, "ratios": ratios})
+    print(f"written: {args.out}")
+    spark.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
