@@ -75,20 +75,18 @@ bench-changes: $(STAMP)
 bench-idle: $(STAMP)
 	$(VENV)/bin/python -m benchmarks.idle
 
-# One engine per process: delta-rs without Delta's jars, then Delta on Spark with them when ../shared/delta-jars exists
+# One engine per process: delta-rs without Delta's jars, then Delta on Spark when LAKEJOIN_DELTA_JARS names them
 bench-sizing: $(STAMP)
 	env -u LAKEJOIN_DELTA_JARS $(VENV)/bin/python -m benchmarks.sizing
-	if [ -d ../shared/delta-jars ]; then \
-		LAKEJOIN_DELTA_JARS=$(abspath ../shared/delta-jars) $(VENV)/bin/python -m benchmarks.sizing --engine spark; \
-	else echo "bench-sizing: Delta on Spark skipped, ../shared/delta-jars does not exist"; fi
+	if [ -n "$$LAKEJOIN_DELTA_JARS" ]; then $(VENV)/bin/python -m benchmarks.sizing --engine spark; \
+	else echo "bench-sizing: Delta on Spark skipped: set LAKEJOIN_DELTA_JARS to a folder of Delta's JVM jars"; fi
 
 # A day's backlog drained by one scheduled run, against Structured Streaming: delta-rs, then Delta on Spark when
-# ../shared/delta-jars exists. BATCH=all (or a number) sets lakejoin's max_batch_rows instead of its default.
+# LAKEJOIN_DELTA_JARS names Delta's jars. BATCH=all (or a number) sets lakejoin's max_batch_rows instead of its default.
 bench-backlog: $(STAMP)
 	env -u LAKEJOIN_DELTA_JARS $(VENV)/bin/python -m benchmarks.backlog $(if $(BATCH),--max-batch-rows $(BATCH))
-	if [ -d ../shared/delta-jars ]; then \
-		LAKEJOIN_DELTA_JARS=$(abspath ../shared/delta-jars) $(VENV)/bin/python -m benchmarks.backlog --engine spark $(if $(BATCH),--max-batch-rows $(BATCH)); \
-	else echo "bench-backlog: Delta on Spark skipped, ../shared/delta-jars does not exist"; fi
+	if [ -n "$$LAKEJOIN_DELTA_JARS" ]; then $(VENV)/bin/python -m benchmarks.backlog --engine spark $(if $(BATCH),--max-batch-rows $(BATCH)); \
+	else echo "bench-backlog: Delta on Spark skipped: set LAKEJOIN_DELTA_JARS to a folder of Delta's JVM jars"; fi
 
 # REMOTE: a running Spark Connect server with Delta (docs/running.md starts one), e.g. make bench-connect REMOTE=sc://127.0.0.1:15002
 bench-connect: $(STAMP)

@@ -119,7 +119,9 @@ class Pipeline:
     ) -> list[IngestResult]:
         """Ingest every file under ``folder`` not ingested yet (Auto Loader on Databricks, its checkpoint by default
         under ``folder/_lakejoin_checkpoint``, one per warehouse). A file refused as a whole is recorded and not tried again."""
-        from pipelines.landing import ingest_landing
+        from pipelines.landing import ingest_landing, require_landing
+
+        require_landing(folder, relation)  # before the ingest records the definition: a refused call writes nothing
 
         def ingest(opened: _Opened, rel: Relation) -> list[IngestResult]:
             results: list[IngestResult] = []
@@ -486,7 +488,7 @@ def _join_pending(opened: _Opened, config: Config, report: Callable, stop: Calla
 
     landings = {relation(name, opened.warehouse.relations): folder for name, folder in config.landings.items()}
     for rel, folder in landings.items():
-        require_landing(folder, rel)  # before the definition is recorded: a refused run writes nothing
+        require_landing(folder, rel.name)  # before the definition is recorded: a refused run writes nothing
     if config.reads_tables or landings:
         record()
         with hold(opened.warehouse.root, INGEST, wait_seconds=None):  # new rows take places in the arrival order

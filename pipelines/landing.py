@@ -34,9 +34,8 @@ def ingest_landing(
     specs: dict[str, RelationSpec] | None = None,
 ) -> None:
     """Ingest every file under ``landing`` not ingested yet, in name order within each discovery. A file refused
-    as a whole is recorded in quarantine/ingest, reported, and not tried again; the next file goes on."""
-
-    require_landing(landing, rel)
+    as a whole is recorded in quarantine/ingest, reported, and not tried again; the next file goes on. The caller has
+    checked the folder (``require_landing``) before recording anything."""
 
     def ingest(path: str) -> None:
         report(ingest_or_refuse(engine.spark, engine, warehouse, rel, path, specs, record_refusal=True))
@@ -48,10 +47,10 @@ def ingest_landing(
         ingest(path)
 
 
-def require_landing(landing: str, rel: Relation) -> None:
+def require_landing(landing: str, relation: str) -> None:
     """Refuse a landing folder that is not there: a mistyped path would otherwise ingest nothing, run after run."""
     if not os.path.isdir(landing):
-        raise LakejoinError(f"{rel.name}'s landing folder {landing} does not exist: create it, or correct the path (config relations.{rel.name}.landing, or --landing)")
+        raise LakejoinError(f"{relation}'s landing folder {landing} does not exist: create it, or correct the path (config relations.{relation}.landing, or --landing)")
 
 
 def default_checkpoint(landing: str, warehouse: Warehouse, rel: Relation) -> str:
