@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 FLINK_VENV := .venv-flink
 FLINK_STAMP := $(FLINK_VENV)/.installed
 
-.PHONY: demo test bench-state bench-dq bench-peers bench-peers-bounded bench-engines bench-memory bench-commit bench-sources bench-floors bench-nway bench-final bench-api bench-connect bench-changes bench-idle bench-sizing bench-backlog
+.PHONY: demo test bench-state bench-dq bench-peers bench-peers-bounded bench-engines bench-memory bench-commit bench-sources bench-floors bench-nway bench-final bench-api bench-connect bench-changes bench-idle bench-sizing bench-backlog bench-small
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is required: install it, or pass PYTHON=/path/to/python3.11"; exit 1; }
@@ -87,6 +87,13 @@ bench-backlog: $(STAMP)
 	env -u LAKEJOIN_DELTA_JARS $(VENV)/bin/python -m benchmarks.backlog $(if $(BATCH),--max-batch-rows $(BATCH))
 	if [ -n "$$LAKEJOIN_DELTA_JARS" ]; then $(VENV)/bin/python -m benchmarks.backlog --engine spark $(if $(BATCH),--max-batch-rows $(BATCH)); \
 	else echo "bench-backlog: Delta on Spark skipped: set LAKEJOIN_DELTA_JARS to a folder of Delta's JVM jars"; fi
+
+# A batch of a few rows (a scheduled run finding 2 records per relation; the suite's batches of 8), beside the same work
+# by hand: delta-rs, then Delta on Spark when LAKEJOIN_DELTA_JARS names Delta's jars
+bench-small: $(STAMP)
+	env -u LAKEJOIN_DELTA_JARS $(VENV)/bin/python -m benchmarks.small
+	if [ -n "$$LAKEJOIN_DELTA_JARS" ]; then $(VENV)/bin/python -m benchmarks.small --engine spark; \
+	else echo "bench-small: Delta on Spark skipped: set LAKEJOIN_DELTA_JARS to a folder of Delta's JVM jars"; fi
 
 # REMOTE: a running Spark Connect server with Delta (docs/running.md starts one), e.g. make bench-connect REMOTE=sc://127.0.0.1:15002
 bench-connect: $(STAMP)

@@ -11,7 +11,9 @@ each: 500,000 records per relation), in two landing folders. Each system drains 
    predicate, RocksDB state): on delta-rs the file streams into Parquet (files → join); on Delta on Spark what a
    Databricks user builds, the files streamed into two bronze Delta tables and those joined into a gold Delta table
    (files → bronze Delta → join → gold Delta), its bronze timed as lakejoin's is;
-3. the one-shot batch join of all files (the floor of the work).
+3. the work of that batch by hand in plain Spark (benchmarks/by_hand.py: bronze appended, the join, gold appended
+   with both records' columns and the owner, state appended), on the same engine: lakejoin's floor;
+4. the one-shot batch join of all files, pairs only, to Parquet (the least any system can do).
 
 Every system's pairs are checked against the one-shot join's. Prints one table with the ratios; writes a JSON.
 
@@ -31,6 +33,7 @@ from collections.abc import Callable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from benchmarks.by_hand import ByHand
 from benchmarks.peers import RELATIONS, SCHEMA, Measured, landed_batches, one_shot, phase_medians, same_pairs, _stream_join
 from benchmarks.report import write_json
 from pipelines.api import Pipeline
@@ -96,6 +99,18 @@ def run_streams(spark: SparkSession, folders: dict[str, str], workdir: str, pred
     return measured
 
 
+def run_by_hand(spark: SparkSession, folders: dict[str, str], workdir: str, engine: str) -> Measured:
+    """The batch's work by hand: the files read, bronze appended, joined, gold and state appended."""
+    started = time.perf_counter()
+    arrivals = {name: spark.read.schema(SCHEMA).parquet(folder) for name, folder in folders.items()}
+    by_hand = ByHand(spark, engine, workdir)
+    by_hand.land(arrivals)
+    by_hand.join(arrivals, 1)
+    measured = Measured(time.perf_counter() - started)
+    measured.pairs = by_hand.gold().select("r_id", "s_id")
+    return measured
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--engine", choices=["delta-rs", "spark"], default="delta-rs", help="lakejoin's Delta engine (spark needs LAKEJOIN_DELTA_JARS)")
@@ -105,7 +120,7 @@ def main() -> None:
     parser.add_argument("--max-batch-rows", help="lakejoin's batch size: arrivals per batch, or 'all' (default: the config's default)")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--driver-memory", default="4g", help="the Spark driver's heap (default 4g, lakejoin's local default)")
-    parser.add_argument("--systems", default="lakejoin,structured-streaming,one-shot", help="comma-separated systems to run (default all)")
+    parser.add_argument("--systems", default="lakejoin,by-hand,structured-streaming,one-shot", help="comma-separated systems to run (default all)")
     parser.add_argument("--out", help="default benchmarks/results/backlog[_spark].json")
     args = parser.parse_args()
     args.out = args.out or f"benchmarks/results/backlog{'' if args.engine == 'delta-rs' else '_spark'}.json"
@@ -120,6 +135,7 @@ def main() -> None:
     delta = args.engine == "spark"
     every: dict[str, Callable[[str], Measured]] = {
         "lakejoin": lambda workdir: run_lakejoin(spark, folders, workdir, args.engine, args.route, max_batch_rows),
+        "by-hand": lambda workdir: run_by_hand(spark, folders, workdir, args.engine),
         "structured-streaming": lambda workdir: run_streams(spark, folders, workdir, predicate, delta),
         "one-shot": lambda workdir: one_shot(spark, batches, workdir, predicate),
     }
@@ -143,7 +159,9 @@ def main() -> None:
             "same_pairs_as_one_shot": same_pairs(median_round.pairs, reference),  # type: ignore[arg-type]
         }
     lakejoin = figures.get("lakejoin", {}).get("total_s")
-    ratios = {f"lakejoin_over_{name.replace('-', '_')}": lakejoin / figures[name]["total_s"] for name in ("structured-streaming", "one-shot") if lakejoin and name in figures}
+    ratios = {f"lakejoin_over_{name.replace('-', '_')}": lakejoin / figures[name]["total_s"] for name in ("by-hand", "structured-streaming", "one-shot") if lakejoin and name in figures}
+    if "by-hand" in figures and "structured-streaming" in figures:
+        ratios["by_hand_over_structured_streaming"] = figures["by-hand"]["total_s"] / figures["structured-streaming"]["total_s"]
     streams = "files -> bronze Delta -> join -> gold Delta" if delta else "files -> join"
     print(f"\nbacklog: {rows:,} records per relation in {args.files} Parquet files each, {pairs:,} pairs; lakejoin on {args.engine} "
           f"({args.route} route, max_batch_rows {max_batch_rows or 'default'}), Structured Streaming {streams}; {args.rounds} round(s), medians")

@@ -1,0 +1,74 @@
+"""The work of a lakejoin batch written by hand in plain Spark: the yardstick a batch is measured against.
+
+What a batch must do, and nothing else: append its arrivals to bronze, join them against the state the earlier
+batches left and against each other (``ΔR ⋈ (S ∪ ΔS)`` and ``R ⋈ ΔS`` on the predicate), append the pairs to gold with
+what lakejoin's gold holds (both records' columns, prefixed by relation, and the owner: the relation of the older
+record), and append the arrivals to state. No rules, no ids checked, no lateness, no bookkeeping: whatever lakejoin
+spends above this is what it adds. Delta tables are written as each engine writes them: Delta on Spark's writer, or
+Arrow committed by delta-rs.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import reduce
+
+import pyarrow as pa
+from deltalake import DeltaTable, write_deltalake
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema
+
+RELATIONS = ("r", "s")
+
+
+class ByHand:
+    """A warehouse written by hand under ``root``: ``bronze/<r>``, ``state/<r>``, ``gold``, on ``engine``."""
+
+    def __init__(self, spark: SparkSession, engine: str, root: str, predicate: str = "r.key = s.key") -> None:
+        self.spark, self.engine, self.root, self.predicate = spark, engine, root, predicate
+
+    def land(self, arrivals: dict[str, DataFrame]) -> None:
+        """Bronze appended: each relation's arrivals as they are."""
+        for name, frame in arrivals.items():
+            self._append(f"bronze/{name}", frame)
+
+    def bronze_slice(self, name: str, start: int, end: int) -> DataFrame:
+        """Rows ``start`` to ``end`` (exclusive) of a relation's bronze in its ``ts`` order: a batch read back from bronze."""
+        return self._read(f"bronze/{name}").where(F.col("seq").between(start, end - 1)).drop("seq")
+
+    def join(self, arrivals: dict[str, DataFrame], batch_id: int) -> None:
+        """The batch's new pairs appended to gold, then its arrivals to state."""
+        r, s = RELATIONS
+        new = {name: arrivals[name].alias(name) for name in RELATIONS}
+        state = {name: self._read(f"state/{name}") for name in RELATIONS}
+        terms = [new[r].join(new[s], F.expr(self.predicate))]
+        if state[s] is not None:
+            terms.append(new[r].join(state[s].alias(s), F.expr(self.predicate)))
+        if state[r] is not None:
+            terms.append(state[r].alias(r).join(new[s], F.expr(self.predicate)))
+        columns = [F.col(f"{name}.{column}").alias(f"{name}_{column}") for name in RELATIONS for column in arrivals[name].columns]
+        owner = F.when(F.col(f"{r}.ts") <= F.col(f"{s}.ts"), F.lit(r.upper())).otherwise(F.lit(s.upper())).alias("owner")  # r wins ties
+        rows = [term.select(*columns, owner, F.lit(batch_id).alias("batch_id")) for term in terms]
+        self._append("gold", reduce(DataFrame.union, rows))
+        for name in RELATIONS:
+            self._append(f"state/{name}", arrivals[name])
+
+    def gold(self) -> DataFrame:
+        return self._read("gold")  # type: ignore[return-value] - written by the first batch
+
+    def _append(self, table: str, frame: DataFrame) -> None:
+        path = os.path.join(self.root, table)
+        if self.engine == "spark":
+            frame.write.format("delta").mode("append").save(path)
+        else:
+            write_deltalake(path, frame.toArrow(), mode="append")
+
+    def _read(self, table: str) -> DataFrame | None:
+        path = os.path.join(self.root, table)
+        if not os.path.isdir(os.path.join(path, "_delta_log")):
+            return None
+        if self.engine == "spark":
+            return self.spark.read.format("delta").load(path)
+        opened = DeltaTable(path)
+        return self.spark.read.schema(from_arrow_schema(pa.schema(opened.schema().to_arrow()))).parquet(*opened.file_uris())
