@@ -68,7 +68,7 @@ def audit(engine: DeltaEngine, warehouse: Warehouse, config: Config, docs_root: 
     results: list[RuleResult] = []
     for table, target, frame, keys, relation in _frames(engine, warehouse, config):
         rules = bound_rules(config, target, relation)
-        results += validator.check(warehouse.name_of(table), frame, keys, rules, "spark", complete=False, persist=True)
+        results += validator.check(warehouse.name_of(table), frame, keys, rules, complete=False, persist=True)
     context.build_data_docs()
     docs = _index_page(context)
     return Audit(results, check_gold(engine, warehouse, config), docs)
@@ -89,9 +89,10 @@ def _frames(engine: DeltaEngine, warehouse: Warehouse, config: Config) -> list[t
         rows = engine.read(table.path)
         if rows is None:
             continue
-        late_ids = no_late if late is None else late.where(F.col("relation") == table.relation.name)
+        late_ids = no_late if late is None else late.where(F.col("relation") == table.relation.name).select(ID).distinct()
         eviction = Memberships({buffer.column: rule(buffer, watermarks) for buffer in table.buffers})
-        frames.append((table.path, table.kind, with_state_checks(rows, late_ids, eviction), [ID], table.relation.name))
+        found = rows.join(late_ids.withColumn("_late", F.lit(True)), ID, "left")
+        frames.append((table.path, table.kind, with_state_checks(found, "_late", eviction).drop("_late"), [ID], table.relation.name))
     gold = engine.read(warehouse.gold)
     if gold is not None and all(rows is not None for rows in bronze.values()):
         projection = Projection({rel.name: _carried(gold, rel, rows) for rel, rows in bronze.items()}, None if config.select is None else tuple(config.select))

@@ -1,47 +1,39 @@
-"""The rules applied to one batch's new rows, and what their policies do with the rows that break them.
+"""The rules applied to one batch's rows, inside the jobs that write them, and what their policies do.
 
-Every check runs before the batch writes anything: a ``fail`` rule stops it with nothing changed; a
-``quarantine`` rule takes its failing rows out of what the batch writes and keeps them, with the rule's
-name, in ``quarantine/expectations``; ``warn`` only counts. Counts per rule go to ``quality/dq_results``.
+Each table a batch writes has its rules compiled (expectations/compiled.py): every row carries a flag per row rule,
+the write's own job counts the flags (an observation, or the batch's measuring job for its arrivals), a ``quarantine``
+rule's rows are left out of the write and kept with the rule's name in ``quarantine/expectations``, and a ``fail``
+rule's first row stops the job before it commits: the batch stops, and every later run stops at it again. ``warn``
+only counts. A rule's counts and a few failing rows' keys go to the batch's log row.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import reduce
 
-import pyarrow as pa
-from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from expectations.frames import DERIVED_PREFIX, without_checks
+from expectations.compiled import Check
+from expectations.frames import DERIVED_PREFIX
 from expectations.rules import RULES, Rule
-from expectations.runner import RuleResult, Validator
+from state.batch_log import RuleCount
 from state.config import Config
-from state.engines import Data, as_frame
 from state.errors import LakejoinError
 from state.names import column
-from state.phases import timed
 
-RESULT_SCHEMA = pa.schema(
-    [
-        ("batch_id", pa.int64()),
-        ("suite", pa.string()),
-        ("rule", pa.string()),
-        ("table", pa.string()),
-        ("policy", pa.string()),
-        ("evaluated", pa.int64()),
-        ("failed", pa.int64()),
-        ("examples", pa.string()),
-        ("checked_at", pa.timestamp("us", tz="UTC")),
-    ]
-)
+EXAMPLES = 5  # failing rows' keys kept per rule in the batch log and error messages
+EVALUATED = "_dq_evaluated"
+BROKE = "lakejoin: a fail rule broke on "  # the text a fail rule's guard stops a write with
+NULL_KEY = "<null>"
+ROW_KEY = "_dq_row_key"
 
 
 class ExpectationFailed(LakejoinError):
-    """A ``fail`` rule broke: the batch stopped before writing anything (exit code 1, like a failed check)."""
+    """A ``fail`` rule broke: the batch stopped before committing (exit code 1, like a failed check)."""
 
     exit_code = 1
 
@@ -58,112 +50,112 @@ def bound_rules(config: Config, target: str, relation: str | None = None) -> lis
     return chosen
 
 
-@dataclass
-class BatchChecks:
-    validator: Validator
-    config: Config
-    batch_id: int
-    results: list[RuleResult] = field(default_factory=list)
-    quarantined: list[DataFrame] = field(default_factory=list)
-    _persisted: list[DataFrame] = field(default_factory=list)
+@dataclass(frozen=True)
+class TableChecks:
+    """The rules of one table's rows in a batch: ``table`` names the table (``bronze/r``, ``gold``), ``keys`` the
+    columns that name a row in examples and in ``quarantine/expectations``."""
 
-    def screen(self, table: str, target: str, rows: Data, keys: list[str], relation: str | None = None) -> Data:
-        """``rows`` minus those a quarantine rule takes out, without the derived ``_dq_`` columns.
+    table: str
+    keys: tuple[str, ...]
+    checks: tuple[Check, ...]
 
-        Rows on the driver (Arrow) are checked there, on the configured engine; a DataFrame (a batch's pairs
-        too many for the driver) is checked where it is, on Spark, kept in Spark's storage until ``release``
-        so the rules and the write compute it once."""
-        with timed("rules"):  # the batch's time checking rules and applying their policies
-            spread = isinstance(rows, DataFrame)
-            if spread:
-                rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
-                self._persisted.append(rows)
-            rules = bound_rules(self.config, target, relation)
-            results = []
-            if rules and (spread or rows.num_rows):
-                engine = "spark" if spread else self.config.quality.engine
-                complete = not spread or any(policy == "quarantine" for _, _, policy in rules)
-                results = self.validator.check(table, rows, keys, rules, engine, complete=complete)
-            self.results += results
-            kept = without_checks(rows) if spread else _without_derived(rows)
-            for result in results:
-                if result.policy == "quarantine" and result.failed:
-                    kept, taken = self._set_aside(kept, keys, result)
-                    self.quarantined.append(taken)
-            return kept
+    @classmethod
+    def of(cls, config: Config, target: str, table: str, keys: Sequence[str], relation: str | None = None) -> TableChecks:
+        return cls(table, tuple(keys), tuple(Check(rule, kwargs, policy, table) for rule, kwargs, policy in bound_rules(config, target, relation)))
 
-    def _set_aside(self, rows: Data, keys: list[str], result: RuleResult) -> tuple[Data, DataFrame]:
-        """``rows`` without those ``result`` names, and those rows as ``quarantine/expectations`` keeps them.
-        Done in Spark whatever ``rows`` are: it only happens when a rule breaks."""
-        spark = self.validator.spark
-        frame = as_frame(spark, rows)
-        keyed = frame.withColumn(ROW_KEY, row_key(keys))
-        failing = [("|".join(NULL_KEY if row[key] is None else str(row[key]) for key in keys),) for row in result.failing]
-        wanted = F.broadcast(spark.createDataFrame(failing, f"{ROW_KEY} string"))
-        taken = keyed.join(wanted, ROW_KEY, "left_semi").select(
-            F.lit(self.batch_id).cast("bigint").alias("batch_id"),
-            F.lit(result.rule.name).alias("rule"),
-            F.lit(result.table).alias("table"),
-            F.col(ROW_KEY).alias("row_key"),
-            F.to_json(F.struct(*[column(name) for name in sorted(frame.columns)])).alias("row"),
-        )
-        kept = keyed.join(wanted, ROW_KEY, "left_anti").drop(ROW_KEY)
-        return (kept if isinstance(rows, DataFrame) else kept.toArrow()), taken
+    @property
+    def row_checks(self) -> tuple[Check, ...]:
+        return tuple(check for check in self.checks if check.row_level)
 
-    def release(self) -> None:
-        """Free what ``screen`` kept in Spark's storage, once the batch has written it."""
-        for frame in self._persisted:
-            frame.unpersist()
-        self._persisted.clear()
+    def flagged(self, rows: DataFrame) -> DataFrame:
+        """``rows`` with each row rule's flag."""
+        return rows.selectExpr("*", *[f"{check.fails()} AS {check.flag}" for check in self.row_checks]) if self.row_checks else rows
 
-    def raise_if_failed(self) -> None:
-        broken = [result for result in self.results if result.policy == "fail" and not result.passed]
-        if broken:
-            rule = broken[0].rule.name
-            raise ExpectationFailed(
-                f"batch {self.batch_id} stopped, nothing written: {broken[0].describe()}"
-                + (f" (and {len(broken) - 1} more failing rules)" if len(broken) > 1 else "")
-                + f"; fix the data, or set expectations.policies.{rule} to warn or quarantine in the config"
+    def metrics(self) -> dict[str, Column]:
+        """The aggregates a job over ``flagged`` rows computes for the rules, by name: the rows, and each row rule's
+        failures."""
+        return {EVALUATED: F.count(F.lit(1)), **{check.flag: F.expr(f"count(CASE WHEN {check.flag} THEN 1 END)") for check in self.row_checks}}
+
+    def written(self, flagged: DataFrame) -> DataFrame:
+        """What the table gets of ``flagged``: a ``fail`` rule's row stops the job, a ``quarantine`` rule's rows are left
+        out, and the rules' columns (and every derived ``_dq_`` one) go."""
+        kept = flagged
+        failing = [check.flag for check in self.row_checks if check.policy == "fail"]
+        if failing:
+            kept = kept.where(f"CASE WHEN {' OR '.join(failing)} THEN raise_error('{BROKE}{self.table}') END IS NULL")
+        quarantining = [check.flag for check in self.row_checks if check.policy == "quarantine"]
+        if quarantining:
+            kept = kept.where(f"NOT ({' OR '.join(quarantining)})")
+        return kept.drop(*[name for name in kept.columns if name.startswith(DERIVED_PREFIX)])
+
+    def results(self, flagged: DataFrame, counts: dict[str, int]) -> list[RuleCount]:
+        """Each rule's result from the job's ``counts`` (``metrics``), with a few failing rows' keys (a small job for
+        each rule that broke; a table rule reads the schema)."""
+        evaluated = counts.get(EVALUATED) or 0
+        results = []
+        for check in self.checks:
+            if check.row_level:
+                failed = counts.get(check.flag) or 0
+                keys = self._examples(flagged, check) if failed else []
+            else:
+                failed = evaluated if evaluated and check.fails_on(flagged.schema) else 0
+                keys = []
+            results.append(RuleCount(check.rule.name, self.table, check.policy, evaluated, failed, json.dumps(keys)))
+        return results
+
+    def set_aside(self, flagged: DataFrame, results: Sequence[RuleCount], batch_id: int) -> DataFrame | None:
+        """The rows quarantine rules take out, as ``quarantine/expectations`` keeps them; None when none broke."""
+        broke = {result.rule for result in results if result.failed and result.policy == "quarantine"}
+        parts = [
+            flagged.where(F.col(check.flag)).select(
+                F.lit(batch_id).cast("bigint").alias("batch_id"),
+                F.lit(check.rule.name).alias("rule"),
+                F.lit(self.table).alias("table"),
+                row_key(self.keys).alias("row_key"),
+                F.to_json(F.struct(*[column(name) for name in sorted(flagged.columns) if not name.startswith(DERIVED_PREFIX)])).alias("row"),
             )
-
-    def result_rows(self) -> pa.Table:
-        now = datetime.now(timezone.utc)
-        rows = [
-            {
-                "batch_id": self.batch_id,
-                "suite": result.rule.suite,
-                "rule": result.rule.name,
-                "table": result.table,
-                "policy": result.policy,
-                "evaluated": result.evaluated,
-                "failed": result.failed,
-                "examples": result.examples(),
-                "checked_at": now,
-            }
-            for result in self.results
+            for check in self.row_checks
+            if check.rule.name in broke
         ]
-        return pa.Table.from_pylist(rows, RESULT_SCHEMA)
+        return reduce(DataFrame.unionByName, parts) if parts else None
 
-    def quarantine_rows(self) -> DataFrame | None:
-        return reduce(DataFrame.unionByName, self.quarantined) if self.quarantined else None
+    def failure(self, flagged: DataFrame, batch_id: int, written: bool) -> ExpectationFailed | None:
+        """The error a batch stops with when a ``fail`` rule breaks on ``flagged`` (one job, on the way out)."""
+        fail = TableChecks(self.table, self.keys, tuple(check for check in self.checks if check.policy == "fail"))
+        return stopped(batch_id, fail.results(flagged, fail._counts(flagged)), written)
 
-    def summary(self) -> dict[str, int]:
-        """Failing rows per rule that broke this batch (warned or quarantined)."""
-        failed: dict[str, int] = {}
-        for result in self.results:
-            if result.failed:
-                failed[result.rule.name] = failed.get(result.rule.name, 0) + result.failed
-        return failed
+    def broke(self, error: BaseException) -> bool:
+        """Whether ``error`` is this table's fail rule stopping its write."""
+        return BROKE + self.table in str(error)
 
+    def _counts(self, flagged: DataFrame) -> dict[str, int]:
+        return flagged.agg(*[metric.alias(name) for name, metric in self.metrics().items()]).first().asDict()
 
-def _without_derived(rows: pa.Table) -> pa.Table:
-    return rows.drop_columns([name for name in rows.column_names if name.startswith(DERIVED_PREFIX)])
-
-
-NULL_KEY = "<null>"
-ROW_KEY = "_dq_row_key"
+    def _examples(self, flagged: DataFrame, check: Check) -> list[str]:
+        rows = flagged.where(F.col(check.flag)).select(*[column(key) for key in self.keys]).limit(EXAMPLES).collect()
+        return [", ".join(f"{key}={row[key]}" for key in self.keys) for row in rows]
 
 
-def row_key(keys: list[str]) -> Column:
+def stopped(batch_id: int, results: Sequence[RuleCount], written: bool) -> ExpectationFailed | None:
+    """The error of a batch whose ``fail`` rules broke, naming the first; None when none did. ``written``: some of the
+    batch's writes are done (it stops uncommitted, and the next run resumes it)."""
+    broken = [result for result in results if result.policy == "fail" and result.failed]
+    if not broken:
+        return None
+    first = broken[0]
+    examples = "; ".join(json.loads(first.examples)) or "the table as a whole"
+    more = f" (and {len(broken) - 1} more failing rules)" if len(broken) > 1 else ""
+    return ExpectationFailed(
+        f"batch {batch_id} stopped, {'not committed' if written else 'nothing written'}: rule {first.rule} ({_expectation(first.rule)}) failed on "
+        f"{first.failed} of {first.evaluated} rows of {first.table}, e.g. {examples}{more}; fix the data, or set "
+        f"expectations.policies.{first.rule} to warn or quarantine in the config"
+    )
+
+
+def _expectation(name: str) -> str:
+    return next(rule.expectation for rule in RULES if rule.name == name)
+
+
+def row_key(keys: Sequence[str]) -> Column:
     """A row's key columns as one string (``quarantine/expectations.row_key``): ``a|b``, a null as ``<null>``."""
-    return F.concat_ws("|", *[F.coalesce(F.col(key).cast("string"), F.lit(NULL_KEY)) for key in keys])
+    return F.concat_ws("|", *[F.coalesce(column(key).cast("string"), F.lit(NULL_KEY)) for key in keys])

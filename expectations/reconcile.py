@@ -141,7 +141,7 @@ def batch_join(
         return asof.rows(final_only(relations[left], left), relations[order[1]], order, predicate, projection, keep_unmatched=bool(kind.preserved))
     tuples = joined(relations, predicate)
     columns = {rel: relations[rel] for rel in kind.gold_relations(order)}
-    parts = [tuples.select(projection.of(owner_label(order), order))] if kind.emits_tuples else [row_of(relations[left].limit(0), left, columns, projection)]
+    parts = [tuples.selectExpr(*projection.of(owner_label(order), order))] if kind.emits_tuples else [row_of(relations[left].limit(0), left, columns, projection)]
 
     def matched(rel: Relation) -> DataFrame:
         return tuples.select(F.col(f"{rel.name}.{ID}").alias(ID))

@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from expectations.compiled import ROW_TESTS, SCHEMA_TESTS
 from state.config import Expectations
 from state.errors import LakejoinError
 
@@ -22,7 +23,7 @@ POLICIES = ("warn", "quarantine", "fail")
 TARGETS = ("bronze", "state", "gold")
 # Row-level expectations name failing rows, so they can be quarantined; table-level ones (columns, and
 # types, which are a column's, not a value's) cannot.
-TABLE_LEVEL = frozenset({"expect_table_columns_to_match_set", "expect_column_values_to_be_in_type_list"})
+TABLE_LEVEL = frozenset(SCHEMA_TESTS)
 _PARAMETER = re.compile(r"^\$\{(\w+)\}$")
 
 
@@ -84,6 +85,10 @@ def _check_suites(rules: list[Rule]) -> None:
     if duplicated:
         raise LakejoinError(f"expectation suites: rule name {duplicated[0]!r} is used twice; rule names must be unique")
     for rule in rules:
+        if rule.expectation not in ROW_TESTS and rule.expectation not in SCHEMA_TESTS:
+            raise LakejoinError(
+                f"expectation rule {rule.name}: a batch cannot check {rule.expectation}; the expectations it checks: {', '.join(sorted({*ROW_TESTS, *SCHEMA_TESTS}))}"
+            )
         if rule.target not in TARGETS:
             raise LakejoinError(f"expectation rule {rule.name}: target must be one of {', '.join(TARGETS)}, got {rule.target!r}")
         check_policy(rule, rule.policy)

@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # Spark loads when a Pipeline is made, not when the CLI parse
     from pyspark.sql import DataFrame, SparkSession
 
     from expectations.audit import Audit
+    from pipelines.batch.land import Landing
     from pipelines.definition import Settled
     from pipelines.ingest import IngestResult
     from pipelines.silver import BatchReport, RunReport
@@ -147,7 +148,7 @@ class Pipeline:
         *,
         follow: float | None = None,
         wait: float = 0.0,
-        progress: Callable[[BatchReport | SourceResult], None] | None = None,
+        progress: Callable[[BatchReport | SourceResult | Landing | IngestResult], None] | None = None,
     ) -> RunReport:
         """Join every pending arrival in micro-batches of at most ``max_batch_rows`` (config ``max_batch_rows``), then
         return what the batches did. Source tables' new versions and the files new in the landing folders are ingested
@@ -155,6 +156,7 @@ class Pipeline:
         arrivals every so many seconds until SIGTERM or Ctrl-C, which let the batch under way commit. ``wait``: how
         long to wait for another run holding the warehouse before raising ``WarehouseBusy``. A second signal abandons
         the batch under way (the next run resumes it): the report says ``interrupted``."""
+        from pipelines.batch.land import Landing
         from pipelines.definition import recorder
         from pipelines.follow import StopSignal
         from pipelines.ingest import IngestResult
@@ -164,7 +166,7 @@ class Pipeline:
 
         if follow is not None and not follow > 0:
             raise LakejoinError(f"follow is the seconds between looks for new arrivals: a positive number, got {follow!r}")
-        done: list[BatchReport | SourceResult] = []
+        done: list[BatchReport | SourceResult | Landing | IngestResult] = []
         report, interrupted = _reporting(done, progress), False
         with self._call("run"):
             opened = self._open("run")
@@ -187,7 +189,7 @@ class Pipeline:
             [item for item in done if isinstance(item, BatchReport)],
             interrupted,
             [item for item in done if isinstance(item, SourceResult)],
-            [item for item in done if isinstance(item, IngestResult)],
+            [item for item in done if isinstance(item, (Landing, IngestResult))],
         )
 
     def status(self) -> dict:
@@ -346,10 +348,10 @@ class Pipeline:
         if command == "reset":
             current = in_force(recorded(engine, warehouse))
             settled = Settled(self._given or current)
-            warehouse = replace(warehouse, relations=current.joined)
+            warehouse = replace(warehouse, relations=current.joined, pipeline=current.pipeline)
         else:
             settled = settle(engine, warehouse, self._given, command)
-            warehouse = replace(warehouse, relations=settled.config.joined)
+            warehouse = replace(warehouse, relations=settled.config.joined, pipeline=settled.config.pipeline)
         if engine is reader and _names_catalog_tables(settled.config):
             engine = make_engine(self.spark, settled.config.engine)
         elif engine is not reader and settled.config.engine not in ("auto", engine.name):
@@ -477,23 +479,20 @@ def _files(opened: _Opened, rel: Relation, files: list[str], progress: Callable[
 
 
 def _join_pending(opened: _Opened, config: Config, report: Callable, stop: Callable[[], bool], record: Callable[[], None]) -> None:
-    """Ingest the source tables' new versions and the files new in the landing folders, then join every pending
-    arrival (unless ``stop`` says so), handing ``report`` each source's result, each landed file's and each batch's;
+    """Ingest the source tables' new versions, then join every pending arrival and the files new in the landing folders
+    (unless ``stop`` says so), handing ``report`` each source's result, what each batch landed and each batch;
     ``record`` records the definition before the first write."""
-    from pipelines.landing import ingest_landing, require_landing
+    from pipelines.landing import require_landing
     from pipelines.silver import run
     from pipelines.sources import ingest_sources
     from state.lock import INGEST, hold
     from state.relations import relation
 
-    landings = {relation(name, opened.warehouse.relations): folder for name, folder in config.landings.items()}
-    for rel, folder in landings.items():
-        require_landing(folder, rel.name)  # before the definition is recorded: a refused run writes nothing
-    if config.reads_tables or landings:
+    for name, folder in config.landings.items():
+        require_landing(folder, relation(name, opened.warehouse.relations).name)  # before the definition is recorded: a refused run writes nothing
+    if config.reads_tables:
         record()
         with hold(opened.warehouse.root, INGEST, wait_seconds=None):  # new rows take places in the arrival order
             for result in ingest_sources(opened.engine, opened.warehouse, config.relations):
                 report(result)
-            for rel, folder in landings.items():
-                ingest_landing(opened.engine, opened.warehouse, rel, folder, None, report, config.relations)
     run(opened.engine, opened.warehouse, config, progress=report, stop=stop, before_writing=record)

@@ -22,6 +22,7 @@ from pyspark.sql.types import (
     MapType,
     ShortType,
     StringType,
+    StructField,
     StructType,
     TimestampNTZType,
     TimestampType,
@@ -39,15 +40,38 @@ def classify(
     engine: DeltaEngine, warehouse: Warehouse, rel: Relation, specs: dict[str, RelationSpec], parsed: Parsed, configured: dict[str, DataType]
 ) -> DataFrame:
     """``parsed``'s rows typed, with ``_id`` and ``_ts``, each with its ``_outcome`` (accepted, duplicate, quarantined)
-    and reason. Bronze is read at one version: its schema types the rows, its ids find conflicts, in the count and
-    each write that follow."""
-    bronze = warehouse.bronze(rel)
-    established = engine.read(bronze, engine.version(bronze))
-    bronze_schema = StructType() if established is None else established.schema
-    spelled = _in_bronze_spelling(parsed, bronze_schema)
-    layout = _layout(engine, warehouse, rel, specs, spelled, {**configured, **{f.name: f.dataType for f in bronze_schema.fields}})
-    return _classify(_normalize(spelled, layout), established, specs[rel.name].changes is not None)
+    and reason: typed as bronze's schema says, checked against the records held (``held_records``)."""
+    schema = engine.schema(warehouse.bronze(rel))
+    settled = {} if schema is None else {f.name: f.dataType for f in schema.fields}
+    normalized, _ = typed(engine, warehouse, rel, specs, parsed, configured, settled)
+    return outcomes(normalized, held_records(engine, warehouse, rel), specs[rel.name].changes is not None)
 
+
+def held_records(engine: DeltaEngine, warehouse: Warehouse, rel: Relation) -> DataFrame | None:
+    """The records a new arrival of ``rel`` is checked against (``_id``, ``_content_hash``): those its state table holds
+    (each until it is below its relation's watermark: a copy arriving later is late anyway), and those ingested and
+    not joined yet. Bounded by the lateness, not by bronze's history."""
+    joined_to = engine.max_value(warehouse.batches, "seq_to") or 0
+    frames = (engine.read(warehouse.state(rel)), engine.read(warehouse.bronze(rel), where=f"_arrival_seq > {joined_to}"))
+    parts = [frame.select(ID, "_content_hash") for frame in frames if frame is not None and "_content_hash" in frame.columns]
+    return reduce(DataFrame.unionByName, parts) if parts else None
+
+
+def typed(
+    engine: DeltaEngine,
+    warehouse: Warehouse,
+    rel: Relation,
+    specs: dict[str, RelationSpec],
+    parsed: Parsed,
+    configured: dict[str, DataType],
+    settled: dict[str, DataType],
+) -> tuple[DataFrame, dict[str, DataType]]:
+    """``parsed``'s rows typed, with ``_id``, ``_ts`` and the reason for what fails; and the type each column got.
+    ``settled``: the types already established (bronze's, those earlier files of a batch gave), which win over the
+    configured ones, which win over the file's own. Raises ``FileRefused`` when a column does not widen to its type."""
+    spelled = _in_bronze_spelling(parsed, StructType([StructField(name, kind) for name, kind in settled.items()]))
+    layout = _layout(engine, warehouse, rel, specs, spelled, {**configured, **settled})
+    return _normalize(spelled, layout), layout.types
 
 
 # Typing: each data column gets the type bronze established for it, else the configured one, else the file's own;
@@ -200,7 +224,7 @@ def _normalize(parsed: Parsed, layout: _Layout) -> DataFrame:
     if changes:
         reason = F.coalesce(reason, *[misfit for _, misfit in changes.values()])
     axis = on_axis(values[spec.event_time], layout.kind) if spec.event_time in present else F.lit(None)
-    whence = [name for name in parsed.frame.columns if name.startswith("_source_")]  # a line; a table's file and version too
+    whence = [name for name in parsed.frame.columns if name.startswith("_source_") or name == "_arrival_seq"]  # a line; a file, a table's version, a place
     return parsed.frame.select(
         *whence,
         "_raw",
@@ -244,45 +268,52 @@ def _missing(name: str, present: set[str]) -> Column:
     return F.when(value.isNull() | (F.trim(value.cast("string")) == ""), F.lit(f"missing {name}"))
 
 
-def _classify(normalized: DataFrame, bronze: DataFrame | None, changes: bool) -> DataFrame:
+def outcomes(normalized: DataFrame, known: DataFrame | None, changes: bool) -> DataFrame:
     """Each row's outcome. A record's id names it once, so an id seen before with other content is a conflict; in a
-    change feed an id names every change of its record, and only a row seen before whole (same content) is skipped."""
+    change feed an id names every change of its record, and only a row seen before whole (same content) is skipped.
+    ``known``: the records held already (``_id``, ``_content_hash``); rows come in the order of ``_arrival_seq`` where
+    they have one (a batch's landed files), else of ``_source_line``."""
     data_columns = sorted(name for name in normalized.columns if not name.startswith("_"))
     hashed = normalized.withColumn("_content_hash", F.sha2(F.to_json(F.struct(*[column(name) for name in data_columns], *[c for c in (OP, SEQ) if c in normalized.columns])), 256))
     valid = F.col("_reason").isNull()
     identity = [ID, "_content_hash"] if changes else [ID]
-    by_id = Window.partitionBy(valid, *identity).orderBy("_source_line")
+    order = "_arrival_seq" if "_arrival_seq" in normalized.columns else "_source_line"
+    by_id = Window.partitionBy(valid, *identity).orderBy(order)
+    files = "_source_file" in normalized.columns
     ranked = hashed.withColumns(
         {
             "_nth": F.when(valid, F.row_number().over(by_id)),
             "_first_hash": F.when(valid, F.first("_content_hash").over(by_id)),
             "_first_line": F.when(valid, F.first("_source_line").over(by_id)),
+            **({"_first_file": F.when(valid, F.first("_source_file").over(by_id))} if files else {}),
         }
     )
-    if bronze is None:
+    if known is None:
         ranked = ranked.withColumn("_existing_hash", F.lit(None).cast("string"))
     else:
-        # Bronze outgrows any file: find the file's ids in it with the ids broadcast (a scan, no shuffle of
-        # bronze), then join back the few it holds.
+        # What is held outgrows any input: find the input's ids in it with the ids broadcast (a scan, no shuffle of
+        # what is held), then join back the few it holds.
         keys = {ID: "_existing_id", "_content_hash": "_existing_hash"}
-        file_ids = F.broadcast(normalized.select(F.col(ID).alias("_existing_id")).where(F.col("_existing_id").isNotNull()))
-        existing = bronze.select(*[F.col(name).alias(keys[name]) for name in keys])
-        held = existing.join(file_ids, "_existing_id", "left_semi")  # bronze holds each (id, content) once
+        ids = F.broadcast(normalized.select(F.col(ID).alias("_existing_id")).where(F.col("_existing_id").isNotNull()).distinct())
+        existing = known.select(*[F.col(name).alias(keys[name]) for name in keys])
+        held = existing.join(ids, "_existing_id", "left_semi")  # each (id, content) once: a record is in state, or pending
         matches = reduce(Column.__and__, [F.col(name) == F.col(keys[name]) for name in identity])
         ranked = ranked.join(F.broadcast(held), valid & matches, "left").drop("_existing_id")
-    seen_in_file = F.col("_nth") > 1
+    seen = F.col("_nth") > 1
+    elsewhere = F.concat(F.lit(" of "), F.col("_first_file")) if files else F.lit("")
+    where_first = F.concat(F.col("_first_line").cast("string"), F.when(F.col("_first_file") != F.col("_source_file"), elsewhere).otherwise(F.lit(""))) if files else F.col("_first_line").cast("string")
     reason = F.coalesce(
         F.col("_reason"),
         F.when(
-            seen_in_file & (F.col("_content_hash") != F.col("_first_hash")),
-            F.concat(F.lit("id conflict: same id with other content at line "), F.col("_first_line").cast("string")),
+            seen & (F.col("_content_hash") != F.col("_first_hash")),
+            F.concat(F.lit("id conflict: same id with other content at line "), where_first),
         ),
         F.when(
             F.col("_existing_hash").isNotNull() & (F.col("_existing_hash") != F.col("_content_hash")),
             F.lit("id conflict: id already in bronze with other content"),
         ),
     )
-    duplicate = seen_in_file | (F.col("_existing_hash") == F.col("_content_hash"))
+    duplicate = seen | (F.col("_existing_hash") == F.col("_content_hash"))
     outcome = F.when(reason.isNotNull(), "quarantined").when(duplicate, "duplicate").otherwise("accepted")
     return ranked.select(
         *[column(name) for name in hashed.columns if name != "_reason"],

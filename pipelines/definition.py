@@ -28,7 +28,7 @@ from state.layout import Warehouse
 from state.relations import RELATIONS, Relation
 
 # Settings that do not change what gold holds; every other one does, including any added later.
-OPERATIONAL = frozenset({"max_batch_rows", "driver_rows", "engine", "expectations.engine"})
+OPERATIONAL = frozenset({"max_batch_rows", "max_batch_files", "max_batch_bytes", "engine"})
 # Per relation: how a source table's next change commit is met (refused or skipped), and where new files are looked
 # for; what was joined stays.
 OPERATIONAL_PER_RELATION = frozenset({"skip_change_commits", "landing"})
@@ -60,7 +60,16 @@ def recorded(engine: DeltaReader, warehouse: Warehouse) -> Recorded | None:
     if rows is None or rows.num_rows == 0:
         return None
     newest = max(rows.to_pylist(), key=lambda row: row["version"])
-    return Recorded(newest["version"], json.loads(newest["definition"]), newest["recorded_at"])
+    return Recorded(newest["version"], _without_retired(json.loads(newest["definition"])), newest["recorded_at"])
+
+
+def _without_retired(settings: dict) -> dict:
+    """A definition recorded by an earlier lakejoin, less the settings it no longer has (state/config.py ``RETIRED``):
+    each only said how a batch did its work, never what gold holds."""
+    settings.pop("driver_rows", None)
+    if isinstance(settings.get("expectations"), dict):
+        settings["expectations"].pop("engine", None)
+    return settings
 
 
 def in_force(current: Recorded | None) -> Config:

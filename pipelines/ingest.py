@@ -30,7 +30,9 @@ from pyspark.sql import functions as F
 from pipelines.classify import classify, configured_types
 from pipelines.parse import Parsed, check_format, firsts, format_of, numbered, parse_file, parse_frame, stored_columns
 from state.clock import now
+from state.batch_log import BatchPlan
 from state.engines import DeltaEngine, Txn
+from state.engines.base import DeltaReader
 from state.errors import FileRefused, LakejoinError
 from state.faults import step
 from state.layout import Warehouse
@@ -107,11 +109,11 @@ def ingest_or_refuse(
     file again by hand) keeps it in quarantine/ingest and the ingest log, so the file is not tried again."""
     try:
         return ingest_file(spark, engine, warehouse, rel, file, specs, skip_refused=record_refusal)
-    except FileRefused as refusal:
-        recorded = record_refusal and refusal.lasting  # a file that failed to be read is tried again
+    except FileRefused as refused:
+        recorded = record_refusal and refused.lasting  # a file that failed to be read is tried again
         if recorded:
-            _record_refusal(engine, warehouse, Provenance.of(rel, file), _sha256(os.path.abspath(file)), str(refusal))
-        return IngestResult(file, rel.name, refused=str(refusal), recorded=recorded)
+            _record_refusal(engine, warehouse, Provenance.of(rel, file), _sha256(os.path.abspath(file)), str(refused))
+        return IngestResult(file, rel.name, refused=str(refused), recorded=recorded)
 
 
 INGEST_LOG_SCHEMA = pa.schema(
@@ -143,6 +145,7 @@ QUARANTINE_SCHEMA = pa.schema(
         ("ingest_id", pa.string()),
         ("ingested_at", INGESTED_AT),
         ("source_version", pa.int64()),  # the source table's version that added the row; null for a file
+        ("lasting", pa.bool_()),  # a file refused as a whole: for good (its form), or for now (it could not be read)
     ]
 )
 
@@ -162,6 +165,7 @@ class Provenance:
     version_logged: int | None = None  # the table version the ingest log records (the last this ingest covers)
     table_id: str | None = None  # the source table's identity, which the ingest log records too
     kept: tuple[str, ...] | None = None  # the data columns bronze keeps (None: all; a table source: the event time)
+    named: Column | None = None  # what quarantine/ingest names a row's file by (None: ``path``)
 
     @classmethod
     def of(cls, rel: Relation, file: str) -> Provenance:
@@ -279,9 +283,9 @@ def _classify_and_land(
             classified = classify(engine, warehouse, rel, specs, parsed(), configured)
             if cache:
                 classified = classified.persist(StorageLevel.MEMORY_AND_DISK)
-        except _UNREADABLE as exc:
-            raise _refusal(name, exc) from exc
-        return land(engine, warehouse, classified, source, digest, lambda exc: _refusal(name, exc))
+        except UNREADABLE as exc:
+            raise refusal(name, exc) from exc
+        return land(engine, warehouse, classified, source, digest, lambda exc: refusal(name, exc))
     finally:
         if classified is not None:
             classified.unpersist()
@@ -302,7 +306,7 @@ def land(
     ``skipped`` are a source table's change commits skipped, logged in the same commit."""
     try:
         tally = classified.groupBy("_outcome", _line_block().alias("_block")).agg(F.count(F.lit(1)).alias("rows")).collect()
-    except _UNREADABLE as exc:
+    except UNREADABLE as exc:
         raise refuse(exc) from exc
     counts: Counter[str] = Counter()
     for row in tally:
@@ -313,11 +317,11 @@ def land(
     if landed:
         try:  # the first write: when it fails, nothing was written yet
             engine.append(warehouse.bronze(source.relation), _bronze_rows(classified, source, accepted_blocks, first_seq))
-        except _UNREADABLE + (LakejoinError,) as exc:
+        except UNREADABLE + (LakejoinError,) as exc:
             raise refuse(exc) from exc
     if quarantined:  # once per input: a retry of an ingest that died before its log row finds this write recorded
         txn = None if digest is None else Txn(f"lakejoin-ingest:{source.relation.name}:{digest}", 1)
-        engine.append(warehouse.quarantine, _quarantine_rows(classified, source), txn)
+        engine.append(warehouse.quarantine, quarantine_rows(classified, source), txn)
     with step("ingest_log"):
         log_ingest(engine, warehouse, source, digest, landed, quarantined, duplicates, first_seq, skipped=skipped)
     return landed, quarantined, duplicates
@@ -325,10 +329,10 @@ def land(
 
 # What ends reading a file: its form (FileRefused from lakejoin's own checks, values nested deeper than Python
 # recurses), or a failure while reading it (Spark's, the file system's).
-_UNREADABLE = (FileRefused, RecursionError, PySparkException, Py4JJavaError, OSError)
+UNREADABLE = (FileRefused, RecursionError, PySparkException, Py4JJavaError, OSError)
 
 
-def _refusal(file: str, exc: BaseException) -> FileRefused:
+def refusal(file: str, exc: BaseException) -> FileRefused:
     """``exc`` as the one-line refusal of ``file``; lasting only when the file's form caused it."""
     if isinstance(exc, FileRefused):
         return FileRefused(f"cannot ingest {file}: {exc}", exc.lasting)
@@ -378,12 +382,18 @@ def log_ingest(
 
 def _record_refusal(engine: DeltaEngine, warehouse: Warehouse, source: Provenance, digest: str, reason: str) -> None:
     """A refused landing file, kept where its rows would have been quarantined: one row without a line."""
-    row = dict(
-        relation=source.relation.name, reason=reason, source_file=source.path, source_line=None, raw=None, id=None,
-        ingest_id=source.ingest_id, ingested_at=source.ingested_at, source_version=None,
-    )
-    engine.append(warehouse.quarantine, pa.Table.from_pylist([row], QUARANTINE_SCHEMA))
+    engine.append(warehouse.quarantine, refusal_rows([(source.relation.name, source.path, reason, True)], source.ingest_id, source.ingested_at))
     log_ingest(engine, warehouse, source, digest, 0, 1, 0, last_arrival_seq(engine, warehouse) + 1, refused=reason)
+
+
+def refusal_rows(refused: Sequence[tuple[str, str, str, bool]], ingest_id: str, ingested_at: datetime) -> pa.Table:
+    """Files refused as a whole, kept where their rows would have been quarantined: a row each (relation, file, why,
+    whether for good), without a line."""
+    rows = [
+        dict(relation=relation, reason=reason, source_file=path, source_line=None, raw=None, id=None, ingest_id=ingest_id, ingested_at=ingested_at, source_version=None, lasting=lasting)
+        for relation, path, reason, lasting in refused
+    ]
+    return pa.Table.from_pylist(rows, QUARANTINE_SCHEMA)
 
 
 def _bronze_rows(classified: DataFrame, source: Provenance, accepted_blocks: list[tuple[int, int]], first_seq: int) -> DataFrame:
@@ -391,9 +401,13 @@ def _bronze_rows(classified: DataFrame, source: Provenance, accepted_blocks: lis
 
     Numbered block by block of the file's lines (``accepted_blocks``: each block's accepted rows), so one
     task holds at most a block: a window over the whole file would put all of it in one."""
-    accepted = classified.where(F.col("_outcome") == "accepted")
     within = F.row_number().over(Window.partitionBy(_line_block()).orderBy("_source_line")) - 1
-    place = firsts(accepted_blocks, first_seq, _line_block()) + within
+    return bronze_rows(classified, source, firsts(accepted_blocks, first_seq, _line_block()) + within)
+
+
+def bronze_rows(classified: DataFrame, source: Provenance, place: Column) -> DataFrame:
+    """Accepted rows with their bookkeeping, each at its ``place`` in the arrival order."""
+    accepted = classified.where(F.col("_outcome") == "accepted")
     data = [name for name in accepted.columns if not name.startswith("_") and (source.kept is None or name in source.kept)]
     table_version = [] if source.kept is None else [source.version.alias("_source_version")]
     return accepted.select(
@@ -417,17 +431,19 @@ def _line_block() -> Column:
 
 
 
-def _quarantine_rows(classified: DataFrame, source: Provenance) -> DataFrame:
+def quarantine_rows(classified: DataFrame, source: Provenance) -> DataFrame:
+    """The rows set aside, with the reason, the file and the line."""
     return classified.where(F.col("_outcome") == "quarantined").select(
         F.lit(source.relation.name).alias("relation"),
         F.col("_reason").alias("reason"),
-        F.lit(source.path).alias("source_file"),
+        (F.lit(source.path) if source.named is None else source.named).alias("source_file"),
         source.line.alias("source_line"),
         F.col("_raw").alias("raw"),
         F.col(ID).alias("id"),
         F.lit(source.ingest_id).alias("ingest_id"),
         F.lit(source.ingested_at).alias("ingested_at"),
         source.version.alias("source_version"),
+        F.lit(None).cast("boolean").alias("lasting"),
     )
 
 
@@ -455,7 +471,14 @@ def _logged(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, digest: st
     return _Logged(ingested=None in refusals)
 
 
-def last_arrival_seq(engine: DeltaEngine, warehouse: Warehouse) -> int:
-    """The last place taken in the global arrival order, across every relation (0 when none)."""
-    maxima = [engine.max_value(warehouse.bronze(rel), "_arrival_seq") for rel in warehouse.relations]
-    return max((value for value in maxima if value is not None), default=0)
+def last_arrival_seq(engine: DeltaReader, warehouse: Warehouse) -> int:
+    """The last place taken in the global arrival order, across every relation (0 when none): by an arrival in bronze,
+    by a batch's slice (a batch's files reserve places that they may not all take), or by the files of a batch that
+    died after landing some of them (its plan, carried by its bronze commits, reserves their places)."""
+    taken = [engine.max_value(warehouse.bronze(rel), "_arrival_seq") for rel in warehouse.relations]
+    taken.append(engine.max_value(warehouse.batches, "seq_to"))
+    for rel in warehouse.relations:
+        info = engine.info(warehouse.bronze(rel), warehouse.app_id(warehouse.pipeline, warehouse.bronze(rel)))
+        if info is not None and info.recorded.plan is not None:
+            taken.append(BatchPlan.decoded(info.recorded.plan).seq_to)
+    return max((value for value in taken if value is not None), default=0)

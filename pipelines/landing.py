@@ -1,27 +1,136 @@
-"""Ingest whatever has landed in a folder: Auto Loader finds the new files on Databricks, a listing elsewhere.
+"""Files that land in folders: found by listing, each known by its path, then by its content.
 
-Either way each file goes through ``ingest_file``, which skips a file whose content it has ingested
-before, so a discovery replayed after a crash adds nothing twice.
+A relation's ``landing`` folder (config) is listed by every ``lakejoin run``, whose batches land the files new there
+in one pass (pipelines/batch/land.py); ``lakejoin ingest --landing`` ingests them one by one (Auto Loader finds them
+on Databricks). A file is new when neither its path nor, once hashed, its content was landed or ingested before
+(the batch log and the ingest log say which), so a file is hashed once, and a copy under another name adds nothing.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 from pyspark.sql import DataFrame
 
 from pipelines.ingest import IngestResult, ingest_or_refuse
-from pipelines.parse import FORMATS
+from pipelines.parse import FORMATS, check_format, csv_header, format_of, stored_columns
 from state.engines import DeltaEngine
-from state.errors import LakejoinError
+from state.engines.base import DeltaReader
+from state.errors import FileRefused, LakejoinError
 from state.layout import Warehouse
 from state.relations import Relation, RelationSpec
+
+BLOCK = 1 << 20
 
 
 def on_databricks() -> bool:
     return "DATABRICKS_RUNTIME_VERSION" in os.environ
+
+
+@dataclass
+class Known:
+    """The files landed or ingested before (or refused for good): by path, whether refused; by content, per relation."""
+
+    paths: dict[str, bool] = field(default_factory=dict)  # path -> refused
+    digests: dict[str, dict[str, str]] = field(default_factory=dict)  # relation -> digest -> the path that brought it
+
+    def add(self, relation: str, path: str, digest: str | None, refused: bool) -> None:
+        self.paths[path] = self.paths.get(path, True) and refused
+        if digest is not None and not refused:
+            self.digests.setdefault(relation, {}).setdefault(digest, path)
+
+
+def known_files(engine: DeltaReader, warehouse: Warehouse) -> Known:
+    """Every file the ingest log and the batch log name (what grows here is one row per file, on the driver)."""
+    known = Known()
+    ingested = engine.rows(warehouse.ingest_log, where="source_version IS NULL AND sha256 IS NOT NULL")
+    for row in [] if ingested is None else ingested.select(["relation", "source_file", "sha256", "refused"]).to_pylist():
+        known.add(row["relation"], row["source_file"], row["sha256"], row["refused"] is not None)
+    logged = engine.rows(warehouse.batches)
+    for files in [] if logged is None else logged.column("files").to_pylist():
+        for file in files or []:
+            known.add(file["relation"], file["path"], file["sha256"], file["refused"] is not None)
+    return known
+
+
+@dataclass(frozen=True)
+class Found:
+    """A new file of a relation's landing folder, read once on the driver: its content's digest, and how many rows
+    it holds at most (a Parquet file's footer count; a text file's lines), or why it is refused as a whole."""
+
+    relation: str
+    path: str
+    bytes: int
+    sha256: str
+    rows: int
+    bound: int  # places in the arrival order its rows may take: at least its rows (a text file's bytes, plus one)
+    refused: FileRefused | None = None
+
+
+def found_files(landings: dict[Relation, str], known: Known) -> Iterable[Found | FileRefused]:
+    """The files new in each relation's landing folder, in name order, relation by relation; a file that cannot be
+    read now comes as its refusal, not lasting (it is looked at again next time)."""
+    for rel, landing in landings.items():
+        for path in listed(landing):
+            if path in known.paths:
+                continue
+            try:
+                yield examined(rel.name, path)
+            except OSError as exc:
+                yield FileRefused(f"cannot ingest {path}: cannot read it ({exc.strerror or exc})", lasting=False)
+
+
+def examined(relation: str, path: str) -> Found:
+    """``path`` read once: its SHA-256 and, for text, its lines; its form checked (a lasting refusal when wrong)."""
+    digest, lines, size = hashlib.sha256(), 0, 0
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(BLOCK), b""):
+            digest.update(block)
+            lines += block.count(b"\n")
+            size += len(block)
+    fmt = format_of(path)
+    refused = None
+    rows = lines + 1
+    try:
+        check_format(path, fmt)
+        if fmt == "parquet":
+            metadata = pq.read_metadata(path)
+            rows = metadata.num_rows
+            stored_columns(metadata.schema.to_arrow_schema().names)
+        elif fmt == "csv":
+            stored_columns(list(csv_header(path)))
+    except FileRefused as exc:
+        refused = FileRefused(f"cannot ingest {path}: {exc}", exc.lasting)
+    except (pa.ArrowException, OSError) as exc:
+        refused = FileRefused(f"cannot ingest {path}: not a readable Parquet file ({str(exc).splitlines()[0]})")
+    bound = rows if fmt == "parquet" else size + 1
+    return Found(relation, path, size, digest.hexdigest(), rows, bound, refused)
+
+
+def require_landing(landing: str, relation: str) -> None:
+    """Refuse a landing folder that is not there: a mistyped path would otherwise ingest nothing, run after run."""
+    if not os.path.isdir(landing):
+        raise LakejoinError(f"{relation}'s landing folder {landing} does not exist: create it, or correct the path (config relations.{relation}.landing, or --landing)")
+
+
+def listed(landing: str) -> list[str]:
+    """Files under ``landing`` with an extension ingest reads, by absolute path in name order (hidden and ``_`` entries
+    skipped)."""
+    found = []
+    for folder, subfolders, files in os.walk(os.path.abspath(landing)):
+        subfolders[:] = sorted(name for name in subfolders if not name.startswith(("_", ".")))
+        found += [os.path.join(folder, name) for name in files if not name.startswith(("_", ".")) and _readable(name)]
+    return sorted(found)
+
+
+def _readable(name: str) -> bool:
+    return os.path.splitext(name)[1].lower() in FORMATS
 
 
 def ingest_landing(
@@ -33,9 +142,9 @@ def ingest_landing(
     report: Callable[[IngestResult], None],
     specs: dict[str, RelationSpec] | None = None,
 ) -> None:
-    """Ingest every file under ``landing`` not ingested yet, in name order within each discovery. A file refused
-    as a whole is recorded in quarantine/ingest, reported, and not tried again; the next file goes on. The caller has
-    checked the folder (``require_landing``) before recording anything."""
+    """``lakejoin ingest --landing``: ingest every file under ``landing`` not landed or ingested yet, one by one in name
+    order. A file refused as a whole is recorded in quarantine/ingest, reported, and not tried again; the next file
+    goes on. The caller has checked the folder (``require_landing``) before recording anything."""
 
     def ingest(path: str) -> None:
         report(ingest_or_refuse(engine.spark, engine, warehouse, rel, path, specs, record_refusal=True))
@@ -43,14 +152,13 @@ def ingest_landing(
     if on_databricks():
         _auto_loader(engine, landing, checkpoint or default_checkpoint(landing, warehouse, rel), ingest)
         return
+    known = known_files(engine, warehouse)
     for path in listed(landing):
-        ingest(path)
-
-
-def require_landing(landing: str, relation: str) -> None:
-    """Refuse a landing folder that is not there: a mistyped path would otherwise ingest nothing, run after run."""
-    if not os.path.isdir(landing):
-        raise LakejoinError(f"{relation}'s landing folder {landing} does not exist: create it, or correct the path (config relations.{relation}.landing, or --landing)")
+        if path in known.paths:
+            refused = known.paths[path]
+            report(IngestResult(path, rel.name, already_ingested=not refused, already_refused=refused))
+        else:
+            ingest(path)
 
 
 def default_checkpoint(landing: str, warehouse: Warehouse, rel: Relation) -> str:
@@ -59,22 +167,9 @@ def default_checkpoint(landing: str, warehouse: Warehouse, rel: Relation) -> str
     return os.path.join(landing, "_lakejoin_checkpoint", re.sub(r"[^A-Za-z0-9_.-]+", "_", warehouse.root.strip("/")), rel.name)
 
 
-def listed(landing: str) -> list[str]:
-    """Files under ``landing`` with an extension ingest reads, in name order (hidden and ``_`` entries skipped)."""
-    found = []
-    for folder, subfolders, files in os.walk(landing):
-        subfolders[:] = sorted(name for name in subfolders if not name.startswith(("_", ".")))
-        found += [os.path.join(folder, name) for name in files if not name.startswith(("_", ".")) and _readable(name)]
-    return sorted(found)
-
-
-def _readable(name: str) -> bool:
-    return os.path.splitext(name)[1].lower() in FORMATS
-
-
 def _auto_loader(engine: DeltaEngine, landing: str, checkpoint: str, ingest: Callable[[str], None]) -> None:
-    """Auto Loader (``cloudFiles``) lists only new files and records them in its checkpoint once the
-    micro-batch that ingested them returns; only the paths are read (binaryFile without its content)."""
+    """Auto Loader (``cloudFiles``) finds the new files and records them in its checkpoint once the micro-batch that
+    ingested them returns; only the paths are read (binaryFile without its content)."""
 
     def ingest_batch(files: DataFrame, _: int) -> None:
         for row in files.select("path").orderBy("path").collect():  # file names only: a few per trigger

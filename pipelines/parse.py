@@ -8,14 +8,18 @@ from __future__ import annotations
 
 import csv
 import os
+import threading
+import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StringType, StructField, StructType
 
+from state.engines.delta_log import is_connect
 from state.errors import FileRefused, LakejoinError
 from state.names import column, nested_names_storable, quoted, stored_names
 
@@ -25,6 +29,8 @@ CASE_SENSITIVE = "spark.sql.caseSensitive"
 
 # monotonically_increasing_id(): a row's partition index sits above this many bits, its place in the partition below.
 PARTITION_BITS = 33
+# A text file of at most this many bytes is read whole (one row) and split into lines where it is read.
+WHOLE_FILE_BYTES = 64 << 20
 
 
 # Parsing: each format becomes the same shape — _source_line, _raw, _unparsable and the data columns, as text
@@ -38,13 +44,59 @@ class Parsed:
     text: bool  # the data columns hold text, to be parsed into their types
 
 
-def _numbered_lines(spark: SparkSession, path: str) -> DataFrame:
-    """Non-blank lines of a text file with their 1-based line numbers, in file order (a UTF-8 byte-order mark at
-    its start dropped)."""
-    lines = numbered(spark.read.text(path), "_row_id")
-    numbered_lines = lines.withColumn("_source_line", F.col("_row_id") + 1)
-    numbered_lines = numbered_lines.withColumn("value", F.when(F.col("_row_id") == 0, F.regexp_replace("value", "^\ufeff", "")).otherwise(F.col("value")))
-    return numbered_lines.where(F.trim("value") != "").select("_source_line", F.col("value").alias("_raw"))
+def numbered_lines(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
+    """Non-blank lines of text files with their file (``_source_file``, as ``paths`` names it) and 1-based line number
+    (``_source_line``), a UTF-8 byte-order mark at a file's start dropped: each file of at most ``WHOLE_FILE_BYTES``
+    read whole and split into its lines where it is read, a larger one in blocks (``_lines_by_block``)."""
+    whole = [path for path in paths if os.path.getsize(path) <= WHOLE_FILE_BYTES]
+    large = [path for path in paths if path not in whole]
+    parts = ([_lines_of_whole(spark, whole)] if whole else []) + ([_lines_by_block(spark, large)] if large else [])
+    lines = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
+    lines = lines.withColumn("_raw", F.when(F.col("_source_line") == 1, F.regexp_replace("_raw", "^\ufeff", "")).otherwise(F.col("_raw")))
+    return lines.where(F.trim("_raw") != "")
+
+
+def _lines_of_whole(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
+    """Each file one row, split into its lines as Spark's text reader splits them (at ``\\r\\n``, ``\\r`` or
+    ``\\n``): a line's number is its place in the file, with no job of its own."""
+    files = spark.read.text(list(paths), wholetext=True).select(local_path(F.col("_metadata.file_path")).alias("_spark_path"), "value")
+    lines = files.select(*named_files(paths), F.posexplode(F.split("value", "\r\n|\r|\n")).alias("_place", "_raw"))
+    return lines.select("_source_file", (F.col("_place") + 1).alias("_source_line"), "_raw")
+
+
+def _lines_by_block(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
+    """Large files, read in blocks: each block's lines come in order, so a line's number is its place in its block
+    after the lines of the file's earlier blocks, which a small aggregate over the same lines counts and the job
+    broadcasts back."""
+    lines = spark.read.text(list(paths)).select(
+        local_path(F.col("_metadata.file_path")).alias("_spark_path"),
+        F.col("_metadata.file_block_start").alias("_block"),
+        F.monotonically_increasing_id().alias("_row"),
+        F.col("value").alias("_raw"),
+    )
+    earlier = Window.partitionBy("_spark_path").orderBy("_block").rowsBetween(Window.unboundedPreceding, -1)
+    blocks = lines.groupBy("_spark_path", "_block").agg(F.min("_row").alias("_first_row"), F.count(F.lit(1)).alias("_lines"))
+    blocks = blocks.withColumn("_before", F.coalesce(F.sum("_lines").over(earlier), F.lit(0)))
+    return lines.join(F.broadcast(blocks), ["_spark_path", "_block"]).select(
+        *named_files(paths),
+        (F.col("_before") + F.col("_row") - F.col("_first_row") + 1).alias("_source_line"),
+        "_raw",
+    )
+
+
+def local_path(uri: Column) -> Column:
+    """A file's path as Spark names it (``file:/a%20b.jsonl``) as the file system does (``/a b.jsonl``): percent-escapes
+    decoded ('+' is a plus in a path, not a space) and the local scheme dropped."""
+    return F.regexp_replace(F.url_decode(F.regexp_replace(uri, "\\+", "%2B")), "^(file|dbfs):", "")
+
+
+def named_files(paths: Sequence[str]) -> list[Column]:
+    """``_source_file``: the path given for each of ``paths`` (matched on ``_spark_path``), which every read row must
+    have (a row of no file given stops the job rather than land under no name)."""
+    given = {os.path.abspath(path): path for path in paths}
+    lookup = F.create_map(*[F.lit(value) for pair in given.items() for value in pair])
+    found = lookup[F.col("_spark_path")]
+    return [F.coalesce(found, F.raise_error(F.concat(F.lit("lakejoin: Spark read a file it was not given: "), F.col("_spark_path")))).alias("_source_file")]
 
 
 def numbered(frame: DataFrame, name: str) -> DataFrame:
@@ -87,17 +139,32 @@ def check_format(path: str, fmt: str) -> None:
 
 
 def parse_file(spark: SparkSession, path: str, fmt: str) -> Parsed:
+    """One file given to ``ingest``: ``parse_files`` of it alone."""
+    return parse_files(spark, [path], fmt)
+
+
+def parse_files(spark: SparkSession, paths: Sequence[str], fmt: str) -> Parsed:
+    """Files of one format read together, each row with ``_source_file`` and ``_source_line``. Their columns are
+    those of all of them (JSON keys inferred over all, a CSV header and a Parquet schema that every one of them
+    shares: a caller groups them so)."""
     if fmt == "parquet":
-        return _parse_parquet(spark, path)
+        return _parse_parquet(spark, paths)
+    lines = numbered_lines(spark, paths)
     if fmt == "csv":
-        header, header_line = _csv_header(path)
-        lines = _numbered_lines(spark, path).where(F.col("_source_line") > header_line)
-        return _parse_text(lines, [(name, StringType()) for name in header], F.from_csv)
-    schema, lines = _json_schema(spark, path), _numbered_lines(spark, path)
+        headers = {path: _csv_header(path) for path in paths}
+        (header,) = {tuple(names) for names, _ in headers.values()}
+        after = F.create_map(*[F.lit(value) for path, (_, line) in headers.items() for value in (path, line)])
+        return _parse_text(lines.where(F.col("_source_line") > after[F.col("_source_file")]), [(name, StringType()) for name in header], F.from_csv)
+    schema = _json_schema(spark, paths)
     inferred = [(f.name, f.dataType) for f in schema.fields if f.name != CORRUPT]
     if CORRUPT in schema.fieldNames():
         inferred += [(key, StringType()) for key in _keys_beyond(lines, {name for name, _ in inferred})]
     return _parse_text(lines, inferred, F.from_json)
+
+
+def csv_header(path: str) -> tuple[str, ...]:
+    """The names a CSV file's header gives (files of one header are read together)."""
+    return tuple(_csv_header(path)[0])
 
 
 def _keys_beyond(lines: DataFrame, known: set[str]) -> list[str]:
@@ -121,15 +188,26 @@ def _csv_header(path: str) -> tuple[list[str], int]:
     return [], 1
 
 
-def _json_schema(spark: SparkSession, path: str) -> StructType:
-    """The file's keys and their types, inferred case-sensitively: by default Spark makes ``Amount`` and ``amount``
-    one field and drops the values of the other, where lakejoin refuses the file."""
-    previous = spark.conf.get(CASE_SENSITIVE)
-    spark.conf.set(CASE_SENSITIVE, "true")
-    try:
-        return spark.read.json(path).schema
-    finally:
-        spark.conf.set(CASE_SENSITIVE, previous)
+def _json_schema(spark: SparkSession, paths: Sequence[str]) -> StructType:
+    """The files' keys and their types, inferred case-sensitively: by default Spark makes ``Amount`` and ``amount``
+    one field and drops the values of the other, where lakejoin refuses the file. Inferred in a session of its own,
+    so no other work of ``spark`` (a batch lands its relations at once) sees the setting."""
+    return _case_sensitive(spark).read.json(list(paths)).schema
+
+
+_SENSITIVE: weakref.WeakKeyDictionary[SparkSession, SparkSession] = weakref.WeakKeyDictionary()
+_SENSITIVE_LOCK = threading.Lock()
+
+
+def _case_sensitive(spark: SparkSession) -> SparkSession:
+    """A session of ``spark``'s application that tells names apart by case, made once."""
+    with _SENSITIVE_LOCK:
+        session = _SENSITIVE.get(spark)
+        if session is None:
+            session = spark.cloneSession() if is_connect(spark) else spark.newSession()
+            session.conf.set(CASE_SENSITIVE, "true")
+            _SENSITIVE[spark] = session
+        return session
 
 
 def _parse_text(lines: DataFrame, fields: list[tuple[str, DataType]], parser) -> Parsed:  # noqa: ANN001 - F.from_json or F.from_csv
@@ -143,12 +221,13 @@ def _parse_text(lines: DataFrame, fields: list[tuple[str, DataType]], parser) ->
     unparsable = F.col("_record").isNull() | F.col(f"_record.{CORRUPT}").isNotNull()
     data = [F.col(f"_record.{quoted(name)}").alias(names[name]) for name, _ in fields]
     types = {names[name]: given if nested_names_storable(given) else StringType() for name, given in fields}
-    return Parsed(record.select("_source_line", "_raw", unparsable.alias("_unparsable"), *data), types, text=True)
+    return Parsed(record.select("_source_file", "_source_line", "_raw", unparsable.alias("_unparsable"), *data), types, text=True)
 
 
-def _parse_parquet(spark: SparkSession, path: str) -> Parsed:
-    df = spark.read.parquet(path)
-    return parse_frame(df, df.columns, F.col("_metadata.row_index") + 1)
+def _parse_parquet(spark: SparkSession, paths: Sequence[str]) -> Parsed:
+    df = spark.read.parquet(*paths)
+    located = df.select("*", local_path(F.col("_metadata.file_path")).alias("_spark_path"), F.col("_metadata.row_index").alias("_row_index"))
+    return parse_frame(located.select(*named_files(paths), "*"), df.columns, F.col("_row_index") + 1)
 
 
 def parse_frame(df: DataFrame, columns: list[str], line: Column) -> Parsed:
@@ -161,6 +240,7 @@ def parse_frame(df: DataFrame, columns: list[str], line: Column) -> Parsed:
         return column(field.name) if nested_names_storable(field.dataType) else F.to_json(column(field.name))
 
     frame = df.select(
+        *[name for name in df.columns if name == "_source_file"],
         line.alias("_source_line"),
         F.to_json(F.struct(*[column(name) for name in columns])).alias("_raw"),
         F.lit(False).alias("_unparsable"),

@@ -41,6 +41,10 @@ LOCAL_CONF = {
     # PySpark 4 records the Python call site of every DataFrame function for its error messages: five JVM round
     # trips per F.col or F.lit, ~0.1 s of a 10,000-row ingest. lakejoin's errors name what is wrong themselves.
     "spark.python.sql.dataFrameDebugging.enabled": "false",
+    # A batch's plans name their joins (its arrivals broadcast into scans of the state), so adaptive execution has
+    # nothing to re-plan, and it would run each shuffle of a plan as a job of its own: a batch of a few rows pays
+    # ~0.3 s for that (benchmarks/small.py).
+    "spark.sql.adaptive.enabled": "false",
 }
 
 # Delta's two session settings, and what keeps its log work proportionate in a local session: a snapshot's

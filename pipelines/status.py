@@ -124,7 +124,7 @@ def warehouse_status(engine: DeltaReader, warehouse: Warehouse, config: Config) 
         late=late or 0,
         # an as-of join bounds its quotes per key by the watermarks alone (docs/joins.md, "The as-of join")
         bounded=(config.window is not None or config.join_kind.as_of) and all(config.lateness(rel.name) is not None for rel in warehouse.relations),
-        rules=_last_rule_results(engine, warehouse),
+        rules=_last_rule_results(tail),
         running=holder(warehouse.root, JOIN),
         problem=problem,
         sources=[source_status(engine, warehouse, rel, table) for rel in warehouse.relations if (table := config.spec(rel.name).table) is not None],
@@ -133,7 +133,7 @@ def warehouse_status(engine: DeltaReader, warehouse: Warehouse, config: Config) 
         },
         waiting=_waiting(engine, warehouse, config.on_axis(kind), kind),
         changes=_changes(engine, warehouse) if config.reads_changes else {},
-        idle={name: progress.instant(since) for name, since in (tail.newest.progress.idle if tail.newest else {}).items()},
+        idle={name: progress.instant(since) for name, since in (dict(tail.last["idle"] or {}) if tail.last else {}).items()},
         declared={name: render(to, kind) or str(to) for name, to in progress.declared(engine, warehouse).items()},
     )
 
@@ -143,7 +143,7 @@ def _changes(engine: DeltaReader, warehouse: Warehouse) -> dict[str, dict[str, i
     schema = engine.schema(warehouse.batches)
     if schema is None or "changes" not in schema.fieldNames():
         return {}
-    logged = engine.rows(warehouse.batches, where="phase = 'committed' AND changes IS NOT NULL")
+    logged = engine.rows(warehouse.batches, where="changes IS NOT NULL")
     counts = [(row["batch_id"], name, count) for row in logged.select(["batch_id", "changes"]).to_pylist() for name, count in row["changes"]]  # type: ignore[union-attr] - the log exists
     if not counts:
         return {}
@@ -194,13 +194,11 @@ def _flat(settings: dict, prefix: str = "") -> list[tuple[str, object]]:
     return flat
 
 
-def _last_rule_results(engine: DeltaReader, warehouse: Warehouse) -> list[dict]:
-    found = engine.aggregate(warehouse.dq_results, None, "max(batch_id)")
-    last = None if found is None else found[0]
-    if last is None:
+def _last_rule_results(tail: LogTail) -> list[dict]:
+    """The last committed batch's rule results, as its log row holds them."""
+    if tail.last is None:
         return []
-    columns = ["batch_id", "rule", "table", "policy", "evaluated", "failed", "examples"]
-    results = engine.rows(warehouse.dq_results, where=f"batch_id = {last}").select(columns).to_pylist()  # type: ignore[union-attr] - it exists
+    results = [{"batch_id": tail.last_batch_id, **rule} for rule in tail.last["rules"] or []]
     return sorted(results, key=lambda row: (row["table"], row["rule"]))
 
 
@@ -209,7 +207,7 @@ def _tail_anyway(engine: DeltaReader, warehouse: Warehouse, pipeline: str) -> Lo
     try:
         return BatchLog(engine, warehouse.batches, warehouse.app_id(pipeline, warehouse.batches)).tail()
     except Exception:  # noqa: BLE001 - a foreign log can fail in any way; the problem line already says why
-        return LogTail(0, 0, None)
+        return LogTail(0, 0)
 
 
 def _table_status(engine: DeltaReader, warehouse: Warehouse, path: str) -> TableStatus:

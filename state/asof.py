@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 from state.bounds import Watermarks, store_eviction
 from state.buffers import EvictionRule
 from state.engines import Eviction
-from state.joiner import Projection
+from state.joiner import Projection, label
 from state.layout import Buffer
 from state.predicate import conjuncts, equality_sides
 from state.relations import ID, TS, Relation
@@ -63,7 +63,7 @@ def rows(
     whose store emits every row."""
     left, right = relations
     best = best_matches(lefts, rights, left, right, condition, keep_unmatched)
-    return best.select(projection.of(F.lit(left.label), relations))
+    return best.selectExpr(*projection.of(label(left), relations))
 
 
 def best_matches(lefts: DataFrame, rights: DataFrame, left: Relation, right: Relation, condition: str, keep_unmatched: bool) -> DataFrame:

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import pyarrow as pa
-import pyarrow.compute as pc
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 from state.engines import Eviction
 from state.event_time import INTEGER, render
@@ -28,42 +28,42 @@ from state.relations import TS, Relation, others
 Watermarks = dict[str, int]  # relation name -> watermark; a relation without one is absent
 
 
-def split_late(arrivals: pa.Table, watermark: int | None) -> tuple[pa.Table, pa.Table]:
+def split_late(arrivals: DataFrame, watermark: int | None) -> tuple[DataFrame, DataFrame]:
     """``arrivals`` as (on time, late): late rows have ``ts`` below the relation's watermark."""
-    if watermark is None or arrivals.num_rows == 0:
-        return arrivals, arrivals.slice(0, 0)
-    late = pc.less(arrivals[TS], watermark)
-    return arrivals.filter(pc.invert(late)), arrivals.filter(late)
+    if watermark is None:
+        return arrivals, arrivals.limit(0)
+    late = F.col(TS) < watermark
+    return arrivals.where(~late), arrivals.where(late)
 
 
 def late_rows(
-    late: pa.Table, rel: Relation, watermark: int | None, lateness: str | None, event_time: str, kind: str | None, batch_id: int, raised: str | None = None
-) -> pa.Table:
+    late: DataFrame, rel: Relation, watermark: int | None, lateness: str | None, event_time: str, kind: str | None, batch_id: int, raised: str | None = None
+) -> DataFrame:
     """What ``quarantine/late_arrivals`` keeps of late records: the record, why, and the watermark then (a number
     on the event-time axis; the reason gives it as the event time reads). ``raised``: why the watermark stands above
     the relation's own records (an idle relation, declared progress: state/progress.py)."""
     as_time = "" if kind in (None, INTEGER) else f", {render(watermark, kind)}"
     why = raised or f"newest {rel.label} {event_time} seen minus allowed lateness {lateness}"
     reason = f"{event_time} below the watermark of {rel.label}{as_time} ({why})"
-    extra = {
-        "relation": pa.array([rel.name] * late.num_rows, pa.string()),
-        "reason": pa.array([reason] * late.num_rows, pa.string()),
-        "watermark": pa.array([watermark] * late.num_rows, pa.int64()),
-        "batch_id": pa.array([batch_id] * late.num_rows, pa.int64()),
-    }
-    for name, column in extra.items():
-        late = late.append_column(name, column)
-    return late
+    return late.withColumns(
+        {
+            "relation": F.lit(rel.name),
+            "reason": F.lit(reason),
+            "watermark": F.lit(watermark).cast("bigint"),
+            "batch_id": F.lit(batch_id).cast("bigint"),
+        }
+    )
 
 
-def advance(before: Watermarks, on_time: dict[Relation, pa.Table], lateness: dict[str, int]) -> Watermarks:
-    """The watermarks after a batch: they only move forward, and only for relations with a lateness."""
+def advance(before: Watermarks, newest: dict[str, int | None], lateness: dict[str, int]) -> Watermarks:
+    """The watermarks after a batch, from each relation's newest on-time ``ts`` in it: they only move forward, and only
+    for relations with a lateness."""
     after = dict(before)
-    for rel, arrivals in on_time.items():
-        if rel.name not in lateness or arrivals.num_rows == 0:
+    for name, top in newest.items():
+        if name not in lateness or top is None:
             continue
-        candidate = pc.max(arrivals[TS]).as_py() - lateness[rel.name]
-        after[rel.name] = max(candidate, before.get(rel.name, candidate))
+        candidate = top - lateness[name]
+        after[name] = max(candidate, before.get(name, candidate))
     return after
 
 

@@ -21,142 +21,123 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
 
 from state.relations import DELETE, ID, INSERT, OP, SEQ, TS
 
 DELETED = "_deleted"  # a state table's column: the row is a deleted record's tombstone, in no buffer
-# The columns of the version held before a batch, as ``resolve`` reads them from the state table.
-HELD = pa.schema([(ID, pa.string()), (SEQ, pa.int64()), (DELETED, pa.bool_())])
+HELD_SEQ, HELD_DELETED = "_held_seq", "_held_deleted"  # the version a state table holds of an id, before the batch
+NEWEST = "_newest"  # an ignored change's record's newest sequence, held or in the batch
 
 
 @dataclass(frozen=True)
 class Resolved:
     """One relation's change rows of a batch, against the versions held before it."""
 
-    upserts: pa.Table  # the newer inserts and updates, one per id: the relation's arrivals, still to split by lateness
-    deletes: pa.Table  # the newer deletes, one per id (the deleted version's columns)
-    current: pa.Array  # of the ids changed, those with a version held before the batch (not a tombstone)
-    ignored: pa.Table  # rows older than their record's newest change (held, or in the batch): they change nothing
-    stored: bool  # the state table holds a row (a version or a tombstone) of some id the batch changes
+    upserts: DataFrame  # the newer inserts and updates, one per id: the relation's arrivals, still to split by lateness
+    deletes: DataFrame  # the newer deletes, one per id (the deleted version's columns)
+    current: DataFrame  # ``_id``s of the ids changed that had a version held before the batch (not a tombstone)
+    ignored: DataFrame  # rows older than their record's newest change (held, or in the batch), with ``_newest``
 
     @property
-    def candidates(self) -> pa.Table:
+    def candidates(self) -> DataFrame:
         """The changes the batch may carry out, one per id: what the relation's rules screen."""
-        return pa.concat_tables([self.upserts, self.deletes])
+        return self.upserts.unionByName(self.deletes)
 
 
 @dataclass(frozen=True)
 class Applied:
     """What a batch does with one relation's changes once screened and split by lateness."""
 
-    on_time: pa.Table  # upserts on time: the relation's arrivals in the join
-    late: pa.Table  # upserts whose new version is late: quarantined, the held version stays
-    deletes: pa.Table  # deletes (never late: a delete adds no result)
+    on_time: DataFrame  # upserts on time: the relation's arrivals in the join
+    late: DataFrame  # upserts whose new version is late: quarantined, the held version stays
+    deletes: DataFrame  # deletes (never late: a delete adds no result)
     resolved: Resolved
 
     @property
-    def changed(self) -> pa.Table:
-        return pa.concat_tables([self.on_time, self.deletes], promote_options="permissive")
+    def changed(self) -> DataFrame:
+        return self.on_time.unionByName(self.deletes, allowMissingColumns=True)
 
     @property
-    def replaced(self) -> pa.Array:
-        """The ids whose held version (if any) leaves every buffer before the batch joins."""
-        return self.changed[ID].combine_chunks()
+    def replaced(self) -> DataFrame:
+        """The ``_id``s whose held version (if any) leaves every buffer before the batch joins."""
+        return self.changed.select(ID)
 
     @property
-    def retracted(self) -> pa.Array:
-        """The ids whose results may be in gold: those with a current version before the batch, and updates and
+    def retracted(self) -> DataFrame:
+        """The ``_id``s whose results may be in gold: those with a current version before the batch, and updates and
         deletes of records whose version the state no longer holds (evicted: their results are still in gold)."""
-        changed = self.changed
-        had_version = pc.or_(pc.is_in(changed[ID], value_set=self.resolved.current), pc.not_equal(changed[OP], INSERT))
-        return pc.unique(changed.filter(had_version)[ID].combine_chunks())
+        current = self.resolved.current.withColumn("_current", F.lit(True))
+        changed = self.changed.select(ID, OP).join(current, ID, "left")
+        return changed.where(F.col("_current").isNotNull() | (F.col(OP) != INSERT)).select(ID).distinct()
 
-    def state_rows(self) -> pa.Table:
+    def state_rows(self) -> DataFrame:
         """What the relation's state table gains: the new versions and the deletes' tombstones."""
-        return pa.concat_tables([versions(self.on_time), tombstones(self.deletes)], promote_options="permissive")
+        return versions(self.on_time).unionByName(tombstones(self.deletes), allowMissingColumns=True)
 
-    def counts(self) -> dict[str, int]:
-        """What ``status`` reports: inserted (no version held), updated, deleted, ignored as older, late."""
-        updated = int(pc.sum(pc.is_in(self.on_time[ID], value_set=self.resolved.current)).as_py() or 0) if self.on_time.num_rows else 0
+    def counts(self) -> dict[str, tuple[DataFrame, Column]]:
+        """What ``status`` reports, each a frame and the aggregate that counts it: inserted (no version held), updated,
+        deleted, ignored as older, late."""
+        updated = self.on_time.join(self.resolved.current, ID, "left_semi")
+        rows = F.count(F.lit(1))
         return {
-            "inserted": self.on_time.num_rows - updated,
-            "updated": updated,
-            "deleted": self.deletes.num_rows,
-            "ignored": self.resolved.ignored.num_rows,
-            "late": self.late.num_rows,
+            "inserted": (self.on_time.join(self.resolved.current, ID, "left_anti"), rows),
+            "updated": (updated, rows),
+            "deleted": (self.deletes, rows),
+            "ignored": (self.resolved.ignored, rows),
+            "late": (self.late, rows),
         }
 
 
-def apply(resolved: Resolved, screened: pa.Table, split: Callable[[pa.Table], tuple[pa.Table, pa.Table]]) -> Applied:
+def apply(resolved: Resolved, screened: DataFrame, split: Callable[[DataFrame], tuple[DataFrame, DataFrame]]) -> Applied:
     """``screened`` (the candidates its rules kept) as the batch carries them out: upserts ``split`` by lateness
     (their new version's), deletes as they are."""
-    deleting = pc.equal(screened[OP], DELETE)
-    on_time, late = split(screened.filter(pc.invert(deleting)))
-    return Applied(on_time, late, screened.filter(deleting), resolved)
+    deleting = F.col(OP) == DELETE
+    on_time, late = split(screened.where(~deleting))
+    return Applied(on_time, late, screened.where(deleting), resolved)
 
 
-def resolve(rows: pa.Table, held: pa.Table) -> Resolved:
+def resolve(rows: DataFrame, held: DataFrame) -> Resolved:
     """Per id, the latest of ``rows`` (by sequence, then arrival), split by whether it is newer than ``held`` (the
     state's ``_id``, ``_seq``, ``_deleted`` of those ids)."""
-    if rows.num_rows == 0:
-        empty = rows.append_column(OP, pa.array([], pa.string())).append_column(SEQ, pa.array([], pa.int64())) if OP not in rows.column_names else rows
-        return Resolved(empty, empty, pa.array([], pa.string()), empty, False)
-    ordered = rows.sort_by([(ID, "ascending"), (SEQ, "ascending"), ("_arrival_seq", "ascending")])
-    positions = ordered.select([ID]).append_column("_position", pa.array(np.arange(rows.num_rows)))
-    last = positions.group_by(ID).aggregate([("_position", "max")])["_position_max"]
-    latest = ordered.take(last).sort_by("_arrival_seq")  # in arrival order
-    known = held.select([ID, SEQ, DELETED]).rename_columns([ID, "_held_seq", "_held_deleted"])
-    compared = latest.select([ID, SEQ]).append_column("_row", pa.array(np.arange(latest.num_rows)))
-    compared = compared.join(known, ID, join_type="left outer").sort_by("_row")
-    newer = pc.fill_null(pc.greater_equal(compared[SEQ], compared["_held_seq"]), True)
-    current = compared.filter(pc.and_(newer, pc.equal(pc.fill_null(compared["_held_deleted"], True), False)))[ID]
-    applied = latest.filter(newer)
-    deleting = pc.equal(applied[OP], DELETE)
+    by_id = Window.partitionBy(ID)
+    ranked = rows.withColumns(
+        {"_rank": F.row_number().over(by_id.orderBy(F.col(SEQ).desc(), F.col("_arrival_seq").desc())), "_batch_newest": F.max(SEQ).over(by_id)}
+    )
+    known = held.select(ID, F.col(SEQ).alias(HELD_SEQ), F.col(DELETED).alias(HELD_DELETED))
+    compared = ranked.join(known, ID, "left")
+    newer = (F.col("_rank") == 1) & F.coalesce(F.col(SEQ) >= F.col(HELD_SEQ), F.lit(True))
+    applied = compared.where(newer)
+    columns = rows.columns
     return Resolved(
-        upserts=applied.filter(pc.invert(deleting)),
-        deletes=applied.filter(deleting),
-        current=current.combine_chunks() if isinstance(current, pa.ChunkedArray) else current,
-        ignored=_older(rows, applied, known),
-        stored=held.num_rows > 0,
+        upserts=applied.where(F.col(OP) != DELETE).select(*columns),
+        deletes=applied.where(F.col(OP) == DELETE).select(*columns),
+        current=applied.where(F.col(HELD_SEQ).isNotNull() & ~F.col(HELD_DELETED)).select(ID),
+        ignored=compared.where(~newer).withColumn(NEWEST, F.greatest("_batch_newest", HELD_SEQ)).select(*columns, NEWEST),
     )
 
 
-def _older(rows: pa.Table, applied: pa.Table, held: pa.Table) -> pa.Table:
-    """The rows a batch does not apply, each with ``_newest``: its record's newest sequence, held or in the batch."""
-    ignored = rows.filter(pc.invert(pc.is_in(rows["_arrival_seq"], value_set=applied["_arrival_seq"]))).sort_by("_arrival_seq")
-    newest = rows.select([ID, SEQ]).group_by(ID).aggregate([(SEQ, "max")]).join(held.select([ID, "_held_seq"]), ID, join_type="left outer")
-    keys = ignored.select([ID, "_arrival_seq"]).join(newest, ID, join_type="left outer").sort_by("_arrival_seq")
-    top = pc.max_element_wise(keys[f"{SEQ}_max"], keys["_held_seq"], skip_nulls=True)
-    return ignored.append_column("_newest", top)
-
-
-def ignored_rows(resolved: Resolved, relation: str, batch_id: int) -> pa.Table:
+def ignored_rows(resolved: Resolved, relation: str, batch_id: int) -> DataFrame:
     """What ``quarantine/late_arrivals`` keeps of the changes a batch ignored: the row, and why."""
-    ignored = resolved.ignored
-    reason = pc.binary_join_element_wise(
-        "older change: sequence ", pc.cast(ignored[SEQ], pa.string()), " is below sequence ", pc.cast(ignored["_newest"], pa.string()),
-        " of the same record", "",
-    )
-    extra = {
-        "relation": pa.array([relation] * ignored.num_rows, pa.string()),
-        "reason": reason,
-        "watermark": pa.array([None] * ignored.num_rows, pa.int64()),
-        "batch_id": pa.array([batch_id] * ignored.num_rows, pa.int64()),
-    }
-    for name, column in extra.items():
-        ignored = ignored.append_column(name, column)
-    return ignored.drop_columns(["_newest"])
+    reason = F.concat(F.lit("older change: sequence "), F.col(SEQ).cast("string"), F.lit(" is below sequence "), F.col(NEWEST).cast("string"), F.lit(" of the same record"))
+    return resolved.ignored.withColumns(
+        {"relation": F.lit(relation), "reason": reason, "watermark": F.lit(None).cast("bigint"), "batch_id": F.lit(batch_id).cast("bigint")}
+    ).drop(NEWEST)
 
 
-def tombstones(deletes: pa.Table) -> pa.Table:
+def tombstones(deletes: DataFrame) -> DataFrame:
     """The state rows a batch's deletes leave: the deleted version's id, time and sequence, marked deleted."""
-    kept = deletes.select([ID, TS, SEQ, OP, "_arrival_seq"])
-    return kept.append_column(DELETED, pa.array([True] * kept.num_rows, pa.bool_()))
+    return deletes.select(ID, TS, SEQ, OP, "_arrival_seq", F.lit(True).alias(DELETED))
 
 
-def versions(upserts: pa.Table) -> pa.Table:
+def versions(upserts: DataFrame) -> DataFrame:
     """The upserts as state rows: current versions, not tombstones."""
-    return upserts.append_column(DELETED, pa.array([False] * upserts.num_rows, pa.bool_()))
+    return upserts.withColumn(DELETED, F.lit(False))
+
+
+def latest_held(snapshot: DataFrame) -> DataFrame:
+    """A state table's ``_id``, ``_seq`` and ``_deleted`` (false where the table predates tombstones)."""
+    deleted = F.col(DELETED) if DELETED in snapshot.columns else F.lit(False)
+    return snapshot.select(ID, F.col(SEQ).cast("long").alias(SEQ), F.coalesce(deleted, F.lit(False)).alias(DELETED))
+

@@ -9,12 +9,13 @@ was changed by something else — and joining on top of it would lose or repeat 
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 from pyspark.sql.types import StructType
 
-from state.batch_log import BatchLog, LogTail
+from state.batch_log import BatchLog, BatchPlan, LogTail
 from state.engines import DeltaEngine
-from state.engines.base import DeltaReader
+from state.engines.base import DeltaReader, Recorded
 from state.errors import LakejoinError
 from state.layout import IN_STORE, Warehouse
 from state.lock import is_local
@@ -24,8 +25,7 @@ from state.relations import ID, TS, relation
 STATE_COLUMNS = (ID, TS, "_arrival_seq", IN_STORE)
 GOLD_COLUMNS = ("owner", "batch_id")  # and each member's id: _r_id, _s_id, …
 LATE_COLUMNS = ("relation", ID, TS, "reason", "watermark", "batch_id")
-LOG_COLUMNS = ("batch_id", "phase", "seq_from", "seq_to", "bronze_versions", "state_versions")
-DQ_RESULT_COLUMNS = ("batch_id", "rule", "table", "policy", "evaluated", "failed")
+LOG_COLUMNS = ("batch_id", "seq_from", "seq_to", "bronze_versions", "state_versions", "watermarks", "files", "rules")
 DQ_QUARANTINE_COLUMNS = ("batch_id", "rule", "table", "row_key", "row")
 
 
@@ -39,8 +39,9 @@ def require_engine_for(warehouse: Warehouse, engine: DeltaReader) -> None:
 
 
 def require_warehouse(engine: DeltaReader, warehouse: Warehouse) -> None:
-    """A lakejoin warehouse is one that has had an ingest: it holds ``bronze/_ingests``."""
-    if engine.version(warehouse.ingest_log) is None:
+    """A lakejoin warehouse is one that has had an ingest (it holds ``bronze/_ingests``), or batches that landed files
+    (a run records its definition before the first)."""
+    if all(engine.version(path) is None for path in (warehouse.ingest_log, warehouse.definition, warehouse.batches)):
         raise LakejoinError(
             f"{warehouse.root} is not a lakejoin warehouse (it has no bronze/_ingests table): "
             f"ingest files into it first with 'lakejoin ingest --warehouse {warehouse.root}'"
@@ -63,34 +64,59 @@ def _listdir(root: str) -> list[str]:
     return sorted(os.listdir(root)) if os.path.isdir(root) else []
 
 
-def check_consistency(engine: DeltaReader, warehouse: Warehouse, pipeline: str) -> LogTail:
-    """The batch log's tail, once every silver and gold table is shown to be what the log says it is."""
-    require_warehouse(engine, warehouse)
-    legacy = [path for path in warehouse.legacy_state() if engine.version(path) is not None]
-    if legacy:
-        raise LakejoinError(
-            f"{warehouse.name_of(legacy[0])} is a state table of lakejoin's earlier layout (a table per buffer; state "
-            f"is now one table per relation): {_rebuild(warehouse)}"
-        )
-    _require_columns(warehouse, warehouse.batches, engine.schema(warehouse.batches), LOG_COLUMNS)
+def check_consistency(engine: DeltaReader, warehouse: Warehouse, pipeline: str, creates: bool = False) -> LogTail:
+    """The batch log's tail, once every table the batches write is shown to be what the log says it is; with the plan
+    of the batch after the log's last when some table records a write of it (a batch that died: the next run resumes it
+    with that plan, which its writes carry). ``creates``: the run may make the warehouse (it lands files)."""
+    if not creates:
+        require_warehouse(engine, warehouse)
+    earlier = [path for path in [*warehouse.legacy_state(), warehouse.legacy_rule_results] if engine.version(path) is not None]
+    log_schema = engine.schema(warehouse.batches)
+    if earlier or (log_schema is not None and "phase" in log_schema.fieldNames()):
+        name = warehouse.name_of(earlier[0] if earlier else warehouse.batches)
+        raise LakejoinError(f"{name} is a table of lakejoin's earlier layout: {_rebuild(warehouse)}")
+    _require_columns(warehouse, warehouse.batches, log_schema, LOG_COLUMNS)
     tail = BatchLog(engine, warehouse.batches, warehouse.app_id(pipeline, warehouse.batches)).tail()
-    recorded = tail.newest.state_versions if tail.newest else {}
-    for name, path in warehouse.buffers().items():
-        _check_output(engine, warehouse, path, STATE_COLUMNS, pipeline, tail, recorded.get(name))
-    _check_output(engine, warehouse, warehouse.late_arrivals, LATE_COLUMNS, pipeline, tail, None)
-    _check_output(engine, warehouse, warehouse.dq_quarantine, DQ_QUARANTINE_COLUMNS, pipeline, tail, None)
-    _check_output(engine, warehouse, warehouse.dq_results, DQ_RESULT_COLUMNS, pipeline, tail, None)
+    found: dict[str, Recorded] = {}
+    for path in warehouse.landed_tables():  # bronze and its quarantine: ingests write them too, outside any batch
+        found |= _check_batches(engine, warehouse, path, pipeline, tail)
+    outputs = [(path, STATE_COLUMNS) for path in warehouse.buffers().values()] + [
+        (warehouse.late_arrivals, LATE_COLUMNS), (warehouse.dq_quarantine, DQ_QUARANTINE_COLUMNS), (warehouse.gold_changes, ()),
+    ]
+    for path, columns in outputs:
+        found |= _check_output(engine, warehouse, path, columns, pipeline, tail)
     first = identity_column(warehouse.relations[0], ID)  # every join kind's gold has the first relation's members
-    _check_output(engine, warehouse, warehouse.gold, (first, *GOLD_COLUMNS), pipeline, tail, None, written_every_batch=True)
-    for name, version in (tail.newest.bronze_versions if tail.newest else {}).items():
+    found |= _check_output(engine, warehouse, warehouse.gold, (first, *GOLD_COLUMNS), pipeline, tail, written_every_batch=True)
+    unfinished = next((BatchPlan.decoded(record.plan) for record in found.values() if record.plan is not None), None)
+    if found and unfinished is None:
+        name = warehouse.name_of(next(iter(found)))
+        raise LakejoinError(f"{name} holds batch {tail.last_batch_id + 1}, which the batch log has not committed, without its plan: {_rebuild(warehouse)}")
+    newest = unfinished or (tail.last and _pinned(tail.last))
+    batch = tail.last_batch_id + (unfinished is not None)  # the batch that read what ``newest`` pins
+    for name, version in (newest.bronze_versions if newest else {}).items():
         bronze = warehouse.bronze(relation(name, warehouse.relations))
         current = engine.version(bronze)
         if current is None or current < version:
             raise LakejoinError(
-                f"{warehouse.name_of(bronze)} is at version {current}, but batch {tail.last_batch_id} read version "
+                f"{warehouse.name_of(bronze)} is at version {current}, but batch {batch} read version "
                 f"{version}: bronze was replaced or restored; {_rebuild(warehouse)}"
             )
-    return tail
+    for name, path in warehouse.buffers().items():
+        version = (newest.state_versions if newest else {}).get(name)
+        current = engine.version(path)
+        if version is not None and current is None:
+            raise LakejoinError(f"{warehouse.name_of(path)} is missing, but batch {batch} read its version {version}: {_rebuild(warehouse)}")
+        if version is not None and current < version:  # type: ignore[operator] - present
+            raise LakejoinError(
+                f"{warehouse.name_of(path)} is at version {current}, but batch {batch} read its version {version} "
+                f"(was it replaced or restored?): {_rebuild(warehouse)}"
+            )
+    return replace(tail, unfinished=unfinished)
+
+
+def _pinned(row: dict) -> BatchPlan:
+    """What a logged batch pinned of the tables it read."""
+    return BatchPlan(row["batch_id"], row["seq_from"], row["seq_to"], dict(row["bronze_versions"] or {}), dict(row["state_versions"] or {}))
 
 
 def _rebuild(warehouse: Warehouse) -> str:
@@ -106,43 +132,47 @@ def _require_columns(warehouse: Warehouse, path: str, schema: StructType | None,
         )
 
 
+def _check_batches(engine: DeltaReader, warehouse: Warehouse, path: str, pipeline: str, tail: LogTail) -> dict[str, Recorded]:
+    """A table's record of this pipeline's batches: none after the one after the log's last. Returns the record of
+    that next batch when the table has it (the batch died after writing here)."""
+    info = engine.info(path, warehouse.app_id(pipeline, path))
+    batch = None if info is None else info.txn_version
+    if batch is None or batch <= tail.last_batch_id:
+        return {}
+    if batch > tail.last_batch_id + 1:
+        raise LakejoinError(
+            f"{warehouse.name_of(path)} holds batch {batch}, but the batch log ends at batch {tail.last_batch_id} "
+            f"(was silver/batches deleted or restored?): {_rebuild(warehouse)}"
+        )
+    return {path: info.recorded}  # type: ignore[union-attr] - a batch was found
+
+
 def _check_output(
-    engine: DeltaEngine,
+    engine: DeltaReader,
     warehouse: Warehouse,
     path: str,
     columns: tuple[str, ...],
     pipeline: str,
     tail: LogTail,
-    recorded_version: int | None,
     written_every_batch: bool = False,
-) -> None:
+) -> dict[str, Recorded]:
+    """``_check_batches`` for a table only batches write: it has lakejoin's columns and this pipeline's transactions,
+    and (``written_every_batch``) it has every committed batch."""
     name, fix = warehouse.name_of(path), _rebuild(warehouse)
     app_id = warehouse.app_id(pipeline, path)
     info = engine.info(path, app_id)
     if info is None:
-        if recorded_version is not None:
-            raise LakejoinError(f"{name} is missing, but batch {tail.last_batch_id} read its version {recorded_version}: {fix}")
         if written_every_batch and tail.committed_batch_id > 0:
             raise LakejoinError(f"{name} is missing, but the batch log has committed batch {tail.committed_batch_id}: {fix}")
-        return
+        return {}
     _require_columns(warehouse, path, info.schema, columns)
-    batch = info.txn_version
-    if batch is None:
+    if info.txn_version is None:
         raise LakejoinError(
             f"{name} was not written by pipeline '{pipeline}' (no Delta transaction of {app_id!r}): move it away, or {fix}"
         )
-    if batch > tail.last_batch_id:
+    if written_every_batch and info.txn_version < tail.committed_batch_id:
         raise LakejoinError(
-            f"{name} holds batch {batch}, but the batch log ends at batch {tail.last_batch_id} "
-            f"(was silver/batches deleted or restored?): {fix}"
-        )
-    if written_every_batch and batch < tail.committed_batch_id:
-        raise LakejoinError(
-            f"{name} ends at batch {batch}, but the batch log has committed batch {tail.committed_batch_id} "
+            f"{name} ends at batch {info.txn_version}, but the batch log has committed batch {tail.committed_batch_id} "
             f"(was it restored to an older version?): {fix}"
         )
-    if recorded_version is not None and info.version < recorded_version:
-        raise LakejoinError(
-            f"{name} is at version {info.version}, but batch {tail.last_batch_id} read its version {recorded_version} "
-            f"(was it replaced or restored?): {fix}"
-        )
+    return _check_batches(engine, warehouse, path, pipeline, tail)

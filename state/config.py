@@ -52,13 +52,13 @@ class Config:
         unset="every column of every member, prefixed with its relation's name",
         example='["r.order_id", "s.amount - r.amount AS difference"]',
     )
-    max_batch_rows: int = setting(10_000, doc="Arrivals per micro-batch, every relation's together.")
-    driver_rows: int = setting(
-        100_000,
-        doc="A batch's pairs up to this many are checked and written from the driver, the fastest way for small "
-        "batches; more stay in Spark, checked and written where they are (Delta on Spark; delta-rs writes from the "
-        "driver whatever the size).",
+    max_batch_rows: int = setting(
+        1_000_000,
+        doc="Arrivals per batch, every relation's together (a landing file's rows count whole: a batch takes at least one "
+        "file).",
     )
+    max_batch_files: int = setting(1_000, doc="Landing files per batch.")
+    max_batch_bytes: int = setting(1 << 30, doc="Bytes of landing files per batch (a batch takes at least one file).", unset="1 GiB")
     engine: str = setting(
         "auto",
         doc="The Delta engine: `delta-rs` (embedded), `spark` (Delta on Spark, needs Delta's jars or a Databricks "
@@ -118,10 +118,10 @@ class Config:
         self._check_changes()
         if not isinstance(self.predicate, str) or not self.predicate.strip():
             raise LakejoinError(f"config: 'predicate' must be a non-empty Spark SQL expression over {', '.join(f'{name}.*' for name in names)}")
-        if not isinstance(self.max_batch_rows, int) or self.max_batch_rows < 1:
-            raise LakejoinError(f"config: 'max_batch_rows' must be a positive integer, got {self.max_batch_rows!r}")
-        if not _non_negative(self.driver_rows):
-            raise LakejoinError(f"config: 'driver_rows' must be a non-negative integer, got {self.driver_rows!r}")
+        for name in ("max_batch_rows", "max_batch_files", "max_batch_bytes"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise LakejoinError(f"config: '{name}' must be a positive integer, got {value!r}")
         if self.engine not in ENGINE_NAMES:
             raise LakejoinError(f"config: 'engine' must be one of {', '.join(ENGINE_NAMES)}, got {self.engine!r}")
 
@@ -262,9 +262,8 @@ class Config:
 
 @dataclass(frozen=True)
 class Expectations:
-    """The ``expectations`` section: where per-batch rules run, the plausible ts range, per-rule policies."""
+    """The ``expectations`` section: the plausible ts range, per-rule policies."""
 
-    engine: str = setting("pandas", doc="Where a batch's rules run: `pandas` (its rows on the driver, fast) or `spark` (as Spark DataFrames).")
     ts_min: int | None = setting(
         0,
         doc="`bronze_ts_plausible`: an event time below this is implausible, on the event-time axis (microseconds "
@@ -283,7 +282,6 @@ class Expectations:
         return self.policies.get(rule, default)
 
 
-EXPECTATION_ENGINES = ("pandas", "spark")
 JOINS = ("inner", "synchronized", *(kind for kind in JOIN_KINDS if kind != "inner"))
 
 
@@ -293,12 +291,12 @@ def _expectations(value: object) -> Expectations:
     if value is None:
         return Expectations()
     known = {f.name for f in fields(Expectations)}
+    if isinstance(value, dict) and "engine" in value:
+        raise LakejoinError(f"config: {RETIRED['expectations.engine']}")
     if not isinstance(value, dict) or set(value) - known:
         unknown = sorted(set(value) - known) if isinstance(value, dict) else [value]
         raise LakejoinError(f"config: 'expectations' has unknown setting {unknown[0]!r}; known: {', '.join(sorted(known))}")
     settings = Expectations(**value)
-    if settings.engine not in EXPECTATION_ENGINES:
-        raise LakejoinError(f"config: 'expectations.engine' must be one of {', '.join(EXPECTATION_ENGINES)}, got {settings.engine!r}")
     for bound in ("ts_min", "ts_max"):
         given = getattr(settings, bound)
         if given is not None and (not isinstance(given, int) or isinstance(given, bool)):
@@ -308,8 +306,11 @@ def _expectations(value: object) -> Expectations:
     return settings
 
 
-def _non_negative(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+# Settings lakejoin no longer has, each with what to do instead.
+RETIRED = {
+    "driver_rows": "'driver_rows' is retired: a batch's rows stay in Spark whatever their number; remove it",
+    "expectations.engine": "'expectations.engine' is retired: a batch checks its rules in Spark, inside the jobs that write its rows; remove it",
+}
 
 
 def _span_text(span: Span) -> int | str:
@@ -374,6 +375,8 @@ def config_from(raw: object, where: str = "config") -> Config:
     if not isinstance(raw, dict):
         raise LakejoinError(f"{where} must be a mapping of settings")
     known = {f.name for f in fields(Config)}
+    if "driver_rows" in raw:
+        raise LakejoinError(f"{where}: {RETIRED['driver_rows']}")
     unknown = sorted(set(raw) - known)
     if unknown:
         raise LakejoinError(f"{where}: unknown setting {unknown[0]!r}; known settings: {', '.join(sorted(known))}")

@@ -18,8 +18,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import reduce
 
-import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -27,8 +25,9 @@ from state import asof
 from state.batch_log import BatchPlan
 from state.bounds import Watermarks, store_eviction
 from state.buffers import BufferUpdate, EvictionRule, StateTable, buffer_updates, state_tables, store_probe_rule
-from state.engines import Eviction, OnMatch, as_frame
-from state.joiner import Projection, Side, identity_column
+from state.engines import Eviction, OnMatch
+from state.engines.base import Aligned
+from state.joiner import Projection, Side, identity_column, label
 from state.layout import Warehouse
 from state.relations import ID, TS, Relation
 
@@ -127,13 +126,12 @@ def final_records(side: Side, cutoff: Eviction | None, candidates: DataFrame | N
     return records.where(F.col(cutoff.column) < cutoff.below)
 
 
-def newly_matched(side: Side, tuples: DataFrame) -> pa.Table:
+def newly_matched(side: Side, tuples: DataFrame) -> DataFrame:
     """``_id`` and ``_ts`` of the records of ``side``'s relation first matched by this batch's ``tuples``: its
     arrivals, and its stored records not yet ``_matched``. Small: each record is newly matched once in its life."""
     rel = side.relation
     ids = tuples.select(F.col(identity_column(rel, ID)).alias(ID)).distinct()
-    candidates = unmatched(side).select(ID, TS)
-    return candidates.join(ids, ID, "left_semi").toArrow()
+    return unmatched(side).select(ID, TS).join(ids, ID, "left_semi")
 
 
 def unmatched(side: Side) -> DataFrame:
@@ -142,19 +140,17 @@ def unmatched(side: Side) -> DataFrame:
     return stored.unionByName(side.arrivals, allowMissingColumns=True)
 
 
-def final_unmatched(side: Side, newly: pa.Table, cutoff: Eviction | None) -> DataFrame | None:
+def final_unmatched(side: Side, newly: DataFrame, cutoff: Eviction | None) -> DataFrame | None:
     """The relation's records final in this batch that no tuple ever matched; None while nothing can be final."""
     final = final_records(side, cutoff, unmatched(side))
     if final is None:
         return None
-    matched = as_frame(side.arrivals.sparkSession, newly.select([ID]))
-    return final.join(F.broadcast(matched), ID, "left_anti")
+    return final.join(newly.select(ID), ID, "left_anti")
 
 
-def first_matches(side: Side, newly: pa.Table) -> DataFrame:
+def first_matches(side: Side, newly: DataFrame) -> DataFrame:
     """The relation's records first matched in this batch, with their columns (a semi join's rows)."""
-    matched = as_frame(side.arrivals.sparkSession, newly.select([ID]))
-    return unmatched(side).join(F.broadcast(matched), ID, "left_semi")
+    return unmatched(side).join(newly.select(ID), ID, "left_semi")
 
 
 def row_of(records: DataFrame, rel: Relation, frames: dict[Relation, DataFrame], projection: Projection) -> DataFrame:
@@ -164,19 +160,19 @@ def row_of(records: DataFrame, rel: Relation, frames: dict[Relation, DataFrame],
     for other, frame in frames.items():
         if other != rel:
             row = row.join(frame.limit(0).alias(other.name), F.lit(False), "left")
-    return row.select(projection.of(F.lit(rel.label), list(frames)))
+    return row.selectExpr(*projection.of(label(rel), list(frames)))
 
 
-def with_matched(rows: pa.Table, newly: pa.Table, cutoff: Eviction | None) -> pa.Table:
+def with_matched(rows: DataFrame, newly: DataFrame, cutoff: Eviction | None) -> DataFrame:
     """A tracked store's MERGE source: the arrivals it keeps, each with ``_matched``, then one row per stored record
     newly matched that stays (``_id``, ``_ts``, ``_matched`` true), which the MERGE's update sets in place. A stored
     record leaving in this batch needs no mark: its row has been decided."""
-    flagged = rows.append_column(MATCHED, pc.is_in(rows[ID], value_set=newly[ID]).fill_null(False))
-    stays = pc.invert(pc.is_in(newly[ID], value_set=rows[ID]))
+    matched = newly.select(ID, F.lit(True).alias(MATCHED))
+    flagged = rows.join(matched, ID, "left").withColumn(MATCHED, F.coalesce(F.col(MATCHED), F.lit(False)))
+    marks = newly.join(rows.select(ID), ID, "left_anti")
     if cutoff is not None:
-        stays = pc.and_(stays, pc.greater_equal(newly[TS], cutoff.below))
-    marks = newly.filter(stays).append_column(MATCHED, pa.array([True] * len(newly.filter(stays)), pa.bool_()))
-    return pa.concat_tables([flagged, marks], promote_options="permissive")
+        marks = marks.where(F.col(TS) >= cutoff.below)
+    return flagged.unionByName(marks.withColumn(MATCHED, F.lit(True)), allowMissingColumns=True)
 
 
 @dataclass(frozen=True)
@@ -184,8 +180,8 @@ class Emitted:
     """What a batch of a join kind gives gold, and what its stores learn."""
 
     rows: DataFrame  # gold's rows: the tuples (inner, outer), and the rows of records final or first matched
-    newly: dict[Relation, pa.Table] = field(default_factory=dict)  # per tracked relation, its records first matched in this batch
-    dropped: dict[Relation, pa.Table] = field(default_factory=dict)  # per relation, its records no row can take any more
+    newly: dict[Relation, DataFrame] = field(default_factory=dict)  # per tracked relation, its records first matched in this batch
+    dropped: dict[Relation, DataFrame] = field(default_factory=dict)  # per relation, its records no row can take any more
 
 
 def emit(spec: JoinSpec, sides: Sequence[Side], tuples: DataFrame, projection: Projection, marks: Watermarks) -> Emitted:
@@ -223,19 +219,25 @@ def _emit_as_of(spec: JoinSpec, sides: Sequence[Side], projection: Projection, m
     low = asof.floor(relations, marks)
     if keys is None or low is None:
         return Emitted(rows)
-    return Emitted(rows, dropped={right.relation: asof.superseded(rights, right.relation, keys, low).toArrow()})
+    return Emitted(rows, dropped={right.relation: asof.superseded(rights, right.relation, keys, low)})
 
 
 def state_updates(
-    spec: JoinSpec, warehouse: Warehouse, plan: BatchPlan, arrivals: dict[Relation, pa.Table], marks: tuple[Watermarks, Watermarks], emitted: Emitted
+    spec: JoinSpec,
+    warehouse: Warehouse,
+    plan: BatchPlan,
+    arrivals: dict[Relation, DataFrame],
+    marks: tuple[Watermarks, Watermarks],
+    emitted: Emitted,
+    spans: dict[Relation, Aligned | None],
 ) -> dict[str, BufferUpdate]:
     """The batch's MERGE into each state table: its arrivals and the kind's eviction, with the marks of records
     first matched (outer, semi, anti) or the deletes of records superseded (as-of)."""
-    updates = buffer_updates(plan, spec.state_tables(warehouse), arrivals, marks, spec.eviction_rule(warehouse.relations))
+    updates = buffer_updates(plan, spec.state_tables(warehouse), arrivals, marks, spec.eviction_rule(warehouse.relations), spans)
     return dropping(marked(updates, emitted.newly), emitted.dropped)
 
 
-def marked(updates: dict[str, BufferUpdate], newly: dict[Relation, pa.Table]) -> dict[str, BufferUpdate]:
+def marked(updates: dict[str, BufferUpdate], newly: dict[Relation, DataFrame]) -> dict[str, BufferUpdate]:
     """The batch's state updates, each tracked store's with ``_matched`` on its arrivals and the marks of its stored
     records newly matched (``with_matched``)."""
     return {
@@ -246,15 +248,14 @@ def marked(updates: dict[str, BufferUpdate], newly: dict[Relation, pa.Table]) ->
     }
 
 
-def dropping(updates: dict[str, BufferUpdate], dropped: dict[Relation, pa.Table]) -> dict[str, BufferUpdate]:
+def dropping(updates: dict[str, BufferUpdate], dropped: dict[Relation, DataFrame]) -> dict[str, BufferUpdate]:
     """The batch's state updates, each store of a relation in ``dropped`` without those records: arrivals among
     them are not inserted, stored ones are deleted by its MERGE (a source row per record, ``_id`` and ``_ts``)."""
 
-    def without(update: BufferUpdate, gone: pa.Table) -> BufferUpdate:
-        kept = update.rows.filter(pc.invert(pc.is_in(update.rows[ID], value_set=gone[ID])))
-        stored = gone.filter(pc.invert(pc.is_in(gone[ID], value_set=update.rows[ID])))
-        rows = pa.concat_tables([kept, stored.select([ID, TS]).cast(update.rows.select([ID, TS]).schema)], promote_options="permissive")
-        return replace(update, rows=rows, on_match=OnMatch(None, delete=True))
+    def without(update: BufferUpdate, gone: DataFrame) -> BufferUpdate:
+        kept = update.rows.join(gone.select(ID), ID, "left_anti")
+        stored = gone.join(update.rows.select(ID), ID, "left_anti").select(ID, TS)
+        return replace(update, rows=kept.unionByName(stored, allowMissingColumns=True), on_match=OnMatch(None, delete=True))
 
     return {
         name: without(update, dropped[update.table.relation]) if update.table.relation in dropped else update

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import reduce
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from state.names import quoted
@@ -41,14 +41,11 @@ class Side:
         return self.store if rel == self.relation else self.probes[rel]
 
 
-def older(a: Relation, b: Relation) -> Column:
-    """Record ``a.*`` is older than ``b.*``: ``(event time, rank, id)`` compared in that order."""
-    a_ts, b_ts = F.col(f"{a.name}.{TS}"), F.col(f"{b.name}.{TS}")
-    if a.rank != b.rank:
-        tie_break = F.lit(a.rank < b.rank)
-    else:
-        tie_break = F.col(f"{a.name}.{ID}") < F.col(f"{b.name}.{ID}")
-    return (a_ts < b_ts) | ((a_ts == b_ts) & tie_break)
+def older(a: Relation, b: Relation) -> str:
+    """Record ``a.*`` is older than ``b.*``: ``(event time, rank, id)`` compared in that order (Spark SQL)."""
+    a_ts, b_ts = f"{quoted(a.name)}.{TS}", f"{quoted(b.name)}.{TS}"
+    tie_break = str(a.rank < b.rank).lower() if a.rank != b.rank else f"{quoted(a.name)}.{ID} < {quoted(b.name)}.{ID}"
+    return f"({a_ts} < {b_ts} OR ({a_ts} = {b_ts} AND {tie_break}))"
 
 
 def identity_column(rel: Relation, derived: str) -> str:
@@ -69,18 +66,24 @@ class Projection:
     columns: dict[str, tuple[str, ...]]  # relation name -> the record columns gold carries (default projection)
     select: tuple[str, ...] | None = None  # Spark SQL expressions over the relations' aliases (r.*, s.*), with aliases
 
-    def of(self, owner: Column, relations: Sequence[Relation] = RELATIONS) -> list[Column]:
-        identity = [F.col(f"{rel.name}.{derived}").alias(identity_column(rel, derived)) for rel in relations for derived in (ID, TS)]
+    def of(self, owner: str, relations: Sequence[Relation] = RELATIONS) -> list[str]:
+        """The projection as Spark SQL expressions (for ``selectExpr``); ``owner`` is the owner's, in Spark SQL."""
+        identity = [f"{quoted(rel.name)}.{derived} AS {identity_column(rel, derived)}" for rel in relations for derived in (ID, TS)]
         if self.select is not None:
-            body = [F.expr(expression) for expression in self.select]
+            body = list(self.select)
         else:
-            body = [F.col(f"{rel.name}.{quoted(name)}").alias(f"{rel.name}_{name}") for rel in relations for name in self.columns.get(rel.name, ())]
-        return [*identity, *body, owner.alias("owner")]
+            body = [f"{quoted(rel.name)}.{quoted(name)} AS {quoted(f'{rel.name}_{name}')}" for rel in relations for name in self.columns.get(rel.name, ())]
+        return [*identity, *body, f"{owner} AS owner"]
+
+
+def label(rel: Relation) -> str:
+    """``rel``'s label as a Spark SQL literal (a row's owner)."""
+    return f"'{rel.label}'"
 
 
 @dataclass(frozen=True)
 class _Condition:
-    column: Column
+    text: str  # Spark SQL
     reads: frozenset[str]  # relation aliases
     equality: bool
 
@@ -91,13 +94,13 @@ def owned_tuples(owner: Side, sides: Sequence[Side], predicate: str, projection:
     parts = _conditions(predicate, relations)
     parts += [_Condition(older(owner.relation, rel), frozenset({owner.relation.name, rel.name}), False) for rel in relations if rel != owner.relation]
     order = [*(side for side in sides if side is not owner), owner]
-    columns = projection.of(F.lit(owner.relation.label), relations)
+    columns = projection.of(label(owner.relation), relations)
     terms = []
     for k, new in enumerate(order):
         inputs = {new.relation: new.arrivals}
         inputs |= {side.relation: owner.buffered(side.relation) for side in order[:k]}
         inputs |= {side.relation: owner.buffered(side.relation).unionByName(side.arrivals, allowMissingColumns=True) for side in order[k + 1 :]}
-        terms.append(_linked_join(inputs, new.relation, parts, broadcast=True).select(columns))
+        terms.append(_linked_join(inputs, new.relation, parts, broadcast=True).selectExpr(*columns))
     return reduce(DataFrame.unionByName, terms)
 
 
@@ -107,13 +110,14 @@ def joined(frames: dict[Relation, DataFrame], predicate: str) -> DataFrame:
     return _linked_join(frames, first, _conditions(predicate, list(frames)), broadcast=False)
 
 
-def owner_label(relations: Sequence[Relation]) -> Column:
-    """The label of the relation of a tuple's oldest member (the tuple's owner)."""
-    return F.coalesce(*[F.when(reduce(Column.__and__, [older(rel, other) for other in relations if other != rel]), F.lit(rel.label)) for rel in relations])
+def owner_label(relations: Sequence[Relation]) -> str:
+    """The label of the relation of a tuple's oldest member (the tuple's owner), in Spark SQL."""
+    cases = " ".join(f"WHEN {' AND '.join(older(rel, other) for other in relations if other != rel)} THEN {label(rel)}" for rel in relations)
+    return f"CASE {cases} END"
 
 
 def _conditions(predicate: str, relations: Sequence[Relation]) -> list[_Condition]:
-    return [_Condition(F.expr(part.text), part.reads, part.equality) for part in conjuncts(predicate, [rel.name for rel in relations])]
+    return [_Condition(part.text, part.reads, part.equality) for part in conjuncts(predicate, [rel.name for rel in relations])]
 
 
 def _linked_join(inputs: dict[Relation, DataFrame], first: Relation, parts: list[_Condition], broadcast: bool) -> DataFrame:
@@ -131,10 +135,9 @@ def _linked_join(inputs: dict[Relation, DataFrame], first: Relation, parts: list
         chosen = next((rel for rel in rest if linked(rel, True)), None) or next((rel for rel in rest if linked(rel, False)), rest[0])
         rest.remove(chosen)
         have.add(chosen.name)
-        ready = [part.column for part in pending if part.reads <= have]
+        ready = [f"({part.text})" for part in pending if part.reads <= have]
         pending = [part for part in pending if not part.reads <= have]
-        condition = reduce(Column.__and__, ready, F.lit(True))
-        tuples = (F.broadcast(tuples) if broadcast else tuples).join(inputs[chosen].alias(chosen.name), condition)
+        tuples = (F.broadcast(tuples) if broadcast else tuples).join(inputs[chosen].alias(chosen.name), F.expr(" AND ".join(ready) or "true"))
     return tuples
 
 

@@ -53,6 +53,7 @@ IN_STORE = "_in_store"
 class Warehouse:
     root: str
     relations: tuple[Relation, ...] = RELATIONS  # the config's, in rank order
+    pipeline: str = "lakejoin"  # the config's: names the Delta application transactions of its writes
 
     @property
     def in_catalog(self) -> bool:
@@ -115,13 +116,14 @@ class Warehouse:
         return self._path("quarantine", "expectations")
 
     @property
-    def dq_results(self) -> str:
-        """Per batch and rule: rows evaluated, rows failed, the policy, example keys."""
+    def legacy_rule_results(self) -> str:
+        """Per batch and rule, the rules' results, in lakejoin's earlier layout (the batch log holds them now), which
+        ``reset`` drops and a run refuses to read."""
         return self._path("quality", "dq_results")
 
     @property
     def batches(self) -> str:
-        """The batch log: the plan of every batch, then its commit."""
+        """The batch log: a row per batch, its plan and what it did, written last."""
         return self._path("silver", "batches")
 
     @property
@@ -150,9 +152,13 @@ class Warehouse:
 
     def derived_tables(self) -> list[str]:
         """What the joiner builds from bronze (``lakejoin reset`` drops these): gold, then silver, the batch log last."""
-        return [self.gold, self.gold_changes, self.late_arrivals, self.dq_quarantine, self.dq_results, *self.buffers().values(), *self.legacy_state(), self.batches]
+        return [self.gold, self.gold_changes, self.late_arrivals, self.dq_quarantine, self.legacy_rule_results, *self.buffers().values(), *self.legacy_state(), self.batches]
+
+    def landed_tables(self) -> list[str]:
+        """The tables both ingests and batches landing files write: bronze, and what landing sets aside."""
+        return [*(self.bronze(rel) for rel in self.relations), self.quarantine]
 
     def tables(self) -> list[str]:
         """Every table, in the order data flows through them."""
         bronze = [self.bronze(rel) for rel in self.relations]
-        return [*bronze, self.ingest_log, self.quarantine, *self.buffers().values(), self.late_arrivals, self.dq_quarantine, self.dq_results, self.batches, self.definition, self.progress, self.gold, self.gold_changes]
+        return [*bronze, self.ingest_log, self.quarantine, *self.buffers().values(), self.late_arrivals, self.dq_quarantine, self.batches, self.definition, self.progress, self.gold, self.gold_changes]

@@ -4,14 +4,13 @@ from the table's data files here."""
 
 from __future__ import annotations
 
-import pyarrow as pa
 from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from state.engines import DeltaEngine, as_frame
+from state.engines import DeltaEngine
 from state.errors import LakejoinError
 from state.layout import Warehouse
 from state.relations import Relation, RelationSpec
@@ -43,21 +42,27 @@ def with_source_columns(
     return joined.select(*data, *[located[name] for name in pointers.columns if name.startswith("_")])
 
 
-def arrivals_with_source_columns(engine: DeltaEngine, table: str, pointers: pa.Table) -> pa.Table:
-    """``with_source_columns`` for a batch's slice on the driver, with the schema of the newest version it holds."""
-    versions = [version for version in pointers.column("_source_version").to_pylist() if version is not None] if "_source_version" in pointers.column_names else []
-    files = sorted(set(pointers.column("_source_file").to_pylist())) if pointers.num_rows else []
+def arrivals_with_source_columns(engine: DeltaEngine, table: str, pointers: DataFrame) -> DataFrame:
+    """``with_source_columns`` for a batch's slice, with the schema of the newest version it holds: the files it points
+    into and that version known from one small job over the pointers. The batch checks that every pointer found its
+    row (``missing_rows``)."""
+    found = pointers.agg(F.collect_set("_source_file").alias("files"), F.max("_source_version").alias("version")).first()
+    files = sorted(found["files"] or [])
     require_distinct_names(table, files)
     try:
-        rows = with_source_columns(engine, table, as_frame(engine.spark, pointers), max(versions, default=None), files).toArrow()
+        return with_source_columns(engine, table, pointers, found["version"], files)
     except (PySparkException, Py4JJavaError) as exc:
         raise read_failure(table)(exc) from exc
-    if rows.num_rows != pointers.num_rows:  # every pointer names one row: anything else would join a row twice, or not at all
-        raise LakejoinError(
-            f"source table {table}: {pointers.num_rows} rows were ingested for this batch but {rows.num_rows} were found in "
-            "its data files, which must have been replaced: restore them, or join the table's current snapshot in a new warehouse"
-        )
-    return rows
+
+
+def missing_rows(table: str, pointers: int, rows: int) -> LakejoinError | None:
+    """Every pointer names one row: anything else would join a row twice, or not at all."""
+    if pointers == rows:
+        return None
+    return LakejoinError(
+        f"source table {table}: {pointers} rows were ingested for this batch but {rows} were found in its data files, "
+        "which must have been replaced: restore them, or join the table's current snapshot in a new warehouse"
+    )
 
 
 def schema_at(engine: DeltaEngine, table: str, version: int | None) -> StructType:

@@ -55,12 +55,19 @@ def moves(progress: Progress, marks: Watermarks, relations: Sequence[Relation]) 
 
 
 def last_arrivals(engine: DeltaEngine, warehouse: Warehouse) -> dict[str, int]:
-    """Per relation, when rows of it last landed (the ingest log's newest ``ingested_at`` with rows landed)."""
-    log = engine.rows(warehouse.ingest_log, where="rows_landed > 0")
-    if log is None or log.num_rows == 0:
-        return {}
-    newest = log.select(["relation", "ingested_at"]).group_by("relation").aggregate([("ingested_at", "max")])
-    return {name: micros(moment) for name, moment in zip(newest["relation"].to_pylist(), newest["ingested_at_max"].to_pylist())}
+    """Per relation, when rows of it last landed: an ingest's (the ingest log's ``ingested_at``), or a batch's that
+    landed its files (the batch log's ``recorded_at``), whichever is newer."""
+    last: dict[str, int] = {}
+    log = engine.rows(warehouse.ingest_log, where="rows_landed > 0 OR (rows_landed IS NULL AND refused IS NULL)")
+    for name, moment in [] if log is None else zip(log.column("relation").to_pylist(), log.column("ingested_at").to_pylist()):
+        last[name] = max(last.get(name, 0), micros(moment))
+    schema = engine.schema(warehouse.batches)
+    batches = engine.rows(warehouse.batches) if schema is not None and "landed" in schema.fieldNames() else None
+    for landed, moment in [] if batches is None else zip(batches.column("landed").to_pylist(), batches.column("recorded_at").to_pylist()):
+        for name, rows in landed or []:
+            if rows:
+                last[name] = max(last.get(name, 0), micros(moment))
+    return last
 
 
 def declared(engine: DeltaEngine, warehouse: Warehouse) -> dict[str, int]:

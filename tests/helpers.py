@@ -91,7 +91,7 @@ class Pipeline:
             bronze = self.engine.read(self.warehouse.bronze(rel))
             for row in [] if bronze is None else bronze.collect():
                 arrivals[row["_arrival_seq"]] = Record(rel.name, row["id"], row["ts"], row["key"], row["payload"], rel.rank)
-        log = self.engine.read(self.warehouse.batches).where("phase = 'committed'").orderBy("batch_id").collect()
+        log = self.engine.read(self.warehouse.batches).orderBy("batch_id").collect()
         return [[arrivals[seq] for seq in range(row["seq_from"] + 1, row["seq_to"] + 1) if seq in arrivals] for row in log]
 
     def late_ids(self) -> set[str]:
@@ -150,21 +150,21 @@ class Pipeline:
         late = engine.read(warehouse.late_arrivals)
         late_columns = ("relation", "id", "ts", "reason", "watermark", "batch_id")
         tables["late_arrivals"] = Counter() if late is None else Counter(tuple(row) for row in late.select(*late_columns).collect())
-        for name, path, columns in (
-            ("dq_quarantine", warehouse.dq_quarantine, ("batch_id", "rule", "table", "row_key")),  # row names the file
-            ("dq_results", warehouse.dq_results, ("batch_id", "rule", "table", "policy", "evaluated", "failed", "examples")),
-        ):
-            rows = engine.read(path)
-            tables[name] = Counter() if rows is None else Counter(tuple(row) for row in rows.select(*columns).collect())
-        log_columns = ("batch_id", "seq_from", "seq_to", "watermarks", "late", "evicted")
-        committed = engine.read(warehouse.batches).where("phase = 'committed'").select(*log_columns)
+        rows = engine.read(warehouse.dq_quarantine)
+        tables["dq_quarantine"] = Counter() if rows is None else Counter(tuple(row) for row in rows.select("batch_id", "rule", "table", "row_key").collect())  # row names the file
+        log_columns = ("batch_id", "seq_from", "seq_to", "watermarks", "late", "evicted", "rules")
+        committed = engine.read(warehouse.batches).select(*log_columns)
         tables["batches"] = Counter(tuple(_hashable(value) for value in row) for row in committed.collect())
         return tables
 
 
 def _hashable(value: object) -> object:
-    """Map columns arrive as dicts: as sorted item tuples they can be counted."""
-    return tuple(sorted(value.items())) if isinstance(value, dict) else value
+    """Map columns arrive as dicts, and arrays of structs as lists of rows: as sorted tuples they can be counted."""
+    if isinstance(value, dict):
+        return tuple(sorted(value.items()))
+    if isinstance(value, list):
+        return tuple(sorted(tuple(item) for item in value))
+    return value
 
 
 def crash_at_each(pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch, points: list[str], max_batch_rows: int) -> None:

@@ -44,11 +44,11 @@ DAMAGES = {
     ),
     "a state table of the earlier layout (a table per buffer)": (
         lambda p: p.engine.append(os.path.join(p.warehouse.root, "silver", "r_probes"), p.engine.rows(p.warehouse.bronze(R))),
-        "silver/r_probes is a state table of lakejoin's earlier layout",
+        "silver/r_probes is a table of lakejoin's earlier layout",
     ),
     "batch log replaced by another table": (
         lambda p: (p.engine.drop(p.warehouse.batches), p.engine.append(p.warehouse.batches, foreign({"batch_id": [1]}))),
-        r"silver/batches was not written by lakejoin \(no column phase\)",
+        r"silver/batches was not written by lakejoin \(no column seq_from\)",
     ),
 }
 

@@ -103,7 +103,7 @@ def test_run_ingests_every_landing_folder_of_the_config_and_a_refused_file_exits
     run[-1] = landing_config(tmp_path, r=str(moved), s=str(folders["s"]))  # a landing folder changes freely
     assert main(run) == 0
     out, err = capsys.readouterr()
-    assert "refused before" in out and err == "" and "1 batches: 1 arrivals, 1 pairs" in out
+    assert "b.parquet" not in out and err == "" and "1 batches: 1 arrivals, 1 pairs" in out
 
 
 def test_a_landing_folder_that_is_not_there_is_refused_in_one_line_before_anything_is_written(spark, tmp_path, capsys):

@@ -73,7 +73,7 @@ def test_a_change_that_does_not_alter_gold_is_accepted_and_recorded(deltars, tmp
     pipeline = joined(Pipeline(deltars, str(tmp_path)))
     record(deltars, pipeline.warehouse, settle(deltars, pipeline.warehouse, Config(max_batch_rows=7, engine="delta-rs"), "run"))
     rows = sorted(deltars.read(pipeline.warehouse.definition).collect(), key=lambda row: row["version"])
-    assert [(row["version"], row["changed"]) for row in rows] == [(0, ""), (1, 'engine: "auto" -> "delta-rs"\nmax_batch_rows: 10000 -> 7')]
+    assert [(row["version"], row["changed"]) for row in rows] == [(0, ""), (1, 'engine: "auto" -> "delta-rs"\nmax_batch_rows: 1000000 -> 7')]
     assert settle(deltars, pipeline.warehouse, None, "run").config.max_batch_rows == 7  # no config: the recorded one
 
 

@@ -72,7 +72,7 @@ def test_fail_stops_the_batch_with_nothing_written_then_a_relaxed_policy_lets_th
     assert warned.returncode == 0, warned.stderr[-2000:]
     assert "1 rule failures" in warned.stdout
     assert gold_ids(warehouse) == Counter((p.r_id, p.s_id) for p in batch_join(RECORDS))  # warn keeps the row
-    (result,) = [row for row in read(os.path.join(warehouse, "quality", "dq_results")) if row["failed"]]
+    (result,) = [rule for batch in read(os.path.join(warehouse, "silver", "batches")) for rule in batch["rules"] if rule["failed"]]
     assert (result["rule"], result["table"], result["policy"], result["failed"], result["evaluated"]) == (
         "bronze_ts_plausible", "bronze/s", "warn", 1, 2)
     assert json.loads(result["examples"]) == ["_id=s99"]

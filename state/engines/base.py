@@ -8,7 +8,6 @@ from collections.abc import Iterator, Sequence
 from typing import Any, Protocol, TypeAlias
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
@@ -29,10 +28,13 @@ class Txn:
 
     A table that already records ``version`` (or a later one) for ``app_id`` has had this write,
     so the engine skips it: that is what makes a replayed batch idempotent (docs/design.md section 3).
+    ``plan`` is the batch's plan (state/batch_log.py), which every write of a batch carries in its commit, so that a
+    batch that died after any of its writes is resumed with the plan it was computed from.
     """
 
     app_id: str
     version: int
+    plan: str | None = None
 
 
 @dataclass(frozen=True)
@@ -51,19 +53,24 @@ class Eviction:
 class Memberships:
     """Where a state table's rows stand after a batch: per buffer, the boolean column saying a row is in it and the
     cutoff below which rows leave it (None: they never do). A buffer holds exactly its rows at or above its cutoff
-    (cutoffs only move up), so a row below every cutoff is in no buffer: the MERGE deletes it; a row leaving some
-    buffers but not all has their columns cleared."""
+    (cutoffs only move up). A row in no buffer stays in the table until it is below ``held_until`` too (its relation's
+    watermark: till then a copy of it may still arrive on time, and is known as one by the row), then the MERGE
+    deletes it; a row leaving some buffers has their columns cleared."""
 
     cutoffs: dict[str, Eviction | None]  # membership column -> cutoff
+    held_until: Eviction | None = None  # None: rows in no buffer stay (their relation has no watermark)
 
     def gone(self, alias: str | None = None) -> str | None:
-        """Rows no buffer keeps: below every cutoff (none while some buffer keeps everything)."""
+        """Rows the table no longer keeps: below every cutoff and below ``held_until`` (none while some buffer keeps
+        everything, or without ``held_until``)."""
         lowest = self.lowest()
-        return None if lowest is None else lowest.sql(alias)
+        if lowest is None or self.held_until is None:
+            return None
+        return f"({lowest.sql(alias)}) AND ({self.held_until.sql(alias)})"
 
     def leaving(self, alias: str | None = None) -> str | None:
-        """Rows that leave some buffer they are in but stay in the table (their column still set, now below its
-        cutoff); None when no such row can exist, as with one buffer."""
+        """Rows that leave some buffer they are in (their column still set, now below its cutoff); None when no buffer
+        has a cutoff."""
         parts = [f"({_column(column, alias)} AND {cut.sql(alias)})" for column, cut in self._clearing().items()]
         return " OR ".join(parts) or None
 
@@ -77,9 +84,8 @@ class Memberships:
         return None if not cuts or None in cuts else min(cuts, key=lambda cut: cut.below)  # type: ignore[union-attr]
 
     def _clearing(self) -> dict[str, Eviction]:
-        """The buffers a row can leave while another keeps it: those whose cutoff is above the lowest."""
-        lowest = self.lowest()
-        return {column: cut for column, cut in self.cutoffs.items() if cut is not None and (lowest is None or cut.below > lowest.below)}
+        """The buffers a row can leave: those with a cutoff."""
+        return {column: cut for column, cut in self.cutoffs.items() if cut is not None}
 
 
 def _column(name: str, alias: str | None) -> str:
@@ -108,12 +114,29 @@ class OnMatch:
 
 
 @dataclass(frozen=True)
+class Recorded:
+    """The last version of an app a table records, the plan that commit carries (``Txn.plan``), and whether a commit
+    the log keeps says so (else the table's state, which keeps versions but no plans)."""
+
+    version: int | None
+    in_commits: bool
+    plan: str | None = None
+
+    def covers(self, txn: Txn) -> bool:
+        return covers(self.version, txn)
+
+
+@dataclass(frozen=True)
 class TableInfo:
     """What the consistency check needs of a table, from one read of its log."""
 
     version: int
     schema: StructType
-    txn_version: int | None  # the last version the asked-about app id committed
+    recorded: Recorded  # what the asked-about app id last committed
+
+    @property
+    def txn_version(self) -> int | None:
+        return self.recorded.version
 
 
 @dataclass(frozen=True)
@@ -167,7 +190,8 @@ class DeltaReader(Protocol):
         ...
 
     def info(self, path: str, app_id: str) -> TableInfo | None:
-        """``version``, ``schema`` and ``txn_version(app_id)`` together; None when there is no table."""
+        """``version``, ``schema`` and what ``app_id`` last committed (its version and plan) together; None when there
+        is no table."""
         ...
 
     def source_identity(self, table: str) -> tuple[str, int] | None:
@@ -192,6 +216,14 @@ class DeltaReader(Protocol):
     def source_commits(self, table: str, after: int) -> Iterator[tuple[int, Actions]]:
         """Each version of the table after ``after``, in order, with its actions. Raises ``LakejoinError`` when
         the log no longer holds one of them (cleaned up after its retention)."""
+        ...
+
+    def append(self, path: str, df: Data, txn: Txn | None = None, properties: dict[str, str] | None = None) -> int | None:
+        """Append ``df``, creating the table (with the Delta table ``properties`` given) or adding new columns as needed.
+        A reader appends rows already on the driver (Arrow); an engine also a Spark DataFrame.
+
+        Returns the rows written, or None when the table already records ``txn`` (nothing written).
+        """
         ...
 
     def refresh(self) -> None:
@@ -220,13 +252,6 @@ class DeltaEngine(DeltaReader, Protocol):
         """
         ...
 
-    def append(self, path: str, df: Data, txn: Txn | None = None, properties: dict[str, str] | None = None) -> int | None:
-        """Append ``df``, creating the table (with the Delta table ``properties`` given) or adding new columns as needed.
-
-        Returns the rows written, or None when the table already records ``txn`` (nothing written).
-        """
-        ...
-
     def apply_changes(self, path: str, df: Data, keys: Sequence[str], retraction: str, txn: Txn | None = None) -> int | None:
         """One MERGE on ``keys`` (one commit): a row of ``df`` for which ``retraction`` (a SQL predicate on ``source``)
         holds deletes the row it names; any other replaces it, or is inserted. The table must exist.
@@ -242,16 +267,15 @@ class DeltaEngine(DeltaReader, Protocol):
         key: str,
         evict: Memberships | None = None,
         txn: Txn | None = None,
-        aligned: str | None = None,
+        aligned: Aligned | None = None,
         on_match: OnMatch | None = None,
     ) -> Merged | None:
         """One MERGE: insert the rows of ``df`` whose ``key`` is not in the table yet, and, among the table's rows
-        ``df`` does not name, delete those ``evict`` puts in no buffer and clear the membership columns of the
+        ``df`` does not name, delete those ``evict`` keeps no more and clear the membership columns of the
         buffers the others leave. Creates the table if needed.
         ``on_match`` says what a row of ``df`` whose key the table holds does to the table's row.
-        ``aligned`` names a column that rows with equal keys share (a record's ``ts``): matches are then
-        looked for only within the range ``df`` spans of it, so the target scan skips the rest (see
-        ``match_condition``).
+        ``aligned``: matches are looked for only within the range ``df`` spans of a column equal keys share, so the
+        target scan skips the rest (see ``match_condition``).
 
         Returns what it inserted and evicted, or None when the table already records ``txn``.
         """
@@ -280,17 +304,23 @@ def as_frame(spark: SparkSession, data: Data) -> DataFrame:
     return spark.createDataFrame(data) if data.num_rows else spark.createDataFrame([], from_arrow_schema(data.schema))
 
 
-def match_condition(key: str, df: Data, aligned: str | None = None) -> str:
+@dataclass(frozen=True)
+class Aligned:
+    """A column that rows with equal keys share (a record's ``_ts``), and the range a MERGE's source rows span of it."""
+
+    column: str
+    low: int
+    high: int
+
+
+def match_condition(key: str, aligned: Aligned | None = None) -> str:
     """The MERGE's match: equal ``key`` — and, with ``aligned``, the target's value of that column within the
-    source's range, which loses no match because equal keys have equal values there."""
+    source's range, which loses no match because equal keys have equal values there, and lets the MERGE skip the
+    target's files outside it."""
     condition = f"target.`{key}` = source.`{key}`"
-    if aligned is None or not isinstance(df, pa.Table) or df.num_rows == 0:
+    if aligned is None:
         return condition
-    bounds = pc.min_max(df[aligned])
-    low, high = bounds["min"].as_py(), bounds["max"].as_py()
-    if low is None:
-        return condition
-    return f"{condition} AND target.`{aligned}` >= {low} AND target.`{aligned}` <= {high}"
+    return f"{condition} AND target.`{aligned.column}` >= {aligned.low} AND target.`{aligned.column}` <= {aligned.high}"
 
 
 CHANGE_FEED = "delta.enableChangeDataFeed"
@@ -312,16 +342,18 @@ def changes_merge(keys: Sequence[str], retraction: str) -> tuple[str, str]:
 def marker(txn: Txn) -> str:
     """The ``userMetadata`` of the commit that writes ``txn``: it records the write where Delta's own app transaction
     would cost too much (Delta on Spark checks one by reconstructing the table's state: docs/design.md section 3.4),
-    and either engine finds it (``marked_version``) in the commits the log keeps."""
-    return json.dumps({"txn": {"appId": txn.app_id, "version": txn.version}}, separators=(",", ":"))
+    and either engine finds it (``marked``) in the commits the log keeps; with the batch's plan when the write has one."""
+    recorded = {"txn": {"appId": txn.app_id, "version": txn.version}} | ({} if txn.plan is None else {"plan": txn.plan})
+    return json.dumps(recorded, separators=(",", ":"))
 
 
-def marked_version(user_metadata: object, app_id: str) -> int | None:
-    """The version of ``app_id`` a commit's ``userMetadata`` records; None for another app's, or a user's text."""
+def marked(user_metadata: object, app_id: str) -> Recorded | None:
+    """What a commit's ``userMetadata`` records of ``app_id``: its version and plan; None for another app's, or a
+    user's text."""
     try:
-        recorded = json.loads(user_metadata)["txn"]  # type: ignore[arg-type] - anything but lakejoin's text fails here
-        return int(recorded["version"]) if recorded["appId"] == app_id else None
-    except (ValueError, TypeError, KeyError):
+        found = json.loads(user_metadata)  # type: ignore[arg-type] - anything but lakejoin's text fails here
+        return Recorded(int(found["txn"]["version"]), True, found.get("plan")) if found["txn"]["appId"] == app_id else None
+    except (ValueError, TypeError, KeyError, AttributeError):
         return None
 
 

@@ -21,7 +21,7 @@ from urllib.parse import unquote, urlparse
 from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
-from state.engines.base import Actions, Txn, covers
+from state.engines.base import Actions, Recorded
 from state.layout import is_table_name
 
 
@@ -32,17 +32,6 @@ class Head:
     version: int
     stamp: str  # with the version, tells this commit from one of a table recreated at the same path (``reset``)
     handle: Any = None  # what the reader needs to answer more about this version (a JVM snapshot), or None
-
-
-@dataclass(frozen=True)
-class Recorded:
-    """The last version of an app a table records, and whether a commit the log keeps says so (else the state)."""
-
-    version: int | None
-    in_commits: bool
-
-    def covers(self, txn: Txn) -> bool:
-        return covers(self.version, txn)
 
 
 class DeltaLogReader(Protocol):
@@ -59,8 +48,8 @@ class DeltaLogReader(Protocol):
         """The rows the append that made ``head`` committed, from the commit's metrics; None without them."""
 
     def recorded(self, table: str, head: Head, app_id: str) -> Recorded:
-        """The newest commit's record of ``app_id`` (its marker, or an app transaction); else, once the commits the log
-        keeps are read, the state's app transaction."""
+        """The newest commit's record of ``app_id`` (its marker, with the plan it carries, or an app transaction);
+        else, once the commits the log keeps are read, the state's app transaction."""
 
     def table_id(self, table: str, head: Head) -> str:
         """The table's Delta id (its metadata's), which a source table's ingests record."""

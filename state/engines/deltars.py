@@ -21,7 +21,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
-from state.engines.base import Actions, Data, Memberships, Merged, OnMatch, TableInfo, Txn, as_frame, changes_merge, covers, marked_version, marker, match_condition, no_change_feed
+from state.engines.base import Actions, Aligned, Data, Memberships, Merged, OnMatch, Recorded, TableInfo, Txn, as_frame, changes_merge, marked, marker, match_condition, no_change_feed
 from state.errors import LakejoinError
 
 
@@ -118,11 +118,11 @@ class DeltaRsReader:
 
     def txn_version(self, path: str, app_id: str) -> int | None:
         table = self._table(path)
-        return None if table is None else _recorded_version(table, app_id)
+        return None if table is None else _recorded(table, app_id).version
 
     def info(self, path: str, app_id: str) -> TableInfo | None:
         table = self._table(path)
-        return None if table is None else TableInfo(table.version(), _spark_schema(table), _recorded_version(table, app_id))
+        return None if table is None else TableInfo(table.version(), _spark_schema(table), _recorded(table, app_id))
 
     def source_identity(self, table: str) -> tuple[str, int] | None:
         opened = self._fresh(table)
@@ -162,6 +162,19 @@ class DeltaRsReader:
             except (FileNotFoundError, OSError) as exc:
                 raise LakejoinError(f"source table {table} no longer has version {version} in its log ({_first_line(exc)})") from exc
             yield version, [json.loads(line) for line in text.splitlines() if line.strip()]
+
+    def append(self, path: str, df: Data, txn: Txn | None = None, properties: dict[str, str] | None = None) -> int | None:
+        table = self._table(path)  # opened once: the transaction check and the write share it
+        if table is not None and _covered(table, txn):
+            return None
+        data = to_arrow(df)
+        try:
+            write_deltalake(
+                table or path, data, mode="append", schema_mode="merge", commit_properties=_commit(txn), configuration=None if table else properties
+            )
+        except DeltaError as exc:
+            raise LakejoinError(f"cannot append to {path}: {_first_line(exc)}") from exc
+        return data.num_rows
 
     def refresh(self) -> None:
         with self._guard:
@@ -215,22 +228,9 @@ class DeltaRsEngine(DeltaRsReader):
         if table is not None:
             table.vacuum(retention_hours=retention_hours, dry_run=False, enforce_retention_duration=True)
 
-    def append(self, path: str, df: Data, txn: Txn | None = None, properties: dict[str, str] | None = None) -> int | None:
-        table = self._table(path)  # opened once: the transaction check and the write share it
-        if table is not None and _recorded(table, txn):
-            return None
-        data = to_arrow(df)
-        try:
-            write_deltalake(
-                table or path, data, mode="append", schema_mode="merge", commit_properties=_commit(txn), configuration=None if table else properties
-            )
-        except DeltaError as exc:
-            raise LakejoinError(f"cannot append to {path}: {_first_line(exc)}") from exc
-        return data.num_rows
-
     def apply_changes(self, path: str, df: Data, keys: Sequence[str], retraction: str, txn: Txn | None = None) -> int | None:
         table = _opened(self._table(path), path)
-        if _recorded(table, txn):
+        if _covered(table, txn):
             return None
         condition, kept = changes_merge(keys, retraction)
         try:
@@ -252,19 +252,19 @@ class DeltaRsEngine(DeltaRsReader):
         key: str,
         evict: Memberships | None = None,
         txn: Txn | None = None,
-        aligned: str | None = None,
+        aligned: Aligned | None = None,
         on_match: OnMatch | None = None,
     ) -> Merged | None:
         table = self._table(path)
         if table is None:
             written = self.append(path, df, txn)
             return None if written is None else Merged(written, 0)
-        if _recorded(table, txn):
+        if _covered(table, txn):
             return None
         try:
             merger = table.merge(
                 to_arrow(df),
-                predicate=match_condition(key, df, aligned),
+                predicate=match_condition(key, aligned),
                 source_alias="source",
                 target_alias="target",
                 merge_schema=True,
@@ -306,23 +306,23 @@ def _opened(table: DeltaTable | None, path: str) -> DeltaTable:
     return table
 
 
-def _recorded(table: DeltaTable, txn: Txn | None) -> bool:
+def _covered(table: DeltaTable, txn: Txn | None) -> bool:
     """``applied`` on a table already open (each open reads the log)."""
-    return txn is not None and covers(_recorded_version(table, txn.app_id), txn)
+    return txn is not None and _recorded(table, txn.app_id).covers(txn)
 
 
-def _recorded_version(table: DeltaTable, app_id: str) -> int | None:
-    """The newest commit's record of ``app_id`` (its ``marker``: Delta on Spark writes no app transaction), looked for
-    from the latest commit back (one commit file in the usual case); else, once the commits the log keeps are read,
-    the state's app transaction, which every write of this engine also carries."""
+def _recorded(table: DeltaTable, app_id: str) -> Recorded:
+    """The newest commit's record of ``app_id`` (its ``marker``, with the plan it carries: Delta on Spark writes no
+    app transaction), looked for from the latest commit back (one commit file in the usual case); else, once the
+    commits the log keeps are read, the state's app transaction, which every write of this engine also carries."""
     limit = 1
     while True:
         commits = table.history(limit)  # newest first
-        found = next((version for commit in commits if (version := marked_version(commit.get("userMetadata"), app_id)) is not None), None)
+        found = next((record for commit in commits if (record := marked(commit.get("userMetadata"), app_id)) is not None), None)
         if found is not None:
             return found
         if len(commits) < limit:
-            return table.transaction_version(app_id)
+            return Recorded(table.transaction_version(app_id), in_commits=False)
         limit *= 8
 
 

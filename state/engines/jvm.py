@@ -5,6 +5,7 @@ job). A Spark Connect client has no JVM; tests/test_where_spark_runs.py fails if
 - ``JvmLog``: Delta's log read in the driver's JVM, the engine's log reader in a classic session
   (state/engines/delta_log.py). Listing the log and reading the newest checksum file take milliseconds, where
   ``DESCRIBE HISTORY`` or a read plan each run a Spark job or a round trip (state/engines/sql_log.py does that).
+- ``cloned_session``: a session for a command with settings of its own, which hears of its parent's observations.
 - ``has_delta_classes``: whether Delta's classes load in the session's JVM.
 - ``classic_spark_running``: whether this process already runs a classic Spark, on any thread.
 - ``start_driver_jvm``: the driver JVM of a session lakejoin starts itself, its stderr without the JDK's
@@ -23,8 +24,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from state.engines.base import Actions, marked_version
-from state.engines.delta_log import Head, Recorded
+from state.engines.base import Actions, Recorded, marked
+from state.engines.delta_log import Head
 from state.errors import LakejoinError
 from state.layout import is_table_name
 
@@ -77,6 +78,14 @@ def _copy_jvm_stderr(read: int, target: int) -> None:
                     out.flush()
                 except OSError:
                     copying = False
+
+
+def cloned_session(spark: SparkSession) -> SparkSession:
+    """A session of the same application with ``spark``'s settings and listeners, for a command with settings of its
+    own: an observation (``DataFrame.observe``) on one of ``spark``'s frames is told of that frame's runs in it too,
+    which a new session's runs would not tell. ``spark``'s observation listener is made first, so the clone has it."""
+    spark._jsparkSession.observationManager()  # type: ignore[union-attr] - a lazy value: now registered, before the clone
+    return SparkSession(spark.sparkContext, spark._jsparkSession.cloneSession())  # type: ignore[union-attr]
 
 
 def has_delta_classes(spark: SparkSession) -> bool:
@@ -158,7 +167,7 @@ class JvmLog:
                 break
             found = _commit_record(commit._2(), app_id)
             if found is not None:
-                return Recorded(found, in_commits=True)
+                return found
         return Recorded(_txn_version(head.handle, app_id), in_commits=False)
 
     def source_root(self, table: str) -> str:
@@ -194,18 +203,19 @@ def _schema(snapshot) -> StructType:  # noqa: ANN001 - a JVM Snapshot
     return StructType.fromJson(json.loads(snapshot.schema().json()))
 
 
-def _commit_record(actions, app_id: str) -> int | None:  # noqa: ANN001 - a JVM Seq[Action]
-    """The version of ``app_id`` one commit records: its marker, or its app transaction."""
+def _commit_record(actions, app_id: str) -> Recorded | None:  # noqa: ANN001 - a JVM Seq[Action]
+    """What one commit records of ``app_id``: its marker (with the plan it carries), or its app transaction."""
+    transaction = None
     for index in range(actions.size()):
         action = actions.apply(index)
         kind = action.getClass().getSimpleName()
         if kind == "CommitInfo" and action.userMetadata().isDefined():
-            found = marked_version(action.userMetadata().get(), app_id)
+            found = marked(action.userMetadata().get(), app_id)
             if found is not None:
                 return found
         elif kind == "SetTransaction" and action.appId() == app_id:
-            return int(action.version())
-    return None
+            transaction = Recorded(int(action.version()), in_commits=True)
+    return transaction
 
 
 def _txn_version(snapshot, app_id: str) -> int | None:  # noqa: ANN001 - a JVM Snapshot

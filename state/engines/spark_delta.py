@@ -25,8 +25,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from state.engines.base import Actions, Data, Memberships, Merged, OnMatch, TableInfo, Txn, as_frame, changes_merge, marker, match_condition, no_change_feed
-from state.engines.delta_log import DeltaLogReader, Head, Recorded, is_connect, sql_name
+from state.engines.base import Actions, Aligned, Data, Memberships, Merged, OnMatch, Recorded, TableInfo, Txn, as_frame, changes_merge, marker, match_condition, no_change_feed
+from state.engines.delta_log import DeltaLogReader, Head, is_connect, sql_name
 from state.layout import is_table_name
 
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
@@ -133,7 +133,7 @@ class SparkDeltaEngine:
 
     def info(self, path: str, app_id: str) -> TableInfo | None:
         head = self._log.head(path)
-        return None if head is None else TableInfo(head.version, self._log.schema(path, head), self._log.recorded(path, head, app_id).version)
+        return None if head is None else TableInfo(head.version, self._log.schema(path, head), self._log.recorded(path, head, app_id))
 
     def txn_version(self, path: str, app_id: str) -> int | None:
         head = self._log.head(path)
@@ -206,7 +206,7 @@ class SparkDeltaEngine:
         key: str,
         evict: Memberships | None = None,
         txn: Txn | None = None,
-        aligned: str | None = None,
+        aligned: Aligned | None = None,
         on_match: OnMatch | None = None,
     ) -> Merged | None:
         head = self._log.head(path)
@@ -216,7 +216,7 @@ class SparkDeltaEngine:
         recorded = self._check(path, head, txn)
         if recorded is not None and recorded.covers(txn):  # type: ignore[arg-type] - a record needs a txn
             return None
-        counts = self._merge(df, txn, recorded, lambda source: merge_statement(sql_name(path), source, match_condition(key, df, aligned), evict, on_match))
+        counts = self._merge(df, txn, recorded, lambda source: merge_statement(sql_name(path), source, match_condition(key, aligned), evict, on_match))
         return Merged(int(counts["num_inserted_rows"]), int(counts["num_deleted_rows"]))
 
     def apply_changes(self, path: str, df: Data, keys: Sequence[str], retraction: str, txn: Txn | None = None) -> int | None:
@@ -269,7 +269,7 @@ class SparkDeltaEngine:
         try:
             session = self._sessions.get_nowait()
         except queue.Empty:
-            session = self.spark.cloneSession() if is_connect(self.spark) else self.spark.newSession()
+            session = self.spark.cloneSession() if is_connect(self.spark) else _cloned(self.spark)
             for name, value in SESSION_SETTINGS.items():
                 session.conf.set(name, value)
         for name in COMMAND_CONFS:
@@ -281,6 +281,12 @@ class SparkDeltaEngine:
             yield session
         finally:
             self._sessions.put(session)
+
+
+def _cloned(spark: SparkSession) -> SparkSession:
+    from state.engines.jvm import cloned_session
+
+    return cloned_session(spark)
 
 
 def _command_sessions(spark: SparkSession) -> queue.SimpleQueue[SparkSession]:

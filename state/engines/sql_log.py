@@ -21,8 +21,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from state.engines.base import Actions, marked_version
-from state.engines.delta_log import Head, Recorded, data_file, sql_name
+from state.engines.base import Actions, Recorded, marked
+from state.engines.delta_log import Head, data_file, sql_name
 from state.errors import LakejoinError
 from state.layout import is_table_name
 
@@ -69,9 +69,9 @@ class SqlLog:
     def recorded(self, table: str, head: Head, app_id: str) -> Recorded:
         for depth in (*HISTORY_DEPTHS, None):
             rows = [head.handle] if depth == 1 else self._history(table, depth)
-            found = next((version for row in rows if (version := marked_version(row["userMetadata"], app_id)) is not None), None)
+            found = next((record for row in rows if (record := marked(row["userMetadata"], app_id)) is not None), None)
             if found is not None:
-                return Recorded(found, in_commits=True)
+                return found
             if depth is None or len(rows) < depth:
                 break
         return Recorded(self._state_txn(table, head, app_id), in_commits=False)

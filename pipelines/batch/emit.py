@@ -1,0 +1,178 @@
+"""What a batch gives every table it writes, as DataFrames, once its measure has fixed the watermarks after it: the
+arrivals its rules keep split by lateness, the store/probe join of them against the state (state/joiner.py), the rows
+its kind of join emits once final (state/final.py), gold's rows, each state table's MERGE, the late arrivals, and the
+arrivals a quarantine rule took out. Nothing runs here: each frame is computed by the write that takes it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import reduce
+
+from pyspark.errors import AnalysisException
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from expectations.batch import TableChecks
+from expectations.frames import DERIVED_PREFIX, with_nothing_to_check, with_pair_checks, with_state_checks
+from expectations.reconcile import BOOKKEEPING as GOLD_BOOKKEEPING
+from pipelines.batch.measure import Measured, set_aside
+from pipelines.batch.read import CURRENT, Arrived
+from pipelines.gold import Retraction
+from state.batch_log import BatchPlan
+from state.bounds import Watermarks, advance, late_rows, split_late
+from state.buffers import BufferUpdate, StateTable, read_sides, replacing
+from state.changes import DELETED, Applied, apply, ignored_rows
+from state.clock import now
+from state.config import Config
+from state.engines import DeltaEngine
+from state.errors import LakejoinError
+from state.event_time import render, render_span
+from state.final import state_updates
+from state.final import emit as final_rows
+from state.joiner import Projection, Side, batch_tuples, data_columns, identity_column
+from state.layout import Warehouse
+from state.progress import raised
+from state.relations import ID, TS, Relation
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """A batch's writes, each a frame with the rules that check it."""
+
+    gold: DataFrame  # the batch's gold rows, with the columns gold's rules check
+    gold_checks: TableChecks
+    retraction: Retraction  # with change feeds: the gold rows the batch takes out
+    updates: dict[str, BufferUpdate]  # per state table, its MERGE (its rows with the columns state's rules check)
+    state_checks: dict[str, TableChecks]  # per state table's name
+    late: DataFrame | None  # what quarantine/late_arrivals gains (None: nothing)
+    set_aside: DataFrame | None  # the arrivals quarantine rules took out, as quarantine/expectations keeps them
+    watermarks: Watermarks  # after the batch
+    raised: dict[str, str]  # why a watermark stands above its relation's records, after the batch
+
+
+def emit(
+    engine: DeltaEngine,
+    warehouse: Warehouse,
+    config: Config,
+    kind: str | None,
+    plan: BatchPlan,
+    arrived: dict[Relation, Arrived],
+    measured: Measured,
+    tables: dict[Relation, StateTable],
+) -> Outputs:
+    """The batch's outputs. ``config`` is on the event-time axis of ``kind``."""
+    relations = warehouse.relations
+    spec = config.join_spec
+    screened = {rel: _screened(part, measured.quarantined[rel.name]) for rel, part in arrived.items()}
+    changes = {rel: apply(part.resolved, screened[rel], lambda rows, rel=rel: split_late(rows, plan.watermarks.get(rel.name))) for rel, part in arrived.items() if part.resolved is not None}
+    split = {rel: (changes[rel].on_time, changes[rel].late) if rel in changes else split_late(rows, plan.watermarks.get(rel.name)) for rel, rows in screened.items()}
+    on_time = {rel: parts[0] for rel, parts in split.items()}
+    sides = read_sides({rel: part.state for rel, part in arrived.items()}, [tables[rel] for rel in relations], on_time, {rel: c.replaced for rel, c in changes.items()})
+    projection = Projection({rel.name: data_columns(part.rows.columns) for rel, part in arrived.items()}, config.select)
+    after, raised_why = raised(
+        advance(plan.watermarks, measured.newest, config.allowed_lateness), plan.watermarks, plan.progress, relations, plan.raised,  # type: ignore[arg-type] - on the axis
+        lambda value: render(value, kind) or str(value),
+    )
+    every_one = all(engine.version(warehouse.bronze(rel)) is not None for rel in relations)  # else no tuples, and no record final yet
+    tuples = _pairs(sides, config.join_condition, projection, every_one)
+    emitted = final_rows(spec, sides, tuples, projection, after if every_one else {})
+    gold = emitted.rows.withColumns({"batch_id": F.lit(plan.batch_id).cast("long"), "produced_at": F.lit(now())})
+    members = spec.kind.gold_relations(relations)
+    if every_one:
+        gold = with_pair_checks(gold, config.join_condition, projection, members, lambda: _members(sides), spec.kind.preserves(relations), spec.kind.owned_by(relations))
+    else:
+        gold = with_nothing_to_check(gold)
+    stored = {rel: changes[rel].state_rows() if rel in changes else rows for rel, rows in on_time.items()}
+    spans = {rel: measured.spans[rel.name] for rel in relations}
+    updates = replacing(state_updates(spec, warehouse, plan, stored, (plan.watermarks, after), emitted, spans), list(changes))
+    late = {rel: parts[1] for rel, parts in split.items()}
+    checked = {
+        name: replace(update, rows=with_state_checks(update.rows, _is_late(plan, update.table.relation, update.table.relation in changes), update.eviction))
+        for name, update in updates.items()
+    }
+    return Outputs(
+        gold=gold,
+        gold_checks=TableChecks.of(config, "gold", warehouse.name_of(warehouse.gold), [identity_column(rel, ID) for rel in members]),
+        retraction=Retraction.of(engine, warehouse, plan, {rel: c.retracted for rel, c in changes.items()}, spec.kind.row_keys(members)),
+        updates=checked,
+        state_checks={name: TableChecks.of(config, "state", warehouse.name_of(update.table.path), [ID]) for name, update in updates.items()},
+        late=_late(config, kind, plan, late, changes, measured),
+        set_aside=_set_aside(arrived, measured, plan.batch_id),
+        watermarks=after,
+        raised=raised_why,
+    )
+
+
+def _is_late(plan: BatchPlan, rel: Relation, changes: bool) -> str:
+    """A state row whose record is among the batch's late arrivals: an arrival of the batch (not a stored record's mark,
+    nor a delete's tombstone: never late) below the relation's watermark before it."""
+    watermark = plan.watermarks.get(rel.name)
+    if watermark is None:
+        return "false"
+    return f"{TS} < {watermark} AND {plan.slice}" + (f" AND NOT coalesce({DELETED}, false)" if changes else "")
+
+
+def _screened(part: Arrived, broke: list[str]) -> DataFrame:
+    """What the relation's rules keep of its rows (of a change feed's candidates): all of them, unless a quarantine
+    rule broke on some (``broke``: their flags), which the rows are then flagged by again to leave them out."""
+    kept = part.flagged.where(~set_aside(broke)).drop(*[name for name in part.flagged.columns if name.startswith(DERIVED_PREFIX)]) if broke else part.checked
+    return kept.drop(CURRENT)
+
+
+def _late(config: Config, kind: str | None, plan: BatchPlan, late: dict[Relation, DataFrame], changes: dict[Relation, Applied], measured: Measured) -> DataFrame | None:
+    """Late arrivals and the changes a batch ignored as older, as ``quarantine/late_arrivals`` keeps them."""
+    parts = [
+        late_rows(
+            rows, rel, plan.watermarks.get(rel.name), None if (span := config.lateness(rel.name)) is None else render_span(span, kind),  # type: ignore[arg-type] - on the axis
+            config.spec(rel.name).event_time, kind, plan.batch_id, plan.raised.get(rel.name),
+        )
+        for rel, rows in late.items()
+        if measured.late[rel.name]
+    ]
+    parts += [ignored_rows(applied.resolved, rel.name, plan.batch_id) for rel, applied in changes.items() if measured.changes[rel.name]["ignored"]]
+    return reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts) if parts else None
+
+
+def _set_aside(arrived: dict[Relation, Arrived], measured: Measured, batch_id: int) -> DataFrame | None:
+    parts = [part.checks.set_aside(part.flagged, measured.rules[rel.name], batch_id) for rel, part in arrived.items() if measured.quarantined[rel.name]]
+    found = [part for part in parts if part is not None]
+    return reduce(DataFrame.unionByName, found) if found else None
+
+
+def _pairs(sides: list[Side], predicate: str, projection: Projection, every_one: bool) -> DataFrame:
+    """The batch's pairs; none while some relation has never had a record (nothing to join with yet).
+
+    Spark analyses the join as it is built, so a predicate or a ``select`` that does not resolve fails here,
+    before any write."""
+    if not every_one:
+        return batch_tuples([_empty(side) for side in sides], "true", Projection({}))
+    try:
+        pairs = batch_tuples(sides, predicate, projection)
+        named = pairs.columns[len(sides) * 2 : -1]  # the projection's own columns, between the identity and the owner
+    except AnalysisException as exc:  # analysed here in a classic session, at .columns as a Spark Connect client
+        columns = "; ".join(f"{side.relation.name}: {', '.join(data_columns(side.arrivals.columns))}" for side in sides)
+        reason = str(exc).strip().splitlines()[0]
+        what = f"join predicate {predicate!r}" if projection.select is None else f"join predicate {predicate!r} or select {list(projection.select)}"
+        raise LakejoinError(f"{what} does not resolve ({reason}); columns are {columns}") from exc
+    clashes = sorted(name for name in named if name.startswith("_") or name in (*GOLD_BOOKKEEPING, "owner"))
+    if clashes:
+        raise LakejoinError(
+            f"select gives gold a column named {clashes[0]!r}, a name lakejoin keeps for itself (owner, batch_id, "
+            "produced_at, names starting with '_'): alias it, e.g. 's.amount AS paid'"
+        )
+    return pairs
+
+
+def _members(sides: list[Side]) -> dict[Relation, DataFrame]:
+    """Every record a batch's pairs can have, each once: a relation's arrivals, its store, and its records in the
+    other relations' probe buffers, at the plan's versions (not all of bronze: the batch's cost stays its own)."""
+    members = {}
+    for side in sides:
+        frames = [side.arrivals, side.store, *(other.probes[side.relation] for other in sides if other is not side)]
+        members[side.relation] = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames).dropDuplicates([ID])
+    return members
+
+
+def _empty(side: Side) -> Side:
+    return Side(side.relation, side.arrivals.limit(0), side.store.limit(0), {rel: probes.limit(0) for rel, probes in side.probes.items()})

@@ -1,0 +1,99 @@
+"""Planning a batch: what it reads, fixed before its first write and carried by every write after.
+
+A batch takes the arrivals ingested and not yet joined (a prefix of the arrival order, at most ``max_batch_rows``)
+and, once those all fit, the files new in the relations' landing folders, in name order, while the batch stays within
+``max_batch_rows``, ``max_batch_files`` and ``max_batch_bytes`` (one file at least). Each file's rows get places in the
+arrival order before they are read: after every place taken, as many as the file can hold (pipelines/landing.py).
+Nothing here runs a Spark job: the driver reads logs, lists folders and reads each new file once, for its digest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pipelines.gold import GOLD
+from pipelines.ingest import last_arrival_seq
+from pipelines.landing import Known, found_files
+from state.batch_log import BatchPlan, LandedFile, LogTail
+from state.clock import now
+from state.config import Config
+from state.engines import DeltaEngine
+from state.errors import FileRefused
+from state.layout import Warehouse
+from state.progress import decide, moves
+from state.relations import Relation
+
+
+@dataclass(frozen=True)
+class Planned:
+    """The next batch's plan (None: nothing to do), and the landing files it leaves for a later try (read failures)."""
+
+    plan: BatchPlan | None
+    retried: list[FileRefused] = field(default_factory=list)
+
+
+def plan_next(engine: DeltaEngine, warehouse: Warehouse, config: Config, tail: LogTail, landings: dict[Relation, str], known: Known) -> Planned:
+    """The batch after ``tail``, or no plan when nothing is pending, no file landed and no watermark would move.
+
+    Only arrivals of finished ingests are pending: an ingest logs its file after its bronze commit, so reading the
+    ingest log before bronze's versions makes every logged arrival part of those versions."""
+    pending_to = max(tail.last_seq, engine.max_value(warehouse.ingest_log, "seq_to") or 0)
+    bronze_versions = {
+        rel.name: version for rel in warehouse.relations if (version := engine.version(warehouse.bronze(rel))) is not None
+    }
+    idle_after = {rel: seconds for rel in warehouse.relations if (seconds := config.spec(rel.name).idle_after) is not None}
+    progress = decide(engine, warehouse, idle_after, tail.last_seq, now())
+    ingested_to = max(tail.last_seq, min(tail.last_seq + config.max_batch_rows, pending_to))
+    files, retried = [], []
+    if landings and ingested_to == pending_to:  # files land once the ingested arrivals before them fit in a batch
+        files, retried = _files(engine, warehouse, config, landings, known, max(0, pending_to - tail.last_seq))
+    places = [file for file in files if file.lands]
+    if ingested_to <= tail.last_seq and not files and not moves(progress, tail.watermarks, warehouse.relations):
+        return Planned(None, retried)  # nothing to join, and no watermark to move (an idle relation, declared progress)
+    state_versions = {
+        name: version for name, path in warehouse.buffers().items() if (version := engine.version(path)) is not None
+    }
+    if config.reads_changes and (gold := engine.version(warehouse.gold)) is not None:
+        state_versions[GOLD] = gold  # what the batch's retractions take out of gold (pipelines/gold.py)
+    plan = BatchPlan(
+        batch_id=tail.last_batch_id + 1,
+        seq_from=tail.last_seq,
+        seq_to=max((file.first + file.bound for file in places), default=ingested_to),
+        bronze_versions=bronze_versions,
+        state_versions=state_versions,
+        watermarks=tail.watermarks,
+        progress=progress,
+        raised=tail.raised,
+        files=tuple(files),
+        ingested_to=ingested_to if files else None,
+    )
+    return Planned(plan, retried)
+
+
+def _files(
+    engine: DeltaEngine, warehouse: Warehouse, config: Config, landings: dict[Relation, str], known: Known, ingested: int
+) -> tuple[list[LandedFile], list[FileRefused]]:
+    """The landing files the batch takes, each placed in the arrival order after every place taken; and those that
+    could not be read now. Files refused for good, and copies of files landed before, come along without places: the
+    batch records them, so they are not looked at again."""
+    place = max(last_arrival_seq(engine, warehouse), engine.max_value(warehouse.ingest_log, "seq_to") or 0)
+    taken: list[LandedFile] = []
+    retried: list[FileRefused] = []
+    rows, size = ingested, 0
+    for found in found_files(landings, known):
+        if isinstance(found, FileRefused):
+            retried.append(found)
+            continue
+        copy = known.digests.get(found.relation, {}).get(found.sha256)
+        if found.refused is not None or copy is not None:
+            taken.append(LandedFile(found.relation, found.path, found.sha256, found.bytes, place, 0, None if found.refused is None else str(found.refused), copy))
+            known.add(found.relation, found.path, found.sha256, found.refused is not None)
+            continue
+        landing = [file for file in taken if file.lands]
+        full = rows + found.rows > config.max_batch_rows or size + found.bytes > config.max_batch_bytes or len(landing) >= config.max_batch_files
+        if full and (landing or ingested):
+            break
+        taken.append(LandedFile(found.relation, found.path, found.sha256, found.bytes, place, found.bound))
+        known.add(found.relation, found.path, found.sha256, False)
+        place, rows, size = place + found.bound, rows + found.rows, size + found.bytes
+    return taken, retried

@@ -1,0 +1,87 @@
+"""Reading a batch: its arrivals read back from bronze (those ``ingest`` landed before it and those it landed), the
+state tables at the versions its plan pinned, a change feed's rows resolved against the versions the state holds,
+and every relation's rows flagged by its bronze rules. All of it lazy: the batch's jobs are its measure and its writes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from expectations.batch import TableChecks
+from state.batch_log import BatchPlan
+from state.buffers import StateTable, held_versions, snapshot
+from state.changes import DELETED, Resolved, resolve
+from state.config import Config
+from state.engines import DeltaEngine, as_frame
+from state.layout import Warehouse
+from state.pointers import arrivals_with_source_columns
+from state.relations import DELETE, ID, OP, SEQ, TS, Relation
+
+CURRENT = "_current"  # a change's record had a version held before the batch (not a tombstone)
+LOCAL_ROWS = 10_000  # a batch of at most this many arrivals holds them on the driver (``_arrived``)
+
+
+@dataclass(frozen=True)
+class Arrived:
+    """One relation's part of a batch, before its lateness is known."""
+
+    relation: Relation
+    rows: DataFrame  # the slice's rows, with the records' columns (read in place for a source table)
+    checks: TableChecks  # the bronze rules
+    checked: DataFrame  # what the rules check: the rows, or a change feed's candidates (with ``_current``)
+    flagged: DataFrame  # ``checked`` with the rules' flags
+    state: DataFrame | None  # the relation's state table at the plan's version (None before its first write)
+    resolved: Resolved | None = None  # a change feed's rows against the versions held
+    pointers: DataFrame | None = None  # a source table's bronze rows, each naming one row of the table
+
+    @property
+    def upsert(self) -> Column:
+        """A flagged row that is a version of its record (not a change feed's delete)."""
+        return F.col(OP) != DELETE if self.resolved is not None else F.lit(True)
+
+
+def tables_at_plan(engine: DeltaEngine, plan: BatchPlan, tables: dict[Relation, StateTable]) -> dict[Relation, DataFrame | None]:
+    """Each relation's state table as the plan pinned it, read once for the batch."""
+    return {rel: snapshot(engine, plan, table) for rel, table in tables.items()}
+
+
+def known_records(engine: DeltaEngine, warehouse: Warehouse, plan: BatchPlan, rel: Relation, state: DataFrame | None) -> DataFrame | None:
+    """The records a batch's landed files of ``rel`` are checked against (``_id``, ``_content_hash``): those its state
+    holds, and those ingested before the batch that it joins."""
+    ingested = engine.read(warehouse.bronze(rel), where=plan.ingested) if rel.name in plan.bronze_versions and plan.ingested_to != plan.seq_from else None
+    parts = [frame.select(ID, "_content_hash") for frame in (state, ingested) if frame is not None and "_content_hash" in frame.columns]
+    if not parts:
+        return None
+    return parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
+
+
+def read(engine: DeltaEngine, warehouse: Warehouse, config: Config, plan: BatchPlan, states: dict[Relation, DataFrame | None]) -> dict[Relation, Arrived]:
+    """Every relation's arrivals in the plan's slice, with what checks and resolves them."""
+    return {rel: _arrived(engine, warehouse, config, plan, rel, states[rel]) for rel in warehouse.relations}
+
+
+def _arrived(engine: DeltaEngine, warehouse: Warehouse, config: Config, plan: BatchPlan, rel: Relation, state: DataFrame | None) -> Arrived:
+    spec = config.spec(rel.name)
+    small = plan.bound <= LOCAL_ROWS
+    # A small batch's rows are read to the driver once (by delta-rs, without a Spark job) and joined from there: a
+    # frame of rows the driver holds is scanned and broadcast where it is, with no job of its own.
+    held = engine.rows(warehouse.bronze(rel), where=plan.slice) if small else None
+    bronze = as_frame(engine.spark, held) if held is not None else engine.read(warehouse.bronze(rel), where=plan.slice)
+    if bronze is None:  # no arrival of the relation yet
+        bronze = engine.spark.createDataFrame([], f"{ID} string, {TS} bigint, _arrival_seq bigint" + ("" if spec.changes is None else f", {OP} string, {SEQ} bigint"))
+    in_place = spec.table if spec.changes is None else None  # a change feed's bronze holds its rows whole
+    rows = bronze if in_place is None else arrivals_with_source_columns(engine, in_place, bronze)
+    if in_place is not None and small:
+        rows = as_frame(engine.spark, rows.toArrow())
+    checks = TableChecks.of(config, "bronze", warehouse.name_of(warehouse.bronze(rel)), [ID], rel.name)
+    if spec.changes is None:
+        return Arrived(rel, rows, checks, rows, checks.flagged(rows), state, pointers=None if in_place is None else bronze)
+    held = held_versions(state, rows)
+    nothing_held = rows.limit(0).select(ID, F.lit(None).cast("long").alias(SEQ), F.lit(None).cast("boolean").alias(DELETED))
+    resolved = resolve(rows, nothing_held if held is None else held)
+    current = resolved.current.withColumn(CURRENT, F.lit(True))
+    candidates = resolved.candidates.join(current, ID, "left").withColumn(CURRENT, F.coalesce(F.col(CURRENT), F.lit(False)))
+    return Arrived(rel, rows, checks, candidates, checks.flagged(candidates), state, resolved)

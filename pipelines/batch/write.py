@@ -1,0 +1,110 @@
+"""Writing a batch: gold, the late arrivals and every state table at once, then the rows its rules set aside, each
+under the batch's transaction (carrying its plan), each table's rows checked by its rules inside the job that writes
+them (expectations/batch.py): the job counts the rules' failures as it writes (an observation), a ``fail`` rule's row
+stops it before it commits. The log row comes last (pipelines/silver.py): a batch is committed once it is logged.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from functools import reduce
+from typing import TypeVar
+
+from pyspark.sql import DataFrame, Observation
+from pyspark.sql import functions as F
+
+from expectations.batch import TableChecks
+from pipelines.batch.emit import Outputs
+from pipelines.gold import CHANGE, write_gold
+from state.batch_log import BatchPlan, RuleCount
+from state.buffers import update_buffers
+from state.config import Config
+from state.engines import DeltaEngine, Txn
+from state.faults import step
+from state.layout import Warehouse
+
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class Written:
+    """What the batch's writes did."""
+
+    pairs: int  # gold rows added
+    retracted: int  # gold rows taken out (change feeds)
+    evicted: dict[str, int]  # per state table
+    rules: list[RuleCount]  # the gold and state rules' results
+
+
+@dataclass
+class Checking:
+    """The rules of the tables a batch writes, as the writes run them (from several threads)."""
+
+    batch_id: int
+    results: list[RuleCount] = field(default_factory=list)
+    set_aside: list[DataFrame] = field(default_factory=list)
+    _guard: threading.Lock = field(default_factory=threading.Lock)
+
+    def write(self, checks: TableChecks, rows: DataFrame, write: Callable[[DataFrame], R | None]) -> R | None:
+        """``write`` of what ``checks`` keep of ``rows``; the rules' results from the write's own job (or, for a write
+        the run this one resumes had done, from a job of their own)."""
+        flagged = checks.flagged(rows)
+        metrics = checks.metrics()
+        observation = Observation()
+        observed = flagged.observe(observation, *[metric.alias(name) for name, metric in metrics.items()])
+        try:
+            done = write(checks.written(observed))
+        except Exception as exc:
+            if checks.broke(exc):
+                raise checks.failure(flagged, self.batch_id, written=True) from None  # type: ignore[misc] - a fail rule broke
+            raise
+        counts = observation.get if done is not None else flagged.agg(*[metric.alias(name) for name, metric in metrics.items()]).first().asDict()
+        results = checks.results(flagged, counts)
+        aside = checks.set_aside(flagged, results, self.batch_id)
+        with self._guard:
+            self.results += results
+            if aside is not None:
+                self.set_aside.append(aside)
+        return done
+
+
+def write(engine: DeltaEngine, warehouse: Warehouse, config: Config, plan: BatchPlan, outputs: Outputs) -> Written:
+    """Every write of the batch but its log row. They are commits to tables of their own, each idempotent under its
+    transaction, so they run at once (a commit mostly waits on the Delta log and the scheduler): a crash leaves any
+    subset of them committed, and the resumed batch writes the rest."""
+
+    def txn(path: str) -> Txn:
+        return plan.txn(warehouse.app_id(config.pipeline, path))
+
+    checking = Checking(plan.batch_id)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        gold = pool.submit(_gold, engine, warehouse, plan, outputs, txn, checking)
+        late = pool.submit(_late, engine, warehouse, outputs, txn)
+        evicted = update_buffers(engine, plan, outputs.updates, txn, lambda table, rows, merge: checking.write(outputs.state_checks[table.name], rows, merge))
+        late.result()
+        pairs, retracted = gold.result()
+    aside = [frame for frame in (outputs.set_aside, *checking.set_aside) if frame is not None]
+    with step("dq_quarantine"):
+        if aside:
+            engine.append(warehouse.dq_quarantine, reduce(DataFrame.unionByName, aside), txn(warehouse.dq_quarantine))
+    return Written(pairs, retracted, evicted, checking.results)
+
+
+def _gold(engine: DeltaEngine, warehouse: Warehouse, plan: BatchPlan, outputs: Outputs, txn: Callable[[str], Txn], checking: Checking) -> tuple[int, int]:
+    """Gold's rows added and retracted (counted again when the run this one resumes wrote them)."""
+    done = checking.write(outputs.gold_checks, outputs.gold, lambda rows: write_gold(engine, warehouse, plan, rows, outputs.retraction, txn))
+    if done is not None:
+        return done
+    added = engine.read(warehouse.gold, where=f"batch_id = {plan.batch_id}").count()
+    changes = engine.read(warehouse.gold_changes, where=f"batch_id = {plan.batch_id}") if outputs.retraction.tracked else None
+    return added, 0 if changes is None else changes.where(F.col(CHANGE) == "-").count()
+
+
+def _late(engine: DeltaEngine, warehouse: Warehouse, outputs: Outputs, txn: Callable[[str], Txn]) -> None:
+    """Late arrivals (and changes ignored as older) kept in ``quarantine/late_arrivals``, never joined, never dropped."""
+    with step("late_arrivals"):
+        if outputs.late is not None:
+            engine.append(warehouse.late_arrivals, outputs.late, txn(warehouse.late_arrivals))
