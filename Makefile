@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 FLINK_VENV := .venv-flink
 FLINK_STAMP := $(FLINK_VENV)/.installed
 
-.PHONY: demo test bench-state bench-dq bench-peers bench-peers-bounded bench-engines bench-memory bench-commit bench-sources bench-floors bench-nway bench-final bench-api bench-connect bench-changes bench-idle bench-sizing bench-backlog bench-small
+.PHONY: demo test bench-state bench-dq bench-peers bench-peers-bounded bench-engines bench-memory bench-commit bench-sources bench-nway bench-final bench-api bench-connect bench-changes bench-idle bench-sizing bench-backlog bench-small
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is required: install it, or pass PYTHON=/path/to/python3.11"; exit 1; }
@@ -53,9 +53,6 @@ bench-sources: $(STAMP)
 
 bench-memory: $(STAMP)
 	$(VENV)/bin/python -m benchmarks.driver_memory --out benchmarks/results/driver_memory.json
-
-bench-floors: $(STAMP)
-	$(VENV)/bin/python -m benchmarks.floors
 
 bench-nway: $(STAMP)
 	$(VENV)/bin/python -m benchmarks.nway

@@ -43,7 +43,7 @@ def waits(engine: DeltaEngine, warehouse: Warehouse, as_of: bool) -> dict[str, f
     a semi join's first matches; with ``as_of``, every row), from their (left) record's arrival: in later arrivals,
     in batches, in seconds. None when gold has none."""
     gold, batches = engine.read(warehouse.gold), engine.read(warehouse.batches)
-    committed = batches.where(F.col("phase") == "committed").select("batch_id", "seq_to")
+    committed = batches.select("batch_id", "seq_to")
     waits: list[DataFrame] = []
     relations = warehouse.relations[:1] if as_of else [rel for rel in warehouse.relations if f"_{rel.name}_id" in gold.columns]
     for rel in relations:

@@ -58,9 +58,8 @@ def _idle_batches(engine, warehouse: Warehouse) -> list[tuple[int, float]]:  # n
     log = engine.read(warehouse.batches)
     if log is None or "idle" not in log.columns:
         return []
-    planned = log.where("phase = 'planned' AND size(idle) > 0").select("batch_id")
-    committed = log.where("phase = 'committed'").join(planned, "batch_id").orderBy("batch_id")
-    return [(row["batch_id"], row["recorded_at"].timestamp()) for row in committed.select("batch_id", "recorded_at").collect()]
+    idle = log.where("size(idle) > 0").orderBy("batch_id")
+    return [(row["batch_id"], row["recorded_at"].timestamp()) for row in idle.select("batch_id", "recorded_at").collect()]
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 """What a landed file and a micro-batch cost, on one engine: the figures for sizing ``max_batch_rows``.
 
-A user picks ``max_batch_rows`` (arrivals per micro-batch, every relation's together; default 10,000) and how often
+A user picks ``max_batch_rows`` (arrivals per micro-batch, every relation's together; default 1,000,000) and how often
 files land. Both trade a fixed cost (per ingested file, per batch: Spark jobs and Delta commits) against a cost per
 row. This measures them on the peers benchmark's stream (two relations, an equi-join on the key, unbounded state):
 
@@ -14,12 +14,11 @@ row. This measures them on the peers benchmark's stream (two relations, an equi-
 
 Every run joins the same arrivals, so ``arrivals x per_row`` is the fit's intercept: it also holds what a run costs
 once (opening the warehouse, its lock), and ``per_batch`` the mean cost of a batch over a state that grows along the
-stream. On Delta on Spark a batch whose pairs pass ``driver_rows`` (100,000) is checked and written in Spark rather than
-on the driver, at a higher cost per batch, which the fit's residuals show. One engine per process (``--engine``; spark needs ``LAKEJOIN_DELTA_JARS``). Run it alone: timings on a shared
+stream. One engine per process (``--engine``; spark needs ``LAKEJOIN_DELTA_JARS``). Run it alone: timings on a shared
 machine are noisy.
 
     .venv/bin/python -m benchmarks.sizing [--engine delta-rs|spark] [--rows 200000] [--keys 50000] [--files 20]
-        [--max-batch-rows 10000 100000] [--driver-rows 100000]
+        [--max-batch-rows 10000 100000]
 """
 
 from __future__ import annotations
@@ -95,7 +94,6 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=20, help="Parquet files per relation (default 20)")
     parser.add_argument("--max-batch-rows", type=int, nargs="+", default=[10_000, 100_000],
                         help="the runs' batch sizes, below 2 x rows; a run with every arrival in one batch is added (default 10000 100000)")
-    parser.add_argument("--driver-rows", type=int, default=100_000, help="config driver_rows: pairs a batch checks on the driver (default 100000)")
     parser.add_argument("--out", help="default benchmarks/results/sizing.json, with --engine spark sizing_spark.json")
     args = parser.parse_args()
     args.out = args.out or f"benchmarks/results/{'sizing_spark' if args.engine == 'spark' else 'sizing'}.json"
@@ -109,7 +107,7 @@ def main() -> None:
     batches = landed_batches(options, args.rows // args.files, os.path.join(root, "landing"))
 
     bronze = os.path.join(root, "bronze")
-    ingested = ingest(spark, bronze, {"engine": args.engine, "driver_rows": args.driver_rows}, batches)
+    ingested = ingest(spark, bronze, {"engine": args.engine}, batches)
     ingest_s, rows = [seconds for seconds, _ in ingested], sum(landed for _, landed in ingested)
     sizes = (*args.max_batch_rows, 2 * args.rows)
     copies = [shutil.copytree(bronze, os.path.join(root, f"run-{number}")) for number in range(len(sizes))]
@@ -133,7 +131,7 @@ def main() -> None:
                f"load average {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end")
 
     print(f"\nlakejoin on {args.engine}; {args.rows:,} records per relation, {args.keys:,} keys, disorder {args.disorder}, "
-          f"{args.files} Parquet files per relation, unbounded state, driver_rows {args.driver_rows:,}; {machine}")
+          f"{args.files} Parquet files per relation, unbounded state; {machine}")
     print(f"ingest: {len(ingest_s)} files, {rows:,} rows: median {figures['ingest']['per_file_p50_s']:.2f} s a file, "
           f"{figures['ingest']['per_million_rows_p50_s']:.1f} s per million rows (medians)")
     print(f"{'max_batch_rows':>14} {'batches':>8} {'arrivals':>9} {'pairs':>9} {'run s':>7} {'s / batch':>10} {'residual s':>11}")

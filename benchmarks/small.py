@@ -4,7 +4,7 @@ Two scenarios, each through the Python API (``Pipeline``) and by hand in plain S
 session, medians:
 
 (a) **scheduled**: each run finds one JSON Lines file of 2 records per relation in its landing folder. lakejoin:
-    ``Pipeline.run()`` with the landing folders in its config (it ingests the files, then joins); by hand: the files
+    ``Pipeline.run()`` with the landing folders in its config (its batch lands the files and joins them); by hand: the files
     read, bronze appended, the batch joined. ``--runs`` runs after ``--warm`` untimed ones.
 (b) **drain**: 40 records per relation already ingested (alternately, 4 records of a relation per file) are joined in
     batches of 8 arrivals: lakejoin's ``Pipeline.run(max_batch_rows=8)``, 10 batches; by hand, each batch's slice
