@@ -9,7 +9,9 @@ import glob
 import json
 import os
 import re
+import sys
 import tomllib
+from importlib.metadata import EntryPoint
 from typing import Any
 
 import pytest
@@ -121,6 +123,20 @@ def quartz_valid(expression: str) -> bool:
             if any(not low <= n <= high for n in numbers) or (match.group(3) and int(match.group(3)) < 1):
                 return False
     return True
+
+
+def test_a_wheel_task_s_entry_point_ends_the_process_with_the_command_s_status(bundle, monkeypatch, tmp_path):
+    """A python_wheel_task loads its entry_point from the wheel's console scripts and calls the function with the task's
+    parameters in sys.argv, ignoring what it returns: the function itself must exit with the status, or a refused
+    command shows as a successful task."""
+    with open(os.path.join(REPO, "pyproject.toml"), "rb") as handle:
+        scripts = tomllib.load(handle)["project"]["scripts"]
+    (entry_point,) = {task["python_wheel_task"]["entry_point"] for _, job in jobs(bundle).values() for task in job["tasks"]}
+    called = EntryPoint(entry_point, scripts[entry_point], "console_scripts").load()
+    monkeypatch.setattr(sys, "argv", [entry_point, "reset", "--warehouse", str(tmp_path)])  # refused without --yes, before Spark
+    with pytest.raises(SystemExit) as ended:
+        called()
+    assert ended.value.code == 2
 
 
 def test_the_cron_checker_rejects_bad_expressions():
