@@ -156,7 +156,49 @@ def test_every_schedule_is_a_valid_quartz_cron_paused_until_the_schedules_variab
             assert quartz_valid(schedule["quartz_cron_expression"]), schedule
             Job.from_dict(resolved(jobs(bundle)[key][1], {**defaults(bundle), "schedules": pause}))
     assert defaults(bundle)["schedules"] == "PAUSED"
-    assert bundle["targets"]["dev"]["mode"] == "development" and bundle["targets"]["prod"] == {"mode": "production"}
+
+
+# What `databricks bundle validate` requires of a target's mode, from the CLI's own rules (databricks/cli,
+# bundle/config/mutator/validate_target_mode.go) and https://docs.databricks.com/aws/en/dev-tools/bundles/deployment-modes.
+# The CLI cannot run here: it is a binary from GitHub releases, which this machine cannot reach, and its validation
+# logs in to a workspace. (CLI versions before the root_path rule required run_as instead, which docs/databricks.md
+# says how to set.)
+USER_PATHS = ("root_path", "file_path", "resource_path", "artifact_path", "state_path")
+
+
+def mode_errors(target: dict[str, Any]) -> list[str]:
+    """The errors `databricks bundle validate -t TARGET` reports for the target's mode."""
+    mode, workspace = target.get("mode"), target.get("workspace") or {}
+    if mode == "production":
+        return [] if workspace.get("root_path") else ["target with 'mode: production' must set 'workspace.root_path' to make sure only one copy is deployed"]
+    if mode == "development":
+        errors = [
+            f"{key} must start with '~/' or contain the current username when using 'mode: development'"
+            for key in USER_PATHS
+            if key in workspace and not (workspace[key].startswith("~/") or "${workspace.current_user." in workspace[key])
+        ]
+        if (target.get("presets") or {}).get("trigger_pause_status") == "UNPAUSED":
+            errors.append("target with 'mode: development' cannot set trigger pause status to UNPAUSED by default")
+        return errors
+    return [] if mode is None else [f"unsupported value '{mode}' specified for 'mode': must be either 'development' or 'production'"]
+
+
+def test_the_mode_rules_refuse_what_the_cli_refuses():
+    assert mode_errors({"mode": "production"}) and mode_errors({"mode": "staging"})
+    assert mode_errors({"mode": "development", "workspace": {"root_path": "/Workspace/Shared/x"}})
+    assert not mode_errors({"mode": "development", "workspace": {"root_path": "~/.bundle/x"}})
+
+
+def test_every_target_passes_the_cli_s_mode_rules(bundle):
+    assert {name: target.get("mode") for name, target in bundle["targets"].items()} == {"dev": "development", "prod": "production"}
+    for name, target in bundle["targets"].items():
+        assert not mode_errors(target), (name, mode_errors(target))
+
+
+def test_prod_deploys_one_copy_whoever_deploys_it(bundle):
+    """Two copies of prod's jobs would run two joins on one warehouse: its root path names no deploying user."""
+    root = bundle["targets"]["prod"]["workspace"]["root_path"]
+    assert root.startswith("/Workspace/") and "current_user" not in root and "${bundle.target}" in root
 
 
 def test_the_following_join_is_a_paused_continuous_job_that_runs_on_the_scheduled_join_s_warehouse(bundle):
