@@ -209,13 +209,22 @@ def test_the_following_join_is_a_paused_continuous_job_that_runs_on_the_schedule
     assert arguments.warehouse == _parser().parse_args(scheduled["tasks"][0]["python_wheel_task"]["parameters"]).warehouse
 
 
-def test_the_runtime_matches_the_pinned_spark(bundle):
+# The Databricks Runtime lines that ship Spark 4.1, from the runtime release notes
+# (https://docs.databricks.com/aws/en/release-notes/runtime/): spark_version key -> (Spark, support, end of support).
+SPARK_4_1_RUNTIMES = {
+    "18.0.x-scala2.13": ("4.1", "Beta", "2026-06-09"),
+    "18.x-scala2.13": ("4.1", "LTS", "2029-06-10"),
+}
+
+
+def test_the_runtime_is_the_long_term_supported_line_of_the_pinned_spark(bundle):
     with open(os.path.join(REPO, "pyproject.toml"), "rb") as handle:
         local = tomllib.load(handle)["project"]["optional-dependencies"]["local"]
     pinned = next(match.group(1) for pin in local if (match := re.fullmatch(r"pyspark(?:\[[\w,]+\])?==(.+)", pin)))
-    runtime_spark = {"18": "4.1"}  # Databricks Runtime major version -> Apache Spark it ships
-    runtime = defaults(bundle)["job_cluster"]["spark_version"].split(".")[0]
-    assert pinned.startswith(runtime_spark[runtime] + ".")
+    runtime = defaults(bundle)["job_cluster"]["spark_version"]
+    spark, support, _ = SPARK_4_1_RUNTIMES[runtime]
+    assert runtime == "18.x-scala2.13" and support == "LTS"
+    assert pinned.startswith(spark + ".")
 
 
 def test_no_workspace_url_or_secret_is_hard_coded(bundle):
