@@ -62,8 +62,18 @@ def resolved(value: Any, variables: dict[str, Any]) -> Any:
     return value
 
 
+def target_variables(bundle: dict[str, Any], target: str | None) -> dict[str, Any]:
+    """The variables as ``bundle deploy [-t target]`` resolves them: the defaults, the target's own values, then the
+    references from one variable to another."""
+    values = {name: spec["default"] for name, spec in bundle["variables"].items()}
+    values.update((bundle["targets"][target].get("variables") or {}) if target else {})
+    for _ in values:  # each pass resolves one more level of reference
+        values = {name: resolved(value, values) for name, value in values.items()}
+    return values
+
+
 def defaults(bundle: dict[str, Any]) -> dict[str, Any]:
-    return {name: spec["default"] for name, spec in bundle["variables"].items()}
+    return target_variables(bundle, None)
 
 
 def test_every_include_glob_matches_a_file(bundle):
@@ -248,6 +258,41 @@ def test_every_task_takes_the_config_and_names_no_relation_and_no_batch_size(bun
         assert arguments.config == defaults(bundle)["config"], key
         assert getattr(arguments, "relation", None) is None and getattr(arguments, "side", None) is None, key
         assert getattr(arguments, "max_batch_rows", None) is None, key  # the config's max_batch_rows rules
+
+
+def volume(path: str) -> str:
+    """The Unity Catalog Volume a ``/Volumes/catalog/schema/volume/...`` path is on."""
+    return "/".join(path.split("/")[:5])
+
+
+def checklist_configs() -> dict[str, dict[str, Any]]:
+    """The configs docs/databricks.md's checklist uploads, by where it uploads them (a ``databricks fs cp`` of a
+    file the page shows in a titled YAML block)."""
+    with open(os.path.join(REPO, "docs", "databricks.md"), encoding="utf-8") as handle:
+        page = handle.read()
+    shown = {title: yaml.safe_load(body) for title, body in re.findall(r'```yaml title="([^"]+)"\n(.*?)```', page, re.S)}
+    copies = re.findall(r"databricks fs cp (\S+) dbfs:(\S+)", page)
+    return {destination: shown[source] for source, destination in copies if source in shown}
+
+
+def test_each_target_has_its_own_config_and_quality_volume(bundle):
+    """dev's smoke test must not land in prod, nor dev's validation write into prod's quality Volume."""
+    seen: dict[str, str] = {}
+    for target in bundle["targets"]:
+        values = target_variables(bundle, target)
+        own = f"/Volumes/{values['catalog']}/{values['schema']}"
+        assert volume(values["config"]) == own + "/config" and volume(values["docs"]) == own + "/quality", target
+        for path in (values["config"], values["docs"]):
+            assert seen.setdefault(volume(path), target) == target, (path, seen)
+
+
+def test_each_target_s_config_in_the_checklist_lands_from_that_target_s_landing_volume(bundle):
+    uploaded = checklist_configs()
+    for target in bundle["targets"]:
+        values = target_variables(bundle, target)
+        config = uploaded[values["config"]]  # the checklist uploads one config per target, where the bundle reads it
+        landing = f"/Volumes/{values['catalog']}/{values['schema']}/landing"
+        assert {volume(relation["landing"]) for relation in config["relations"].values()} == {landing}, target
 
 
 def test_the_join_job_ingests_and_joins_a_config_s_own_relations_from_their_landing_folders(bundle, spark, tmp_path):
