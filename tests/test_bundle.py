@@ -155,17 +155,45 @@ def test_the_cron_checker_rejects_bad_expressions():
     assert not quartz_valid("0 61 * * * ?") and not quartz_valid("0 0 4 * * *")
 
 
-def test_every_schedule_is_a_valid_quartz_cron_paused_until_the_schedules_variable_unpauses_it(bundle):
-    """Deploying starts nothing: the checklist runs the join once, then deploys with --var="schedules=UNPAUSED"."""
-    scheduled = {key for key, (_, job) in jobs(bundle).items() if "schedule" in job}
-    assert scheduled == {"lakejoin_join", "lakejoin_validate", "lakejoin_maintenance"}
-    for key in scheduled:
-        assert jobs(bundle)[key][1]["schedule"]["pause_status"] == "${var.schedules}"
-        for pause in ("PAUSED", "UNPAUSED"):
-            schedule = resolved(jobs(bundle)[key][1], {**defaults(bundle), "schedules": pause})["schedule"]
-            assert quartz_valid(schedule["quartz_cron_expression"]), schedule
-            Job.from_dict(resolved(jobs(bundle)[key][1], {**defaults(bundle), "schedules": pause}))
-    assert defaults(bundle)["schedules"] == "PAUSED"
+TRIGGERS = ("schedule", "continuous", "trigger")
+
+
+def deployed_pause(job: dict[str, Any], target: dict[str, Any]) -> dict[str, str]:
+    """How each trigger of ``job`` is deployed to ``target``: its own pause_status, else the target's
+    presets.trigger_pause_status (PAUSED by default in development mode), else the Jobs API's default, UNPAUSED
+    (databricks/cli: bundle/config/mutator/apply_presets.go and apply_target_mode.go)."""
+    preset = (target.get("presets") or {}).get("trigger_pause_status") or ("PAUSED" if target.get("mode") == "development" else None)
+    return {kind: job[kind].get("pause_status") or preset or "UNPAUSED" for kind in TRIGGERS if kind in job}
+
+
+def test_every_schedule_is_a_valid_quartz_cron(bundle):
+    scheduled = {key: resolved(job, defaults(bundle)) for key, (_, job) in jobs(bundle).items() if "schedule" in job}
+    assert set(scheduled) == {"lakejoin_join", "lakejoin_validate", "lakejoin_maintenance"}
+    for key, job in scheduled.items():
+        assert quartz_valid(job["schedule"]["quartz_cron_expression"]), key
+        Job.from_dict(job)
+
+
+def test_no_schedule_runs_until_its_target_unpauses_it(bundle):
+    """Deploying starts nothing: the checklist runs the join once, checks it, then unpauses prod."""
+    for name, target in bundle["targets"].items():
+        for key, (_, job) in jobs(bundle).items():
+            assert set(deployed_pause(job, target).values()) <= {"PAUSED"}, (name, key, deployed_pause(job, target))
+
+
+def test_unpausing_is_the_target_s_own_setting_which_every_later_deploy_keeps(bundle):
+    """A --var given to one deploy is gone at the next (an upgrade would pause everything again): the pause status is
+    prod's presets.trigger_pause_status, edited once in databricks.yml; the continuous join stays paused whatever it
+    says, to be unpaused only instead of the scheduled one."""
+    assert "schedules" not in bundle["variables"]
+    for _, job in jobs(bundle).values():
+        assert all("${var." not in str(job[kind].get("pause_status", "")) for kind in TRIGGERS if kind in job)
+    unpaused = {**bundle["targets"]["prod"], "presets": {"trigger_pause_status": "UNPAUSED"}}  # the checklist's last step
+    assert deployed_pause(jobs(bundle)["lakejoin_join"][1], unpaused) == {"schedule": "UNPAUSED"}
+    assert deployed_pause(jobs(bundle)["lakejoin_join_follow"][1], unpaused) == {"continuous": "PAUSED"}
+    with open(os.path.join(REPO, "docs", "databricks.md"), encoding="utf-8") as handle:
+        page = handle.read()
+    assert "trigger_pause_status: UNPAUSED" in page and "--var" not in page
 
 
 # What `databricks bundle validate` requires of a target's mode, from the CLI's own rules (databricks/cli,
