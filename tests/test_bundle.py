@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import glob
 import json
+import operator
 import os
 import re
 import sys
 import tomllib
+from collections.abc import Iterator
+from datetime import datetime, timedelta
 from importlib.metadata import EntryPoint
 from typing import Any
 
@@ -83,7 +86,7 @@ def test_every_include_glob_matches_a_file(bundle):
 
 def test_every_job_validates_against_the_databricks_bundles_models(bundle):
     found = jobs(bundle)
-    assert set(found) == {"lakejoin_join", "lakejoin_validate", "lakejoin_maintenance", "lakejoin_join_follow"}
+    assert set(found) == {"lakejoin_join", "lakejoin_join_follow"}
     for key, (_, job) in found.items():
         Job.from_dict(resolved(job, defaults(bundle)))  # raises on an unknown field or a missing required one
 
@@ -95,12 +98,17 @@ def test_the_models_do_reject_what_they_should():
         Job.from_dict({"name": "x", "tasks": [{"python_wheel_task": {"package_name": "lakejoin", "entry_point": "lakejoin"}}]})
 
 
+def wheel_tasks(job: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The job's tasks that run lakejoin, by task key (the others are conditions)."""
+    return {task["task_key"]: task for task in job["tasks"] if "python_wheel_task" in task}
+
+
 def test_every_task_runs_a_real_lakejoin_command_from_the_wheel(bundle):
     with open(os.path.join(REPO, "pyproject.toml"), "rb") as handle:
         project = tomllib.load(handle)["project"]
     commands = set()
     for path, job in jobs(bundle).values():
-        for task in resolved(job, defaults(bundle))["tasks"]:
+        for task in wheel_tasks(resolved(job, defaults(bundle))).values():
             wheel_task = task["python_wheel_task"]
             assert wheel_task["package_name"] == project["name"]
             assert wheel_task["entry_point"] in project["scripts"]
@@ -141,7 +149,7 @@ def test_a_wheel_task_s_entry_point_ends_the_process_with_the_command_s_status(b
     command shows as a successful task."""
     with open(os.path.join(REPO, "pyproject.toml"), "rb") as handle:
         scripts = tomllib.load(handle)["project"]["scripts"]
-    (entry_point,) = {task["python_wheel_task"]["entry_point"] for _, job in jobs(bundle).values() for task in job["tasks"]}
+    (entry_point,) = {task["python_wheel_task"]["entry_point"] for _, job in jobs(bundle).values() for task in wheel_tasks(job).values()}
     called = EntryPoint(entry_point, scripts[entry_point], "console_scripts").load()
     monkeypatch.setattr(sys, "argv", [entry_point, "reset", "--warehouse", str(tmp_path)])  # refused without --yes, before Spark
     with pytest.raises(SystemExit) as ended:
@@ -168,10 +176,72 @@ def deployed_pause(job: dict[str, Any], target: dict[str, Any]) -> dict[str, str
 
 def test_every_schedule_is_a_valid_quartz_cron(bundle):
     scheduled = {key: resolved(job, defaults(bundle)) for key, (_, job) in jobs(bundle).items() if "schedule" in job}
-    assert set(scheduled) == {"lakejoin_join", "lakejoin_validate", "lakejoin_maintenance"}
-    for key, job in scheduled.items():
-        assert quartz_valid(job["schedule"]["quartz_cron_expression"]), key
+    assert set(scheduled) == {"lakejoin_join"}
+    for minutes in ("5", "15", "20", "30", "45", "60"):
+        job = resolved(jobs(bundle)["lakejoin_join"][1], {**defaults(bundle), "join_every_minutes": minutes})
+        assert quartz_valid(job["schedule"]["quartz_cron_expression"]), minutes
         Job.from_dict(job)
+
+
+def in_sequence(tasks: list[dict[str, Any]]) -> list[str]:
+    """The task keys in the one order they run in, each task depending on the one before it and nothing else; fails
+    if two tasks of a run could run at once."""
+    after = {task["task_key"]: [dependency["task_key"] for dependency in task.get("depends_on", [])] for task in tasks}
+    order: list[str] = []
+    while after:
+        (following,) = [key for key, dependencies in after.items() if dependencies == order[-1:]]
+        order.append(following)
+        del after[following]
+    return order
+
+
+def test_nothing_scheduled_can_overlap_a_join(bundle):
+    """A Unity Catalog warehouse has no lock. Whatever a target unpauses, one job runs, one run of it at a time, each
+    run's tasks one after the other: the join, then on the day's first run validation, then maintenance."""
+    for name, target in bundle["targets"].items():
+        unpaused = {**target, "presets": {"trigger_pause_status": "UNPAUSED"}}
+        running = sorted(key for key, (_, job) in jobs(bundle).items() if "UNPAUSED" in deployed_pause(job, unpaused).values())
+        assert running == ["lakejoin_join"], (name, running)
+    job = jobs(bundle)["lakejoin_join"][1]
+    assert job["max_concurrent_runs"] == 1 and job["queue"]["enabled"]
+    assert in_sequence(job["tasks"]) == ["join", "first_hour_of_the_day", "first_run_of_the_hour", "validate", "maintain"]
+    assert [_parser().parse_args(task["python_wheel_task"]["parameters"]).command for task in wheel_tasks(job).values()] == ["run", "validate", "maintain"]
+
+
+COMPARED = {"LESS_THAN": operator.lt, "LESS_THAN_OR_EQUAL": operator.le, "GREATER_THAN": operator.gt, "GREATER_THAN_OR_EQUAL": operator.ge}
+
+
+def holds(condition: dict[str, str], trigger: datetime) -> bool:
+    """A condition task's outcome for a run triggered at ``trigger`` (UTC): ``{{job.trigger.time.hour}}`` and
+    ``.minute`` are the trigger's; these operators compare numbers (https://docs.databricks.com/aws/en/jobs/if-else)."""
+    def value(operand: str) -> float:
+        return float(re.sub(r"\{\{job\.trigger\.time\.(hour|minute)\}\}", lambda match: str(getattr(trigger, match.group(1))), operand))
+
+    return COMPARED[condition["op"]](value(condition["left"]), value(condition["right"]))
+
+
+def triggers(expression: str, day: datetime) -> Iterator[datetime]:
+    """The times a ``0 M H * * ?`` Quartz cron fires on ``day``, M and H each ``*``, ``*/N`` or a number."""
+    def values(field: str, high: int) -> list[int]:
+        if field == "*":
+            return list(range(high + 1))
+        if field.startswith("*/"):
+            return list(range(0, high + 1, int(field[2:])))
+        return [int(field)]
+
+    _, minutes, hours, *_ = expression.split()
+    for hour in values(hours, 23):
+        for minute in values(minutes, 59):
+            yield day + timedelta(hours=hour, minutes=minute)
+
+
+def test_validation_and_maintenance_run_on_the_first_run_of_each_utc_day_only(bundle):
+    for minutes in ("5", "15", "20", "30", "45", "60"):
+        job = resolved(jobs(bundle)["lakejoin_join"][1], {**defaults(bundle), "join_every_minutes": minutes})
+        conditions = [task["condition_task"] for task in job["tasks"] if "condition_task" in task]
+        day = datetime(2026, 11, 27)
+        daily = [run for run in triggers(job["schedule"]["quartz_cron_expression"], day) if all(holds(condition, run) for condition in conditions)]
+        assert daily == [day], (minutes, daily)
 
 
 def test_no_schedule_runs_until_its_target_unpauses_it(bundle):
@@ -242,9 +312,9 @@ def test_prod_deploys_one_copy_whoever_deploys_it(bundle):
 def test_the_following_join_is_a_paused_continuous_job_that_runs_on_the_scheduled_join_s_warehouse(bundle):
     follow, scheduled = (resolved(jobs(bundle)[key][1], defaults(bundle)) for key in ("lakejoin_join_follow", "lakejoin_join"))
     assert "schedule" not in follow and follow["continuous"] == {"pause_status": "PAUSED"}  # unpaused instead of lakejoin_join, by hand
-    arguments = _parser().parse_args(follow["tasks"][0]["python_wheel_task"]["parameters"])
+    arguments = _parser().parse_args(wheel_tasks(follow)["join_follow"]["python_wheel_task"]["parameters"])
     assert arguments.follow and arguments.trigger == 30
-    assert arguments.warehouse == _parser().parse_args(scheduled["tasks"][0]["python_wheel_task"]["parameters"]).warehouse
+    assert arguments.warehouse == _parser().parse_args(wheel_tasks(scheduled)["join"]["python_wheel_task"]["parameters"]).warehouse
 
 
 # The Databricks Runtime lines that ship Spark 4.1, from the runtime release notes
@@ -273,19 +343,19 @@ def test_no_workspace_url_or_secret_is_hard_coded(bundle):
         assert not forbidden.search(text), (path, forbidden.search(text))
 
 
-def task_parameters(bundle: dict[str, Any], key: str, **variables: str) -> list[str]:
-    """The parameters of job ``key``'s task as ``bundle deploy`` would pass them, with ``variables`` set (``-t`` a
-    target, ``--var name=value``)."""
-    (task,) = resolved(jobs(bundle)[key][1], {**defaults(bundle), **variables})["tasks"]
-    return task["python_wheel_task"]["parameters"]
+def task_parameters(bundle: dict[str, Any], key: str, task: str, **variables: str) -> list[str]:
+    """The parameters of task ``task`` of job ``key`` as ``bundle deploy`` would pass them, with ``variables`` set
+    (``-t`` a target, ``--var name=value``)."""
+    return wheel_tasks(resolved(jobs(bundle)[key][1], {**defaults(bundle), **variables}))[task]["python_wheel_task"]["parameters"]
 
 
 def test_every_task_takes_the_config_and_names_no_relation_and_no_batch_size(bundle):
-    for key in jobs(bundle):
-        arguments = _parser().parse_args(task_parameters(bundle, key))
-        assert arguments.config == defaults(bundle)["config"], key
-        assert getattr(arguments, "relation", None) is None and getattr(arguments, "side", None) is None, key
-        assert getattr(arguments, "max_batch_rows", None) is None, key  # the config's max_batch_rows rules
+    for key, (_, job) in jobs(bundle).items():
+        for task in wheel_tasks(job):
+            arguments = _parser().parse_args(task_parameters(bundle, key, task))
+            assert arguments.config == defaults(bundle)["config"], (key, task)
+            assert getattr(arguments, "relation", None) is None and getattr(arguments, "side", None) is None, (key, task)
+            assert getattr(arguments, "max_batch_rows", None) is None, (key, task)  # the config's max_batch_rows rules
 
 
 def volume(path: str) -> str:
@@ -348,7 +418,7 @@ def test_the_join_job_ingests_and_joins_a_config_s_own_relations_from_their_land
     land("orders", "o1.jsonl", [{"order_id": f"o{i}", "placed": i, "customer": f"c{i % 2}"} for i in range(4)])
     land("payments", "p1.jsonl", [{"payment_id": "p0", "paid": 5, "customer": "c0"}])
     warehouse = tmp_path / "wh"
-    parameters = task_parameters(bundle, "lakejoin_join", config=str(config))
+    parameters = task_parameters(bundle, "lakejoin_join", "join", config=str(config))
     parameters[parameters.index("--warehouse") + 1] = str(warehouse)  # catalog.schema here is a folder
     assert main(parameters) == 0
     land("payments", "p2.jsonl", [{"payment_id": "p1", "paid": 6, "customer": "c1"}])
