@@ -1,7 +1,8 @@
 """Gold against the batch SQL join of bronze: the contract of docs/design.md section 2.
 
 Gold, ignoring bookkeeping columns (batch id, produced_at), must equal ``SELECT … FROM R JOIN S ON
-predicate`` over bronze minus late arrivals as a multiset, each pair owned by the relation of its older member.
+predicate`` over bronze minus late arrivals as a multiset, each pair owned by the relation of its older member. Both
+are taken as of the last committed batch, so a run under way beside the audit shows nothing missing or extra.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pyspark.sql.types import ArrayType, DataType, MapType, StructType
 from expectations.batch import row_key
 from state.config import Config
 from state.pointers import records
-from state.batch_log import BatchLog
+from state.batch_log import BatchLog, LogTail
 from state.engines import DeltaEngine, Eviction
 from state import asof
 from state.final import JOIN_KINDS, JoinKind, row_of
@@ -53,17 +54,21 @@ class Reconciliation:
         return "\n".join(lines)
 
 
-def joinable(engine: DeltaEngine, warehouse: Warehouse, specs: dict[str, RelationSpec] | None = None) -> dict[Relation, DataFrame] | None:
+def joinable(
+    engine: DeltaEngine, warehouse: Warehouse, specs: dict[str, RelationSpec] | None = None, up_to: int | None = None
+) -> dict[Relation, DataFrame] | None:
     """Each relation's bronze minus its late arrivals and the rows rules quarantined (a change feed's: the current
     version of each record of what is left): what gold must be the join of (docs/design.md sections 4 and 11); None
     while some relation has nothing ingested. ``specs`` names the relations read from source tables (their bronze
-    points at the rows) and the change feeds."""
+    points at the rows) and the change feeds; ``up_to``, the last arrival to take (all, when None)."""
     late = engine.read(warehouse.late_arrivals)
     relations = {}
     for rel in warehouse.relations:
         bronze = records(engine, warehouse, specs, rel)
         if bronze is None:  # nothing ingested yet
             return None
+        if up_to is not None:
+            bronze = bronze.where(F.col("_arrival_seq") <= up_to)
         changes = specs is not None and specs[rel.name].changes is not None
         if late is not None:
             # a change feed's id names every change of its record: only the late change itself is set aside
@@ -84,24 +89,31 @@ def current_versions(changes: DataFrame) -> DataFrame:
 
 
 def check_gold(engine: DeltaEngine, warehouse: Warehouse, config: Config) -> Reconciliation | None:
-    """Gold reconciled with what it must hold (``expected_gold``); None while there is no gold."""
+    """Gold as of the last committed batch reconciled with what it must hold (``expected_gold``); None while there
+    is no gold. Rows of a batch not committed yet, and arrivals no committed batch has joined, are left out: a run
+    under way is not a failure."""
     gold = engine.read(warehouse.gold)
-    return None if gold is None else reconcile(expected_gold(engine, warehouse, config, gold), gold)
+    if gold is None:
+        return None
+    tail = BatchLog(engine, warehouse.batches, warehouse.app_id(config.pipeline, warehouse.batches)).tail()
+    gold = gold.where(F.col("batch_id") <= tail.last_batch_id)
+    return reconcile(expected_gold(engine, warehouse, config, gold, tail), gold)
 
 
-def expected_gold(engine: DeltaEngine, warehouse: Warehouse, config: Config, gold: DataFrame) -> DataFrame:
-    """What ``gold`` must hold: the batch join of the config's kind of what is joinable (in gold's columns:
-    ``select``, else every column of each record), minus the rows rules quarantined; nothing while a relation has
-    no records (no tuple, and no watermark to make a record final). ``config`` is on the warehouse's event-time
-    axis; an unmatched record gives a row only once final under the watermarks of the last committed batch."""
-    relations = joinable(engine, warehouse, config.relations)
+def expected_gold(engine: DeltaEngine, warehouse: Warehouse, config: Config, gold: DataFrame, tail: LogTail) -> DataFrame:
+    """What ``gold`` must hold: the batch join of the config's kind of what is joinable up to the last arrival the
+    batch log's ``tail`` joined (in
+    gold's columns: ``select``, else every column of each record), minus the rows rules quarantined; nothing while a
+    relation has no records (no tuple, and no watermark to make a record final). ``config`` is on the warehouse's
+    event-time axis; an unmatched record gives a row only once final under the watermarks of the last committed
+    batch."""
+    relations = joinable(engine, warehouse, config.relations, tail.last_seq)
     if relations is None:
         return gold.drop(*BOOKKEEPING).limit(0)
     select = None if config.select is None else tuple(config.select)
     projection = Projection({rel.name: data_columns(frame.columns) for rel, frame in relations.items()}, select)
     spec = config.join_spec
-    marks = BatchLog(engine, warehouse.batches, warehouse.app_id(config.pipeline, warehouse.batches)).tail().watermarks
-    expected = batch_join(relations, config.join_condition, projection, spec.kind, spec.cutoffs(warehouse.relations, marks))
+    expected = batch_join(relations, config.join_condition, projection, spec.kind, spec.cutoffs(warehouse.relations, tail.watermarks))
     taken = _quarantined_keys(engine, warehouse, warehouse.gold)
     if taken is None:
         return expected

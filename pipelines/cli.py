@@ -8,7 +8,7 @@ import os
 import sys
 from collections.abc import Sequence
 from contextlib import nullcontext
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from state.config import Config, load_config
 from pipelines.terminal import without_native_panics
@@ -130,7 +130,14 @@ def _seconds(text: str) -> float:
     return value
 
 
+def exit_with_status(argv: Sequence[str] | None = None) -> NoReturn:
+    """The ``lakejoin`` entry point: ends the process with the command's exit status itself, because a Databricks
+    wheel task calls the entry point's function directly and ignores what it returns."""
+    sys.exit(main(argv))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one ``lakejoin`` command and return its exit status (0 done, 1 a check failed, 2 error, 3 busy)."""
     args = _parser().parse_args(argv)
     if args.remote:
         os.environ["SPARK_REMOTE"] = args.remote  # where pipelines/spark.py, and PySpark itself, look for the server
@@ -240,4 +247,4 @@ def _reset(args: argparse.Namespace, pipeline: Pipeline) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_with_status()

@@ -7,9 +7,14 @@ from __future__ import annotations
 
 import glob
 import json
+import operator
 import os
 import re
+import sys
 import tomllib
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from importlib.metadata import EntryPoint
 from typing import Any
 
 import pytest
@@ -60,8 +65,18 @@ def resolved(value: Any, variables: dict[str, Any]) -> Any:
     return value
 
 
+def target_variables(bundle: dict[str, Any], target: str | None) -> dict[str, Any]:
+    """The variables as ``bundle deploy [-t target]`` resolves them: the defaults, the target's own values, then the
+    references from one variable to another."""
+    values = {name: spec["default"] for name, spec in bundle["variables"].items()}
+    values.update((bundle["targets"][target].get("variables") or {}) if target else {})
+    for _ in values:  # each pass resolves one more level of reference
+        values = {name: resolved(value, values) for name, value in values.items()}
+    return values
+
+
 def defaults(bundle: dict[str, Any]) -> dict[str, Any]:
-    return {name: spec["default"] for name, spec in bundle["variables"].items()}
+    return target_variables(bundle, None)
 
 
 def test_every_include_glob_matches_a_file(bundle):
@@ -71,7 +86,7 @@ def test_every_include_glob_matches_a_file(bundle):
 
 def test_every_job_validates_against_the_databricks_bundles_models(bundle):
     found = jobs(bundle)
-    assert set(found) == {"lakejoin_join", "lakejoin_validate", "lakejoin_maintenance", "lakejoin_join_follow"}
+    assert set(found) == {"lakejoin_join", "lakejoin_join_follow"}
     for key, (_, job) in found.items():
         Job.from_dict(resolved(job, defaults(bundle)))  # raises on an unknown field or a missing required one
 
@@ -83,12 +98,17 @@ def test_the_models_do_reject_what_they_should():
         Job.from_dict({"name": "x", "tasks": [{"python_wheel_task": {"package_name": "lakejoin", "entry_point": "lakejoin"}}]})
 
 
+def wheel_tasks(job: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The job's tasks that run lakejoin, by task key (the others are conditions)."""
+    return {task["task_key"]: task for task in job["tasks"] if "python_wheel_task" in task}
+
+
 def test_every_task_runs_a_real_lakejoin_command_from_the_wheel(bundle):
     with open(os.path.join(REPO, "pyproject.toml"), "rb") as handle:
         project = tomllib.load(handle)["project"]
     commands = set()
     for path, job in jobs(bundle).values():
-        for task in resolved(job, defaults(bundle))["tasks"]:
+        for task in wheel_tasks(resolved(job, defaults(bundle))).values():
             wheel_task = task["python_wheel_task"]
             assert wheel_task["package_name"] == project["name"]
             assert wheel_task["entry_point"] in project["scripts"]
@@ -123,41 +143,196 @@ def quartz_valid(expression: str) -> bool:
     return True
 
 
+def test_a_wheel_task_s_entry_point_ends_the_process_with_the_command_s_status(bundle, monkeypatch, tmp_path):
+    """A python_wheel_task loads its entry_point from the wheel's console scripts and calls the function with the task's
+    parameters in sys.argv, ignoring what it returns: the function itself must exit with the status, or a refused
+    command shows as a successful task."""
+    with open(os.path.join(REPO, "pyproject.toml"), "rb") as handle:
+        scripts = tomllib.load(handle)["project"]["scripts"]
+    (entry_point,) = {task["python_wheel_task"]["entry_point"] for _, job in jobs(bundle).values() for task in wheel_tasks(job).values()}
+    called = EntryPoint(entry_point, scripts[entry_point], "console_scripts").load()
+    monkeypatch.setattr(sys, "argv", [entry_point, "reset", "--warehouse", str(tmp_path)])  # refused without --yes, before Spark
+    with pytest.raises(SystemExit) as ended:
+        called()
+    assert ended.value.code == 2
+
+
 def test_the_cron_checker_rejects_bad_expressions():
     assert quartz_valid("0 */15 * * * ?") and quartz_valid("0 30 2 * * ?")
     assert not quartz_valid("*/15 * * * *")  # Unix cron: five fields
     assert not quartz_valid("0 61 * * * ?") and not quartz_valid("0 0 4 * * *")
 
 
-def test_every_schedule_is_a_valid_quartz_cron_paused_until_the_schedules_variable_unpauses_it(bundle):
-    """Deploying starts nothing: the checklist runs the join once, then deploys with --var="schedules=UNPAUSED"."""
-    scheduled = {key for key, (_, job) in jobs(bundle).items() if "schedule" in job}
-    assert scheduled == {"lakejoin_join", "lakejoin_validate", "lakejoin_maintenance"}
-    for key in scheduled:
-        assert jobs(bundle)[key][1]["schedule"]["pause_status"] == "${var.schedules}"
-        for pause in ("PAUSED", "UNPAUSED"):
-            schedule = resolved(jobs(bundle)[key][1], {**defaults(bundle), "schedules": pause})["schedule"]
-            assert quartz_valid(schedule["quartz_cron_expression"]), schedule
-            Job.from_dict(resolved(jobs(bundle)[key][1], {**defaults(bundle), "schedules": pause}))
-    assert defaults(bundle)["schedules"] == "PAUSED"
-    assert bundle["targets"]["dev"]["mode"] == "development" and bundle["targets"]["prod"] == {"mode": "production"}
+TRIGGERS = ("schedule", "continuous", "trigger")
+
+
+def deployed_pause(job: dict[str, Any], target: dict[str, Any]) -> dict[str, str]:
+    """How each trigger of ``job`` is deployed to ``target``: its own pause_status, else the target's
+    presets.trigger_pause_status (PAUSED by default in development mode), else the Jobs API's default, UNPAUSED
+    (databricks/cli: bundle/config/mutator/apply_presets.go and apply_target_mode.go)."""
+    preset = (target.get("presets") or {}).get("trigger_pause_status") or ("PAUSED" if target.get("mode") == "development" else None)
+    return {kind: job[kind].get("pause_status") or preset or "UNPAUSED" for kind in TRIGGERS if kind in job}
+
+
+def test_every_schedule_is_a_valid_quartz_cron(bundle):
+    scheduled = {key: resolved(job, defaults(bundle)) for key, (_, job) in jobs(bundle).items() if "schedule" in job}
+    assert set(scheduled) == {"lakejoin_join"}
+    for minutes in ("5", "15", "20", "30", "45", "60"):
+        job = resolved(jobs(bundle)["lakejoin_join"][1], {**defaults(bundle), "join_every_minutes": minutes})
+        assert quartz_valid(job["schedule"]["quartz_cron_expression"]), minutes
+        Job.from_dict(job)
+
+
+def in_sequence(tasks: list[dict[str, Any]]) -> list[str]:
+    """The task keys in the one order they run in, each task depending on the one before it and nothing else; fails
+    if two tasks of a run could run at once."""
+    after = {task["task_key"]: [dependency["task_key"] for dependency in task.get("depends_on", [])] for task in tasks}
+    order: list[str] = []
+    while after:
+        (following,) = [key for key, dependencies in after.items() if dependencies == order[-1:]]
+        order.append(following)
+        del after[following]
+    return order
+
+
+def test_nothing_scheduled_can_overlap_a_join(bundle):
+    """A Unity Catalog warehouse has no lock. Whatever a target unpauses, one job runs, one run of it at a time, each
+    run's tasks one after the other: the join, then on the day's first run validation, then maintenance."""
+    for name, target in bundle["targets"].items():
+        unpaused = {**target, "presets": {"trigger_pause_status": "UNPAUSED"}}
+        running = sorted(key for key, (_, job) in jobs(bundle).items() if "UNPAUSED" in deployed_pause(job, unpaused).values())
+        assert running == ["lakejoin_join"], (name, running)
+    job = jobs(bundle)["lakejoin_join"][1]
+    assert job["max_concurrent_runs"] == 1 and job["queue"]["enabled"]
+    assert in_sequence(job["tasks"]) == ["join", "first_hour_of_the_day", "first_run_of_the_hour", "validate", "maintain"]
+    assert [_parser().parse_args(task["python_wheel_task"]["parameters"]).command for task in wheel_tasks(job).values()] == ["run", "validate", "maintain"]
+
+
+COMPARED = {"LESS_THAN": operator.lt, "LESS_THAN_OR_EQUAL": operator.le, "GREATER_THAN": operator.gt, "GREATER_THAN_OR_EQUAL": operator.ge}
+
+
+def holds(condition: dict[str, str], trigger: datetime) -> bool:
+    """A condition task's outcome for a run triggered at ``trigger`` (UTC): ``{{job.trigger.time.hour}}`` and
+    ``.minute`` are the trigger's; these operators compare numbers (https://docs.databricks.com/aws/en/jobs/if-else)."""
+    def value(operand: str) -> float:
+        return float(re.sub(r"\{\{job\.trigger\.time\.(hour|minute)\}\}", lambda match: str(getattr(trigger, match.group(1))), operand))
+
+    return COMPARED[condition["op"]](value(condition["left"]), value(condition["right"]))
+
+
+def triggers(expression: str, day: datetime) -> Iterator[datetime]:
+    """The times a ``0 M H * * ?`` Quartz cron fires on ``day``, M and H each ``*``, ``*/N`` or a number."""
+    def values(field: str, high: int) -> list[int]:
+        if field == "*":
+            return list(range(high + 1))
+        if field.startswith("*/"):
+            return list(range(0, high + 1, int(field[2:])))
+        return [int(field)]
+
+    _, minutes, hours, *_ = expression.split()
+    for hour in values(hours, 23):
+        for minute in values(minutes, 59):
+            yield day + timedelta(hours=hour, minutes=minute)
+
+
+def test_validation_and_maintenance_run_on_the_first_run_of_each_utc_day_only(bundle):
+    for minutes in ("5", "15", "20", "30", "45", "60"):
+        job = resolved(jobs(bundle)["lakejoin_join"][1], {**defaults(bundle), "join_every_minutes": minutes})
+        conditions = [task["condition_task"] for task in job["tasks"] if "condition_task" in task]
+        day = datetime(2026, 11, 27)
+        daily = [run for run in triggers(job["schedule"]["quartz_cron_expression"], day) if all(holds(condition, run) for condition in conditions)]
+        assert daily == [day], (minutes, daily)
+
+
+def test_no_schedule_runs_until_its_target_unpauses_it(bundle):
+    """Deploying starts nothing: the checklist runs the join once, checks it, then unpauses prod."""
+    for name, target in bundle["targets"].items():
+        for key, (_, job) in jobs(bundle).items():
+            assert set(deployed_pause(job, target).values()) <= {"PAUSED"}, (name, key, deployed_pause(job, target))
+
+
+def test_unpausing_is_the_target_s_own_setting_which_every_later_deploy_keeps(bundle):
+    """A --var given to one deploy is gone at the next (an upgrade would pause everything again): the pause status is
+    prod's presets.trigger_pause_status, edited once in databricks.yml; the continuous join stays paused whatever it
+    says, to be unpaused only instead of the scheduled one."""
+    assert "schedules" not in bundle["variables"]
+    for _, job in jobs(bundle).values():
+        assert all("${var." not in str(job[kind].get("pause_status", "")) for kind in TRIGGERS if kind in job)
+    unpaused = {**bundle["targets"]["prod"], "presets": {"trigger_pause_status": "UNPAUSED"}}  # the checklist's last step
+    assert deployed_pause(jobs(bundle)["lakejoin_join"][1], unpaused) == {"schedule": "UNPAUSED"}
+    assert deployed_pause(jobs(bundle)["lakejoin_join_follow"][1], unpaused) == {"continuous": "PAUSED"}
+    with open(os.path.join(REPO, "docs", "databricks.md"), encoding="utf-8") as handle:
+        page = handle.read()
+    assert "trigger_pause_status: UNPAUSED" in page and "--var" not in page
+
+
+# What `databricks bundle validate` requires of a target's mode, from the CLI's own rules (databricks/cli,
+# bundle/config/mutator/validate_target_mode.go) and https://docs.databricks.com/aws/en/dev-tools/bundles/deployment-modes.
+# The CLI cannot run here: it is a binary from GitHub releases, which this machine cannot reach, and its validation
+# logs in to a workspace. (CLI versions before the root_path rule required run_as instead, which docs/databricks.md
+# says how to set.)
+USER_PATHS = ("root_path", "file_path", "resource_path", "artifact_path", "state_path")
+
+
+def mode_errors(target: dict[str, Any]) -> list[str]:
+    """The errors `databricks bundle validate -t TARGET` reports for the target's mode."""
+    mode, workspace = target.get("mode"), target.get("workspace") or {}
+    if mode == "production":
+        return [] if workspace.get("root_path") else ["target with 'mode: production' must set 'workspace.root_path' to make sure only one copy is deployed"]
+    if mode == "development":
+        errors = [
+            f"{key} must start with '~/' or contain the current username when using 'mode: development'"
+            for key in USER_PATHS
+            if key in workspace and not (workspace[key].startswith("~/") or "${workspace.current_user." in workspace[key])
+        ]
+        if (target.get("presets") or {}).get("trigger_pause_status") == "UNPAUSED":
+            errors.append("target with 'mode: development' cannot set trigger pause status to UNPAUSED by default")
+        return errors
+    return [] if mode is None else [f"unsupported value '{mode}' specified for 'mode': must be either 'development' or 'production'"]
+
+
+def test_the_mode_rules_refuse_what_the_cli_refuses():
+    assert mode_errors({"mode": "production"}) and mode_errors({"mode": "staging"})
+    assert mode_errors({"mode": "development", "workspace": {"root_path": "/Workspace/Shared/x"}})
+    assert not mode_errors({"mode": "development", "workspace": {"root_path": "~/.bundle/x"}})
+
+
+def test_every_target_passes_the_cli_s_mode_rules(bundle):
+    assert {name: target.get("mode") for name, target in bundle["targets"].items()} == {"dev": "development", "prod": "production"}
+    for name, target in bundle["targets"].items():
+        assert not mode_errors(target), (name, mode_errors(target))
+
+
+def test_prod_deploys_one_copy_whoever_deploys_it(bundle):
+    """Two copies of prod's jobs would run two joins on one warehouse: its root path names no deploying user."""
+    root = bundle["targets"]["prod"]["workspace"]["root_path"]
+    assert root.startswith("/Workspace/") and "current_user" not in root and "${bundle.target}" in root
 
 
 def test_the_following_join_is_a_paused_continuous_job_that_runs_on_the_scheduled_join_s_warehouse(bundle):
     follow, scheduled = (resolved(jobs(bundle)[key][1], defaults(bundle)) for key in ("lakejoin_join_follow", "lakejoin_join"))
     assert "schedule" not in follow and follow["continuous"] == {"pause_status": "PAUSED"}  # unpaused instead of lakejoin_join, by hand
-    arguments = _parser().parse_args(follow["tasks"][0]["python_wheel_task"]["parameters"])
+    arguments = _parser().parse_args(wheel_tasks(follow)["join_follow"]["python_wheel_task"]["parameters"])
     assert arguments.follow and arguments.trigger == 30
-    assert arguments.warehouse == _parser().parse_args(scheduled["tasks"][0]["python_wheel_task"]["parameters"]).warehouse
+    assert arguments.warehouse == _parser().parse_args(wheel_tasks(scheduled)["join"]["python_wheel_task"]["parameters"]).warehouse
 
 
-def test_the_runtime_matches_the_pinned_spark(bundle):
+# The Databricks Runtime lines that ship Spark 4.1, from the runtime release notes
+# (https://docs.databricks.com/aws/en/release-notes/runtime/): spark_version key -> (Spark, support, end of support).
+SPARK_4_1_RUNTIMES = {
+    "18.0.x-scala2.13": ("4.1", "Beta", "2026-06-09"),
+    "18.x-scala2.13": ("4.1", "LTS", "2029-06-10"),
+}
+
+
+def test_the_runtime_is_the_long_term_supported_line_of_the_pinned_spark(bundle):
     with open(os.path.join(REPO, "pyproject.toml"), "rb") as handle:
         local = tomllib.load(handle)["project"]["optional-dependencies"]["local"]
     pinned = next(match.group(1) for pin in local if (match := re.fullmatch(r"pyspark(?:\[[\w,]+\])?==(.+)", pin)))
-    runtime_spark = {"18": "4.1"}  # Databricks Runtime major version -> Apache Spark it ships
-    runtime = defaults(bundle)["job_cluster"]["spark_version"].split(".")[0]
-    assert pinned.startswith(runtime_spark[runtime] + ".")
+    runtime = defaults(bundle)["job_cluster"]["spark_version"]
+    spark, support, _ = SPARK_4_1_RUNTIMES[runtime]
+    assert runtime == "18.x-scala2.13" and support == "LTS"
+    assert pinned.startswith(spark + ".")
 
 
 def test_no_workspace_url_or_secret_is_hard_coded(bundle):
@@ -168,19 +343,54 @@ def test_no_workspace_url_or_secret_is_hard_coded(bundle):
         assert not forbidden.search(text), (path, forbidden.search(text))
 
 
-def task_parameters(bundle: dict[str, Any], key: str, **variables: str) -> list[str]:
-    """The parameters of job ``key``'s task as ``bundle deploy`` would pass them, with ``variables`` set (``-t`` a
-    target, ``--var name=value``)."""
-    (task,) = resolved(jobs(bundle)[key][1], {**defaults(bundle), **variables})["tasks"]
-    return task["python_wheel_task"]["parameters"]
+def task_parameters(bundle: dict[str, Any], key: str, task: str, **variables: str) -> list[str]:
+    """The parameters of task ``task`` of job ``key`` as ``bundle deploy`` would pass them, with ``variables`` set
+    (``-t`` a target, ``--var name=value``)."""
+    return wheel_tasks(resolved(jobs(bundle)[key][1], {**defaults(bundle), **variables}))[task]["python_wheel_task"]["parameters"]
 
 
 def test_every_task_takes_the_config_and_names_no_relation_and_no_batch_size(bundle):
-    for key in jobs(bundle):
-        arguments = _parser().parse_args(task_parameters(bundle, key))
-        assert arguments.config == defaults(bundle)["config"], key
-        assert getattr(arguments, "relation", None) is None and getattr(arguments, "side", None) is None, key
-        assert getattr(arguments, "max_batch_rows", None) is None, key  # the config's max_batch_rows rules
+    for key, (_, job) in jobs(bundle).items():
+        for task in wheel_tasks(job):
+            arguments = _parser().parse_args(task_parameters(bundle, key, task))
+            assert arguments.config == defaults(bundle)["config"], (key, task)
+            assert getattr(arguments, "relation", None) is None and getattr(arguments, "side", None) is None, (key, task)
+            assert getattr(arguments, "max_batch_rows", None) is None, (key, task)  # the config's max_batch_rows rules
+
+
+def volume(path: str) -> str:
+    """The Unity Catalog Volume a ``/Volumes/catalog/schema/volume/...`` path is on."""
+    return "/".join(path.split("/")[:5])
+
+
+def checklist_configs() -> dict[str, dict[str, Any]]:
+    """The configs docs/databricks.md's checklist uploads, by where it uploads them (a ``databricks fs cp`` of a
+    file the page shows in a titled YAML block)."""
+    with open(os.path.join(REPO, "docs", "databricks.md"), encoding="utf-8") as handle:
+        page = handle.read()
+    shown = {title: yaml.safe_load(body) for title, body in re.findall(r'```yaml title="([^"]+)"\n(.*?)```', page, re.S)}
+    copies = re.findall(r"databricks fs cp (\S+) dbfs:(\S+)", page)
+    return {destination: shown[source] for source, destination in copies if source in shown}
+
+
+def test_each_target_has_its_own_config_and_quality_volume(bundle):
+    """dev's smoke test must not land in prod, nor dev's validation write into prod's quality Volume."""
+    seen: dict[str, str] = {}
+    for target in bundle["targets"]:
+        values = target_variables(bundle, target)
+        own = f"/Volumes/{values['catalog']}/{values['schema']}"
+        assert volume(values["config"]) == own + "/config" and volume(values["docs"]) == own + "/quality", target
+        for path in (values["config"], values["docs"]):
+            assert seen.setdefault(volume(path), target) == target, (path, seen)
+
+
+def test_each_target_s_config_in_the_checklist_lands_from_that_target_s_landing_volume(bundle):
+    uploaded = checklist_configs()
+    for target in bundle["targets"]:
+        values = target_variables(bundle, target)
+        config = uploaded[values["config"]]  # the checklist uploads one config per target, where the bundle reads it
+        landing = f"/Volumes/{values['catalog']}/{values['schema']}/landing"
+        assert {volume(relation["landing"]) for relation in config["relations"].values()} == {landing}, target
 
 
 def test_the_join_job_ingests_and_joins_a_config_s_own_relations_from_their_landing_folders(bundle, spark, tmp_path):
@@ -208,7 +418,7 @@ def test_the_join_job_ingests_and_joins_a_config_s_own_relations_from_their_land
     land("orders", "o1.jsonl", [{"order_id": f"o{i}", "placed": i, "customer": f"c{i % 2}"} for i in range(4)])
     land("payments", "p1.jsonl", [{"payment_id": "p0", "paid": 5, "customer": "c0"}])
     warehouse = tmp_path / "wh"
-    parameters = task_parameters(bundle, "lakejoin_join", config=str(config))
+    parameters = task_parameters(bundle, "lakejoin_join", "join", config=str(config))
     parameters[parameters.index("--warehouse") + 1] = str(warehouse)  # catalog.schema here is a folder
     assert main(parameters) == 0
     land("payments", "p2.jsonl", [{"payment_id": "p1", "paid": 6, "customer": "c1"}])

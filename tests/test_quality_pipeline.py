@@ -1,4 +1,5 @@
-"""Rule policies end to end through ``lakejoin run``, and ``lakejoin validate`` finding a corrupted gold row."""
+"""Rule policies end to end through ``lakejoin run``, and ``lakejoin validate`` finding a corrupted gold row, and
+passing beside a run under way."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pipelines
 from expectations.audit import audit
 from state.config import Config
 from state.engines import DeltaEngine, make_engine
+from state.faults import CRASH_AT, InjectedCrash
 from tests.helpers import Pipeline, lakejoin
 from tests.reference import Record, batch_join
 
@@ -114,3 +116,22 @@ def test_the_audit_finds_a_gold_row_corrupted_after_it_was_written(deltars, tmp_
     assert failed["gold_owner_consistent"].failing == ({"_r_id": "r1", "_s_id": "s1"},)
     assert not found.reconciliation.passed and found.reconciliation.extra_count == 1
     assert "gold_owner_consistent" in found.describe() and os.path.isfile(found.docs)
+
+
+def test_validation_beside_a_run_under_way_reconciles_gold_as_of_the_last_committed_batch(deltars, tmp_path, monkeypatch):
+    """A Unity Catalog warehouse has no lock, so validation may meet a run that has written some of a batch's gold
+    and ingests that no batch has joined yet: neither is a failure."""
+    pipeline = Pipeline(deltars, str(tmp_path))
+    pipeline.land(PLAUSIBLE)
+    pipeline.run()  # batch 1: (r1, s1)
+    pipeline.land([Record("s", "s2", 4, "a")])
+    monkeypatch.setenv(CRASH_AT, "after:gold")
+    with pytest.raises(InjectedCrash):
+        pipeline.run()  # batch 2 planned, its gold (r1, s2) written, not committed
+    monkeypatch.delenv(CRASH_AT)
+    pipeline.land([Record("s", "s3", 5, "a")])  # ingested, in no batch yet
+
+    audited = audit(deltars, pipeline.warehouse, Config(), str(tmp_path / "docs"))
+    assert audited.success, audited.describe()
+    assert (audited.reconciliation.expected, audited.reconciliation.actual) == (1, 1)
+
