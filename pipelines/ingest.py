@@ -417,7 +417,7 @@ def bronze_rows(classified: DataFrame, source: Provenance, place: Column) -> Dat
         *[name for name in (OP, SEQ) if name in accepted.columns],  # a change feed's (pipelines/classify.py)
         place.cast("long").alias("_arrival_seq"),
         source.file.alias("_source_file"),
-        source.line.alias("_source_line"),
+        source.line.cast("long").alias("_source_line"),
         *table_version,
         F.lit(source.ingest_id).alias("_ingest_id"),
         F.lit(source.ingested_at).alias("_ingested_at"),
@@ -437,7 +437,7 @@ def quarantine_rows(classified: DataFrame, source: Provenance) -> DataFrame:
         F.lit(source.relation.name).alias("relation"),
         F.col("_reason").alias("reason"),
         (F.lit(source.path) if source.named is None else source.named).alias("source_file"),
-        source.line.alias("source_line"),
+        source.line.cast("long").alias("source_line"),
         F.col("_raw").alias("raw"),
         F.col(ID).alias("id"),
         F.lit(source.ingest_id).alias("ingest_id"),

@@ -15,7 +15,7 @@ from pyspark.sql import functions as F
 from pipelines.sources import APPEND, Commit
 from pipelines.spark import DELTA_JARS, delta_jars
 from state.engines import Eviction, Memberships, Merged, OnMatch, Txn, make_engine
-from state.engines.base import applied
+from state.engines.base import Aligned, applied
 from state.engines.spark_delta import SparkDeltaEngine
 from state.engines.sql_log import SqlLog
 from tests.conftest import SPARK_DELTA_SKIP, require_spark_delta
@@ -110,12 +110,12 @@ def test_merge_inserts_only_unseen_keys_and_is_idempotent(engine, spark, tmp_pat
 
 def test_an_aligned_merge_finds_every_match_within_the_source_range_and_still_evicts(engine, spark, tmp_path):
     path = str(tmp_path / "t")
-    engine.merge(path, frame(spark, [("a", 1), ("b", 5), ("c", 9)]), "id")
-    rows = pa.table({"id": ["b", "c", "d"], "ts": pa.array([5, 9, 7], pa.int64())})
-    assert engine.merge(path, rows, "id", aligned="ts") == Merged(1, 0)  # b and c matched inside ts 5..9
-    assert engine.merge(path, rows, "id", aligned="ts") == Merged(0, 0)
-    late = pa.table({"id": ["e"], "ts": pa.array([8], pa.int64())})
-    assert engine.merge(path, late, "id", only(Eviction("ts", 6)), aligned="ts") == Merged(1, 2)  # a and b, outside the range
+    engine.merge(path, stored(["a", "b", "c"], [1, 5, 9]), "id")
+    rows = stored(["b", "c", "d"], [5, 9, 7])
+    assert engine.merge(path, rows, "id", aligned=Aligned("ts", 5, 9)) == Merged(1, 0)  # b and c matched inside ts 5..9
+    assert engine.merge(path, rows, "id", aligned=Aligned("ts", 5, 9)) == Merged(0, 0)
+    late = stored(["e"], [8])
+    assert engine.merge(path, late, "id", only(Eviction("ts", 6)), aligned=Aligned("ts", 8, 8)) == Merged(1, 2)  # a and b, outside the range
     assert sorted(row.id for row in engine.read(path).collect()) == ["c", "d", "e"]
 
 
@@ -124,27 +124,32 @@ def test_a_merge_flags_or_deletes_the_stored_rows_its_source_names_again_and_ins
     path = str(tmp_path / "t")
     engine.merge(path, pa.table({"id": ["a", "b", "c"], "ts": pa.array([1, 2, 3], pa.int64()), "_matched": [False] * 3}), "id")
     named = pa.table({"id": ["a", "b", "d"], "ts": pa.array([1, 2, 4], pa.int64()), "_matched": [True, False, False]})
-    assert engine.merge(path, named, "id", aligned="ts", on_match=OnMatch("_matched")) == Merged(1, 0)
+    assert engine.merge(path, named, "id", aligned=Aligned("ts", 1, 4), on_match=OnMatch("_matched")) == Merged(1, 0)
     assert {row.id: row._matched for row in engine.read(path).collect()} == {"a": True, "b": False, "c": False, "d": False}
     dropped = pa.table({"id": ["b", "e"], "ts": pa.array([2, 5], pa.int64())})
-    assert engine.merge(path, dropped, "id", aligned="ts", on_match=OnMatch(None, delete=True)) == Merged(1, 1)
+    assert engine.merge(path, dropped, "id", aligned=Aligned("ts", 2, 5), on_match=OnMatch(None, delete=True)) == Merged(1, 1)
     assert sorted(row.id for row in engine.read(path).collect()) == ["a", "c", "d", "e"]
 
 
 def test_merge_evicts_rows_below_the_cutoff_in_the_same_commit(engine, spark, tmp_path):
     path = str(tmp_path / "t")
-    engine.merge(path, frame(spark, [("a", 1), ("b", 5), ("c", 9)]), "id")
+    engine.merge(path, stored(["a", "b", "c"], [1, 5, 9]), "id")
     version = engine.version(path)
-    assert engine.merge(path, frame(spark, [("d", 2)]), "id", only(Eviction("ts", 6))) == Merged(1, 2)
+    assert engine.merge(path, stored(["d"], [2]), "id", only(Eviction("ts", 6))) == Merged(1, 2)
     assert engine.version(path) == version + 1
     assert sorted(row.id for row in engine.read(path).collect()) == ["c", "d"]
-    assert engine.merge(path, frame(spark, []), "id", only(Eviction("ts", 9))) == Merged(0, 1)
+    assert engine.merge(path, stored([], []), "id", only(Eviction("ts", 9))) == Merged(0, 1)
     assert [row.id for row in engine.read(path).collect()] == ["c"]
 
 
+def stored(ids: list[str], times: list[int]) -> pa.Table:
+    """Rows of a table of one buffer, each in it."""
+    return pa.table({"id": pa.array(ids, pa.string()), "ts": pa.array(times, pa.int64()), "_in_store": pa.array([True] * len(ids), pa.bool_())})
+
+
 def only(cutoff: Eviction) -> Memberships:
-    """A table of one buffer, whose rows below ``cutoff`` leave it."""
-    return Memberships({"_in_store": cutoff})
+    """A table of one buffer, whose rows below ``cutoff`` leave it and, in no buffer then, leave the table."""
+    return Memberships({"_in_store": cutoff}, held_until=cutoff)
 
 
 def test_a_merge_clears_the_buffers_a_row_leaves_and_deletes_the_rows_no_buffer_keeps(engine, spark, tmp_path):
@@ -157,8 +162,8 @@ def test_a_merge_clears_the_buffers_a_row_leaves_and_deletes_the_rows_no_buffer_
 
     engine.merge(path, rows(["a", "b", "c", "d"], [1, 3, 5, 7], _in_store=[True] * 4, _in_s_probes=[True] * 4, _matched=[False] * 4), "id")
     named = rows(["b", "e"], [3, 8], _in_store=[None, True], _in_s_probes=[None, True], _matched=[True, False])
-    cutoffs = Memberships({"_in_store": Eviction("ts", 2), "_in_s_probes": Eviction("ts", 6)})
-    assert engine.merge(path, named, "id", cutoffs, aligned="ts", on_match=OnMatch("_matched")) == Merged(1, 1)
+    cutoffs = Memberships({"_in_store": Eviction("ts", 2), "_in_s_probes": Eviction("ts", 6)}, held_until=Eviction("ts", 2))
+    assert engine.merge(path, named, "id", cutoffs, aligned=Aligned("ts", 3, 8), on_match=OnMatch("_matched")) == Merged(1, 1)
     stored = {row.id: (row._in_store, row._in_s_probes, row._matched) for row in engine.read(path).collect()}
     assert stored == {"b": (True, False, True), "c": (True, False, False), "d": (True, True, False), "e": (True, True, False)}
     never = Memberships({"_in_store": None, "_in_s_probes": Eviction("ts", 8)})
