@@ -4,13 +4,15 @@ What a batch must do, and nothing else: append its arrivals to bronze, join them
 batches left and against each other (``ΔR ⋈ (S ∪ ΔS)`` and ``R ⋈ ΔS`` on the predicate), append the pairs to gold with
 what lakejoin's gold holds (both records' columns, prefixed by relation, and the owner: the relation of the older
 record), and append the arrivals to state. No rules, no ids checked, no lateness, no bookkeeping: whatever lakejoin
-spends above this is what it adds. Delta tables are written as each engine writes them: Delta on Spark's writer, or
+spends above this is what it adds. Each write's seconds are kept under the name lakejoin's batch gives the step that
+writes the same table (``bronze_r``, ``gold``, ``r_state``: state/phases.py), so each step is set beside its floor. Delta tables are written as each engine writes them: Delta on Spark's writer, or
 Arrow committed by delta-rs.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from functools import reduce
 
 import pyarrow as pa
@@ -27,11 +29,12 @@ class ByHand:
 
     def __init__(self, spark: SparkSession, engine: str, root: str, predicate: str = "r.key = s.key") -> None:
         self.spark, self.engine, self.root, self.predicate = spark, engine, root, predicate
+        self.phases: dict[str, float] = {}  # seconds per step, summed over the batches written
 
     def land(self, arrivals: dict[str, DataFrame]) -> None:
         """Bronze appended: each relation's arrivals as they are."""
         for name, frame in arrivals.items():
-            self._append(f"bronze/{name}", frame)
+            self._append(f"bronze/{name}", frame, f"bronze_{name}")
 
     def bronze_slice(self, name: str, start: int, end: int) -> DataFrame:
         """Rows ``start`` to ``end`` (exclusive) of a relation's bronze in its ``ts`` order: a batch read back from bronze."""
@@ -50,19 +53,21 @@ class ByHand:
         columns = [F.col(f"{name}.{column}").alias(f"{name}_{column}") for name in RELATIONS for column in arrivals[name].columns]
         owner = F.when(F.col(f"{r}.ts") <= F.col(f"{s}.ts"), F.lit(r.upper())).otherwise(F.lit(s.upper())).alias("owner")  # r wins ties
         rows = [term.select(*columns, owner, F.lit(batch_id).alias("batch_id")) for term in terms]
-        self._append("gold", reduce(DataFrame.union, rows))
+        self._append("gold", reduce(DataFrame.union, rows), "gold")
         for name in RELATIONS:
-            self._append(f"state/{name}", arrivals[name])
+            self._append(f"state/{name}", arrivals[name], f"{name}_state")
 
     def gold(self) -> DataFrame:
         return self._read("gold")  # type: ignore[return-value] - written by the first batch
 
-    def _append(self, table: str, frame: DataFrame) -> None:
+    def _append(self, table: str, frame: DataFrame, step: str) -> None:
         path = os.path.join(self.root, table)
+        started = time.perf_counter()
         if self.engine == "spark":
             frame.write.format("delta").mode("append").save(path)
         else:
             write_deltalake(path, frame.toArrow(), mode="append")
+        self.phases[step] = self.phases.get(step, 0.0) + time.perf_counter() - started
 
     def _read(self, table: str) -> DataFrame | None:
         path = os.path.join(self.root, table)

@@ -42,8 +42,9 @@ def dense_stream(seed: int, names: str) -> list[list[Record]]:
     return [records[: cuts[0]], records[cuts[0] : cuts[1]], records[cuts[1] :]]
 
 
-@pytest.mark.parametrize("seed, names", [(seed, "abc") for seed in range(4)] + [(seed, "abcd") for seed in range(5, 7)])
-def test_the_batch_form_gives_the_references_tuples_and_owners(spark, seed, names):
+@pytest.mark.parametrize("seed, names, broadcast", [(seed, "abc", seed % 2 == 0) for seed in range(4)] + [(seed, "abcd", seed == 5) for seed in range(5, 7)])
+def test_the_batch_form_gives_the_references_tuples_and_owners(spark, seed, names, broadcast):
+    """Whether a batch broadcasts its arrivals (a small batch) or not (one above ``BROADCAST_ROWS``)."""
     relations = {name: Relation(name, rank) for rank, name in enumerate(names)}
     *earlier, last = dense_stream(seed, names)
     joiner = BatchJoiner(names, banded(3), lateness=2, window=3)
@@ -62,7 +63,7 @@ def test_the_batch_form_gives_the_references_tuples_and_owners(spark, seed, name
         )
         for owner in names
     ]
-    rows = batch_tuples(sides, predicate(names, 3), Projection({})).collect()
+    rows = batch_tuples(sides, predicate(names, 3), Projection({}), broadcast).collect()
     produced = Counter((tuple(row[f"_{name}_id"] for name in names), row["owner"].lower()) for row in rows)
     assert produced == Counter((tuple(member for _, member in match.ids), match.owner) for match in expected)
 

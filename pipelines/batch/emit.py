@@ -17,7 +17,7 @@ from expectations.batch import TableChecks
 from expectations.frames import DERIVED_PREFIX, with_nothing_to_check, with_pair_checks, with_state_checks
 from expectations.reconcile import BOOKKEEPING as GOLD_BOOKKEEPING
 from pipelines.batch.measure import Measured, set_aside
-from pipelines.batch.read import CURRENT, Arrived
+from pipelines.batch.read import CURRENT, LOCAL_ROWS, Arrived
 from pipelines.gold import Retraction
 from state.batch_log import BatchPlan
 from state.bounds import Watermarks, advance, late_rows, split_late
@@ -30,7 +30,7 @@ from state.errors import LakejoinError
 from state.event_time import render, render_span
 from state.final import state_updates
 from state.final import emit as final_rows
-from state.joiner import Projection, Side, batch_tuples, data_columns, identity_column
+from state.joiner import BROADCAST_ROWS, Projection, Side, batch_tuples, data_columns, identity_column
 from state.layout import Warehouse
 from state.progress import raised
 from state.relations import ID, TS, Relation
@@ -75,7 +75,7 @@ def emit(
         lambda value: render(value, kind) or str(value),
     )
     every_one = all(engine.version(warehouse.bronze(rel)) is not None for rel in relations)  # else no tuples, and no record final yet
-    tuples = _pairs(sides, config.join_condition, projection, every_one)
+    tuples = _pairs(sides, config.join_condition, projection, every_one, max(measured.rows.values(), default=0) <= BROADCAST_ROWS)
     emitted = final_rows(spec, sides, tuples, projection, after if every_one else {})
     gold = emitted.rows.withColumns({"batch_id": F.lit(plan.batch_id).cast("long"), "produced_at": F.lit(now())})
     members = spec.kind.gold_relations(relations)
@@ -87,6 +87,7 @@ def emit(
     spans = {rel: measured.spans[rel.name] for rel in relations}
     updates = replacing(state_updates(spec, warehouse, plan, stored, (plan.watermarks, after), emitted, spans), list(changes))
     late = {rel: parts[1] for rel, parts in split.items()}
+    large = plan.bound > LOCAL_ROWS  # its state rows' uniqueness rules group their values (expectations/batch.py with_repeats)
     checked = {
         name: replace(update, rows=with_state_checks(update.rows, _is_late(plan, update.table.relation, update.table.relation in changes), update.eviction))
         for name, update in updates.items()
@@ -96,7 +97,7 @@ def emit(
         gold_checks=TableChecks.of(config, "gold", warehouse.name_of(warehouse.gold), [identity_column(rel, ID) for rel in members]),
         retraction=Retraction.of(engine, warehouse, plan, {rel: c.retracted for rel, c in changes.items()}, spec.kind.row_keys(members)),
         updates=checked,
-        state_checks={name: TableChecks.of(config, "state", warehouse.name_of(update.table.path), [ID]) for name, update in updates.items()},
+        state_checks={name: TableChecks.of(config, "state", warehouse.name_of(update.table.path), [ID], grouped=large) for name, update in updates.items()},
         late=_late(config, kind, plan, late, changes, measured),
         set_aside=_set_aside(arrived, measured, plan.batch_id),
         watermarks=after,
@@ -140,15 +141,16 @@ def _set_aside(arrived: dict[Relation, Arrived], measured: Measured, batch_id: i
     return reduce(DataFrame.unionByName, found) if found else None
 
 
-def _pairs(sides: list[Side], predicate: str, projection: Projection, every_one: bool) -> DataFrame:
-    """The batch's pairs; none while some relation has never had a record (nothing to join with yet).
+def _pairs(sides: list[Side], predicate: str, projection: Projection, every_one: bool, broadcast: bool) -> DataFrame:
+    """The batch's pairs; none while some relation has never had a record (nothing to join with yet). ``broadcast``:
+    the batch is small enough to broadcast its arrivals into the joins.
 
     Spark analyses the join as it is built, so a predicate or a ``select`` that does not resolve fails here,
     before any write."""
     if not every_one:
         return batch_tuples([_empty(side) for side in sides], "true", Projection({}))
     try:
-        pairs = batch_tuples(sides, predicate, projection)
+        pairs = batch_tuples(sides, predicate, projection, broadcast)
         named = pairs.columns[len(sides) * 2 : -1]  # the projection's own columns, between the identity and the owner
     except AnalysisException as exc:  # analysed here in a classic session, at .columns as a Spark Connect client
         columns = "; ".join(f"{side.relation.name}: {', '.join(data_columns(side.arrivals.columns))}" for side in sides)
