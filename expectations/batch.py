@@ -17,13 +17,13 @@ from functools import reduce
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from expectations.compiled import Check, repeated_column
+from expectations.compiled import Check
 from expectations.frames import DERIVED_PREFIX
 from expectations.rules import RULES, Rule
 from state.batch_log import RuleCount
 from state.config import Config
 from state.errors import LakejoinError
-from state.names import column, quoted
+from state.names import column
 
 EXAMPLES = 5  # failing rows' keys kept per rule in the batch log and error messages
 EVALUATED = "_dq_evaluated"
@@ -50,36 +50,18 @@ def bound_rules(config: Config, target: str, relation: str | None = None) -> lis
     return chosen
 
 
-def with_repeats(rows: DataFrame, names: Sequence[str], grouped: bool) -> DataFrame:
-    """``rows`` with ``repeated_column(names)``: true on a row whose values of ``names`` another row holds too (nulls
-    equal, as Great Expectations groups them). By default each value is counted in a window over the rows, which
-    shuffles every column the rows carry; ``grouped``, only the values are grouped, and those held more than once
-    (usually none) are broadcast back: the rows are read twice and never shuffled, cheaper for wide rows that are a
-    scan to read (a large batch's state rows), dearer for rows a join produces or a narrow count reads."""
-    repeated = repeated_column(names)
-    if not grouped:
-        return rows.selectExpr("*", f"count(1) OVER (PARTITION BY {', '.join(quoted(name) for name in names)}) > 1 AS {quoted(repeated)}")
-    values = {name: f"{repeated}#{place}" for place, name in enumerate(names)}
-    held = rows.groupBy(*[column(name).alias(value) for name, value in values.items()]).count().where(F.col("count") > 1)
-    found = held.select(*values.values(), F.lit(True).alias(repeated))
-    matches = reduce(Column.__and__, [column(name).eqNullSafe(column(value)) for name, value in values.items()])
-    return rows.join(F.broadcast(found), matches, "left").drop(*[column(value) for value in values.values()])
-
-
 @dataclass(frozen=True)
 class TableChecks:
     """The rules of one table's rows in a batch: ``table`` names the table (``bronze/r``, ``gold``), ``keys`` the
-    columns that name a row in examples and in ``quarantine/expectations``; ``grouped``: its uniqueness rules group
-    the values rather than count them in a window (``with_repeats``)."""
+    columns that name a row in examples and in ``quarantine/expectations``."""
 
     table: str
     keys: tuple[str, ...]
     checks: tuple[Check, ...]
-    grouped: bool = False
 
     @classmethod
-    def of(cls, config: Config, target: str, table: str, keys: Sequence[str], relation: str | None = None, grouped: bool = False) -> TableChecks:
-        return cls(table, tuple(keys), tuple(Check(rule, kwargs, policy, table) for rule, kwargs, policy in bound_rules(config, target, relation)), grouped)
+    def of(cls, config: Config, target: str, table: str, keys: Sequence[str], relation: str | None = None) -> TableChecks:
+        return cls(table, tuple(keys), tuple(Check(rule, kwargs, policy, table) for rule, kwargs, policy in bound_rules(config, target, relation)))
 
     @property
     def row_checks(self) -> tuple[Check, ...]:
@@ -87,11 +69,7 @@ class TableChecks:
 
     def flagged(self, rows: DataFrame) -> DataFrame:
         """``rows`` with each row rule's flag."""
-        if not self.row_checks:
-            return rows
-        for names in dict.fromkeys(check.unique_over for check in self.row_checks if check.unique_over is not None):
-            rows = with_repeats(rows, names, self.grouped)
-        return rows.selectExpr("*", *[f"{check.fails()} AS {check.flag}" for check in self.row_checks])
+        return rows.selectExpr("*", *[f"{check.fails()} AS {check.flag}" for check in self.row_checks]) if self.row_checks else rows
 
     def metrics(self) -> dict[str, Column]:
         """The aggregates a job over ``flagged`` rows computes for the rules, by name: the rows, and each row rule's
@@ -143,7 +121,7 @@ class TableChecks:
 
     def failure(self, flagged: DataFrame, batch_id: int, written: bool) -> ExpectationFailed | None:
         """The error a batch stops with when a ``fail`` rule breaks on ``flagged`` (one job, on the way out)."""
-        fail = TableChecks(self.table, self.keys, tuple(check for check in self.checks if check.policy == "fail"), self.grouped)
+        fail = TableChecks(self.table, self.keys, tuple(check for check in self.checks if check.policy == "fail"))
         return stopped(batch_id, fail.results(flagged, fail._counts(flagged)), written)
 
     def broke(self, error: BaseException) -> bool:

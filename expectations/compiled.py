@@ -3,14 +3,14 @@
 Great Expectations stays the rules' definition, and ``lakejoin validate`` runs it over whole tables
 (expectations/runner.py). Per batch, each rule is compiled once into what its expectation means on a DataFrame, with
 Great Expectations' semantics (nulls are no failure of a value rule; a unique rule fails every row of a repeated
-value, found as the batch's size suits: expectations/batch.py ``with_repeats``): a **row rule** becomes a boolean expression in Spark SQL, true on the rows that break it, which the batch's own write computes
+value): a **row rule** becomes a boolean expression in Spark SQL, true on the rows that break it, which the batch's own write computes
 with its rows; a **table rule** (columns present, a column's type) is a question about the schema, answered without a
 Spark job. tests/test_expectations.py checks every rule against Great Expectations on the same rows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -41,14 +41,9 @@ def _between(kwargs: dict[str, Any]) -> str:
     return f"{value} IS NOT NULL AND ({' OR '.join(outside) or 'false'})"
 
 
-def repeated_column(names: Sequence[str]) -> str:
-    """The column true on a row whose value of ``names`` (together) another row holds too (expectations/batch.py
-    ``with_repeats`` derives it)."""
-    return "_dq_repeated_" + "_".join(names)
-
-
 def _repeated(names: list[str]) -> str:
-    return f"coalesce({quoted(repeated_column(names))}, false)"
+    """The row's value (of ``names`` together) is held by another row too: a window over the rows' values."""
+    return f"count(1) OVER (PARTITION BY {', '.join(quoted(name) for name in names)}) > 1"
 
 
 def _pair_compared(kwargs: dict[str, Any]) -> str:
@@ -100,16 +95,6 @@ class Check:
     def flag(self) -> str:
         """The column true on the rows that break the rule."""
         return f"_dq_fails_{self.rule.name}"
-
-    @property
-    def unique_over(self) -> tuple[str, ...] | None:
-        """The columns a uniqueness rule checks together (None for any other rule): its rows need their
-        ``repeated_column``."""
-        if self.rule.expectation == "expect_column_values_to_be_unique":
-            return (self.kwargs["column"],)
-        if self.rule.expectation == "expect_compound_columns_to_be_unique":
-            return tuple(self.kwargs["column_list"])
-        return None
 
     def fails(self) -> str:
         """True on a row that breaks the rule (never null), as Spark SQL."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import reduce
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
@@ -272,17 +272,22 @@ def outcomes(normalized: DataFrame, known: DataFrame | None, changes: bool) -> D
     """Each row's outcome. A record's id names it once, so an id seen before with other content is a conflict; in a
     change feed an id names every change of its record, and only a row seen before whole (same content) is skipped.
     ``known``: the records held already (``_id``, ``_content_hash``); rows come in the order of ``_arrival_seq`` where
-    they have one (a batch's landed files), else of ``_source_line``, a row's file and line telling any tie apart."""
+    they have one (a batch's landed files), else of ``_source_line``."""
     data_columns = sorted(name for name in normalized.columns if not name.startswith("_"))
     hashed = normalized.withColumn("_content_hash", F.sha2(F.to_json(F.struct(*[column(name) for name in data_columns], *[c for c in (OP, SEQ) if c in normalized.columns])), 256))
     valid = F.col("_reason").isNull()
     identity = [ID, "_content_hash"] if changes else [ID]
+    order = "_arrival_seq" if "_arrival_seq" in normalized.columns else "_source_line"
+    by_id = Window.partitionBy(valid, *identity).orderBy(order)
     files = "_source_file" in normalized.columns
-    place = ["_arrival_seq" if "_arrival_seq" in normalized.columns else "_source_line", "_source_line", *(["_source_file"] if files else [])]
-    firsts = _repeated_firsts(hashed.where(valid), identity, place)
-    matched = reduce(Column.__and__, [F.col(name) == F.col(f"_first{name}") for name in identity])
-    ranked = hashed.join(F.broadcast(firsts), valid & matched, "left").drop(*[f"_first{name}" for name in identity])
-    ranked = ranked.withColumns({"_first_hash": F.col("_first.hash"), "_first_line": F.col("_first.line"), **({"_first_file": F.col("_first.file")} if files else {})})
+    ranked = hashed.withColumns(
+        {
+            "_nth": F.when(valid, F.row_number().over(by_id)),
+            "_first_hash": F.when(valid, F.first("_content_hash").over(by_id)),
+            "_first_line": F.when(valid, F.first("_source_line").over(by_id)),
+            **({"_first_file": F.when(valid, F.first("_source_file").over(by_id))} if files else {}),
+        }
+    )
     if known is None:
         ranked = ranked.withColumn("_existing_hash", F.lit(None).cast("string"))
     else:
@@ -294,7 +299,7 @@ def outcomes(normalized: DataFrame, known: DataFrame | None, changes: bool) -> D
         held = existing.join(ids, "_existing_id", "left_semi")  # each (id, content) once: a record is in state, or pending
         matches = reduce(Column.__and__, [F.col(name) == F.col(keys[name]) for name in identity])
         ranked = ranked.join(F.broadcast(held), valid & matches, "left").drop("_existing_id")
-    seen = F.col("_first").isNotNull() & (F.struct(*place) != F.col("_first.place"))
+    seen = F.col("_nth") > 1
     elsewhere = F.concat(F.lit(" of "), F.col("_first_file")) if files else F.lit("")
     where_first = F.concat(F.col("_first_line").cast("string"), F.when(F.col("_first_file") != F.col("_source_file"), elsewhere).otherwise(F.lit(""))) if files else F.col("_first_line").cast("string")
     reason = F.coalesce(
@@ -315,14 +320,3 @@ def outcomes(normalized: DataFrame, known: DataFrame | None, changes: bool) -> D
         reason.alias("_reason"),
         outcome.alias("_outcome"),
     )
-
-
-def _repeated_firsts(rows: DataFrame, identity: list[str], place: list[str]) -> DataFrame:
-    """Each identity (``_first_id``, …) ``rows`` hold more than once, with its first row's place, content hash, line
-    and file (``_first``): found by grouping the identities alone, so the rows are never shuffled whole, and usually
-    none, so what is broadcast back is small."""
-    repeated = rows.groupBy(*identity).count().where(F.col("count") > 1).drop("count")
-    among = rows.join(F.broadcast(repeated), identity, "left_semi")
-    fields = {"hash": F.col("_content_hash"), "line": F.col("_source_line"), "file": F.col("_source_file") if "_source_file" in place else F.lit(None).cast("string")}
-    first = F.min_by(F.struct(*[value.alias(name) for name, value in fields.items()], F.struct(*place).alias("place")), F.struct(*place))
-    return among.groupBy(*[F.col(name).alias(f"_first{name}") for name in identity]).agg(first.alias("_first"))

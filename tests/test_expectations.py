@@ -84,11 +84,11 @@ def test_every_rule_of_every_suite_has_a_case():
     assert sorted(CASES) == sorted(rule.name for rule in RULES)
 
 
-def checked(rows: DataFrame, target: str, keys: list[str], name: str, policy: str | None = None, grouped: bool = False) -> tuple[TableChecks, DataFrame, dict]:
+def checked(rows: DataFrame, target: str, keys: list[str], name: str, policy: str | None = None) -> tuple[TableChecks, DataFrame, dict]:
     """One rule compiled as a batch checks it: its checks, the rows flagged, and what the rows' job counts."""
     config = CONFIG if policy is None else Config(window=5, expectations={"ts_min": 0, "ts_max": 1_000, "policies": {name: policy}})
     checks = TableChecks.of(config, target, "t", keys, "r")
-    checks = TableChecks("t", tuple(keys), tuple(check for check in checks.checks if check.rule.name == name), grouped)
+    checks = TableChecks("t", tuple(keys), tuple(check for check in checks.checks if check.rule.name == name))
     flagged = checks.flagged(rows)
     return checks, flagged, flagged.agg(*[metric.alias(key) for key, metric in checks.metrics().items()]).first().asDict()
 
@@ -106,16 +106,6 @@ def test_each_rule_passes_on_good_rows_and_fails_on_the_rows_that_break_it_as_gr
         assert compiled.evaluated == by_ge.evaluated >= 2
     if by_ge.rule.row_level:
         assert len(json.loads(compiled.examples)) == failing and all(example.startswith(keys[0]) for example in json.loads(compiled.examples))
-
-
-@pytest.mark.parametrize("name", ["bronze_id_unique", "state_id_unique", "gold_pair_unique"])
-def test_grouping_the_values_flags_the_rows_a_window_flags_as_repeated(spark, name):
-    target, keys, good, bad, failing = CASES[name]
-    nulls = frame(spark, gold(spark, {"_s_id": None, "_s_ts": None}, {"_s_id": None, "_s_ts": None})) if target == "gold" else frame(spark, bronze({"_id": None}, {"_id": None}))
-    for rows, expected in ((frame(spark, good(spark)), 0), (frame(spark, bad(spark)), failing), (nulls, 2 if target == "gold" else 0)):
-        by_window, by_grouping = (checked(rows, target, keys, name, grouped=grouped) for grouped in (False, True))
-        assert by_window[2] == by_grouping[2] and by_grouping[2][by_grouping[0].checks[0].flag] == expected
-        assert sorted(by_window[1].columns) == sorted(by_grouping[1].columns)
 
 
 def test_a_quarantine_rule_takes_its_rows_out_of_the_write_and_keeps_them_with_the_rule(spark):

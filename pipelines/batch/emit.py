@@ -17,7 +17,7 @@ from expectations.batch import TableChecks
 from expectations.frames import DERIVED_PREFIX, with_nothing_to_check, with_pair_checks, with_state_checks
 from expectations.reconcile import BOOKKEEPING as GOLD_BOOKKEEPING
 from pipelines.batch.measure import Measured, set_aside
-from pipelines.batch.read import CURRENT, LOCAL_ROWS, Arrived
+from pipelines.batch.read import CURRENT, Arrived
 from pipelines.gold import Retraction
 from state.batch_log import BatchPlan
 from state.bounds import Watermarks, advance, late_rows, split_late
@@ -87,7 +87,6 @@ def emit(
     spans = {rel: measured.spans[rel.name] for rel in relations}
     updates = replacing(state_updates(spec, warehouse, plan, stored, (plan.watermarks, after), emitted, spans), list(changes))
     late = {rel: parts[1] for rel, parts in split.items()}
-    large = plan.bound > LOCAL_ROWS  # its state rows' uniqueness rules group their values (expectations/batch.py with_repeats)
     checked = {
         name: replace(update, rows=with_state_checks(update.rows, _is_late(plan, update.table.relation, update.table.relation in changes), update.eviction))
         for name, update in updates.items()
@@ -97,7 +96,7 @@ def emit(
         gold_checks=TableChecks.of(config, "gold", warehouse.name_of(warehouse.gold), [identity_column(rel, ID) for rel in members]),
         retraction=Retraction.of(engine, warehouse, plan, {rel: c.retracted for rel, c in changes.items()}, spec.kind.row_keys(members)),
         updates=checked,
-        state_checks={name: TableChecks.of(config, "state", warehouse.name_of(update.table.path), [ID], grouped=large) for name, update in updates.items()},
+        state_checks={name: TableChecks.of(config, "state", warehouse.name_of(update.table.path), [ID]) for name, update in updates.items()},
         late=_late(config, kind, plan, late, changes, measured),
         set_aside=_set_aside(arrived, measured, plan.batch_id),
         watermarks=after,
