@@ -4,14 +4,11 @@ For a micro-batch with new arrivals ΔX of every relation and state read at the 
 owns the tuples whose oldest member is in X: those taken from X_store ∪ ΔX and, for every other relation Y, from
 X's probe buffer of Y ∪ ΔY, that have a new member. One term per relation k, X's own last: k's arrivals
 (broadcast), the relations before k from X's buffers only, those after k from buffers and arrivals; each term
-joins its relations one at a time, each linked by a conjunct to those before. Every store's first term would join
-the batch's arrivals with each other again, so those tuples are joined once for all stores, each owned by its oldest
-member (``arrived_tuples``), and left out of the stores' terms. A batch of more than ``BROADCAST_ROWS`` arrivals of a
-relation is joined as Spark plans it, since what is broadcast is held whole on the driver (at 500,000 a relation,
-broadcasting is still the faster). With two relations these are
+joins its relations one at a time, each linked by a conjunct to those before. A batch of more than ``BROADCAST_ROWS``
+arrivals of a relation is joined as Spark plans it, since what is broadcast is held whole on the driver. With two
+relations these are
 
-    ΔX ⋈ ΔY                                  -- arrivals with arrivals, owned by the older
-    ΔY ⋈ X_store           where x older than y   -- probes of the newer member
+    ΔY ⋈ (X_store ∪ ΔX)   where x older than y   -- probes of the newer member
     ΔX ⋈ X_probes          where x older than y   -- delayed stores of the older member
 
 so each tuple is produced once, by the store of its oldest member, whatever the arrival order or the batch
@@ -97,39 +94,20 @@ class _Condition:
 
 
 def owned_tuples(owner: Side, sides: Sequence[Side], predicate: str, projection: Projection, broadcast: bool = True) -> DataFrame:
-    """The tuples the store of ``owner`` produces in this batch with a member held before it (their oldest member is
-    in ``owner``); those of arrivals only are ``arrived_tuples``'. ``broadcast``: each term's arrivals are broadcast
-    into its joins.
-
-    Term k takes the relations after k from buffers and arrivals; the first term's tuples of arrivals only are left
-    out, one relation at a time: the j-th relation after it from its buffer, those before j from arrivals only."""
+    """The tuples the store of ``owner`` produces in this batch (their oldest member is in ``owner``); ``broadcast``:
+    each term's arrivals are broadcast into its joins."""
     relations = [side.relation for side in sides]
     parts = _conditions(predicate, relations)
     parts += [_Condition(older(owner.relation, rel), frozenset({owner.relation.name, rel.name}), False) for rel in relations if rel != owner.relation]
     order = [*(side for side in sides if side is not owner), owner]
     columns = projection.of(label(owner.relation), relations)
-    both = {side.relation: owner.buffered(side.relation).unionByName(side.arrivals, allowMissingColumns=True) for side in order}
     terms = []
     for k, new in enumerate(order):
-        held = {new.relation: new.arrivals} | {side.relation: owner.buffered(side.relation) for side in order[:k]}
-        after = order[k + 1 :]
-        if k > 0:
-            choices = [{side.relation: both[side.relation] for side in after}]
-        else:
-            choices = [
-                {side.relation: side.arrivals for side in after[:j]} | {after[j].relation: owner.buffered(after[j].relation)} | {side.relation: both[side.relation] for side in after[j + 1 :]}
-                for j in range(len(after))
-            ]
-        terms += [_linked_join(held | chosen, new.relation, parts, broadcast).selectExpr(*columns) for chosen in choices]
+        inputs = {new.relation: new.arrivals}
+        inputs |= {side.relation: owner.buffered(side.relation) for side in order[:k]}
+        inputs |= {side.relation: owner.buffered(side.relation).unionByName(side.arrivals, allowMissingColumns=True) for side in order[k + 1 :]}
+        terms.append(_linked_join(inputs, new.relation, parts, broadcast).selectExpr(*columns))
     return reduce(DataFrame.unionByName, terms)
-
-
-def arrived_tuples(sides: Sequence[Side], predicate: str, projection: Projection, broadcast: bool = True) -> DataFrame:
-    """The batch's tuples of arrivals only, each owned by its oldest member's store: joined once for all the stores,
-    where each store's first term would join them again under its own order."""
-    relations = [side.relation for side in sides]
-    inputs = {side.relation: side.arrivals for side in sides}
-    return _linked_join(inputs, relations[0], _conditions(predicate, relations), broadcast).selectExpr(*projection.of(owner_label(relations), relations))
 
 
 def joined(frames: dict[Relation, DataFrame], predicate: str) -> DataFrame:
@@ -173,4 +151,4 @@ def batch_tuples(sides: Sequence[Side], predicate: str, projection: Projection, 
     """Every tuple one micro-batch produces, each with its owner. ``broadcast``: the arrivals are broadcast into the
     joins, so the state is scanned where it lies (a batch of at most ``BROADCAST_ROWS`` arrivals per relation); a larger
     batch is joined as Spark plans it, never collected whole to the driver."""
-    return reduce(DataFrame.unionByName, [arrived_tuples(sides, predicate, projection, broadcast), *[owned_tuples(owner, sides, predicate, projection, broadcast) for owner in sides]])
+    return reduce(DataFrame.unionByName, [owned_tuples(owner, sides, predicate, projection, broadcast) for owner in sides])
