@@ -130,8 +130,7 @@ def _land(
     quarantined = None
     if counts["quarantined"]:
         quarantined = quarantine_rows(classified.where(F.col("_source_file").isin(*counts["bad"])), source)
-    landed = tuple(file for file in kept)
-    return Landing(rel.name, plan.batch_id, counts["accepted"], counts["quarantined"], counts["duplicate"], landed + lasting, now_refused + for_now), quarantined
+    return Landing(rel.name, plan.batch_id, counts["accepted"], counts["quarantined"], counts["duplicate"], (*kept, *lasting), now_refused + for_now), quarantined
 
 
 def _typed(engine: DeltaEngine, warehouse: Warehouse, config: Config, rel: Relation, files: list[LandedFile]) -> tuple[DataFrame | None, dict[str, FileRefused]]:
