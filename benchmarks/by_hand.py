@@ -5,8 +5,8 @@ batches left and against each other (``ΔR ⋈ (S ∪ ΔS)`` and ``R ⋈ ΔS`` o
 what lakejoin's gold holds (both records' columns, prefixed by relation, and the owner: the relation of the older
 record), and append the arrivals to state. No rules, no ids checked, no lateness, no bookkeeping: whatever lakejoin
 spends above this is what it adds. Each write's seconds are kept under the name lakejoin's batch gives the step that
-writes the same table (``bronze_r``, ``gold``, ``r_state``: state/phases.py), so each step is set beside its floor. Delta tables are written as each engine writes them: Delta on Spark's writer, or
-Arrow committed by delta-rs.
+writes the same table (``bronze_r``, ``gold``, ``r_state``: state/phases.py), so each step is set beside its floor.
+Delta tables are written as each engine writes them: Delta on Spark's writer, or Arrow committed by delta-rs.
 """
 
 from __future__ import annotations
