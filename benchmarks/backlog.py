@@ -31,7 +31,6 @@ import time
 from collections.abc import Callable
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from benchmarks.by_hand import ByHand
 from benchmarks.peers import RELATIONS, SCHEMA, Measured, landed_batches, one_shot, phase_medians, same_pairs, _stream_join

@@ -60,7 +60,7 @@ def phase(name: str, files: dict[str, str], driver_memory: str, max_batch_rows: 
     started, error, pairs = time.perf_counter(), None, 0
     try:
         for rel_name, path in files.items():
-            ingest_files(spark, engine, warehouse, relations[rel_name], [path])
+            ingest_files(engine, warehouse, relations[rel_name], [path])
         if name == "pairs":
             reports = silver.run(engine, warehouse, Config(engine="spark", max_batch_rows=max_batch_rows))
             pairs = sum(report.pairs for report in reports)

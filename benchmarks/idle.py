@@ -19,7 +19,7 @@ import time
 from benchmarks.report import write_json
 from state.config import Config
 from pipelines.demo import DemoOptions, generate_stream, write_chunks
-from pipelines.ingest import ingest_file
+from pipelines.ingest import ingest_files
 from pipelines.silver import run
 from pipelines.spark import get_spark
 from pipelines.status import warehouse_status
@@ -35,7 +35,7 @@ def replay(engine, config: Config, chunks: list[list[tuple[str, str]]], trigger:
     warehouse = Warehouse(os.path.join(tempfile.mkdtemp(prefix="lakejoin-bench-idle-"), "warehouse"))
     for files in chunks:
         for name, path in files:
-            ingest_file(engine.spark, engine, warehouse, relation(name, warehouse.relations), path, config.relations)
+            ingest_files(engine, warehouse, relation(name, warehouse.relations), [path], config.relations)
         run(engine, warehouse, config)
         time.sleep(trigger)
     waited = 0.0

@@ -62,7 +62,7 @@ from benchmarks.flink_join import interval
 from benchmarks.report import tenths, write_json
 from state.config import Config
 from pipelines.demo import DEMO_START, DemoOptions, generate_stream
-from pipelines.ingest import ingest_file
+from pipelines.ingest import ingest_files
 from pipelines.silver import run
 from pipelines.spark import get_spark
 from state.engines import make_engine, session_has_delta
@@ -135,7 +135,7 @@ def run_lakejoin(spark: SparkSession, batches: list[dict[str, str]], workdir: st
     for files in batches:
         started = time.perf_counter()
         for name, path in files.items():
-            ingest_file(spark, engine, warehouse, relation(name), path)
+            ingest_files(engine, warehouse, relation(name), [path])
         ingested = time.perf_counter()
         (report,) = run(engine, warehouse, config)
         measured.batch_s.append(time.perf_counter() - started)

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 
 from state.config import Config
-from pipelines.ingest import ingest_file
+from pipelines.ingest import ingest_files
 from pipelines.silver import BatchReport, run
 from state.engines import DeltaEngine
 from state.layout import Warehouse
@@ -29,7 +29,7 @@ def replay(
     for number, files in enumerate(chunks, start=1):
         for name, path in files:
             started = time.perf_counter()
-            ingest_file(engine.spark, engine, warehouse, relation(name, warehouse.relations), path, config.relations)
+            ingest_files(engine, warehouse, relation(name, warehouse.relations), [path], config.relations)
             after_ingest(time.perf_counter() - started)
         reports += run(engine, warehouse, config)
         after_chunk(number, reports)

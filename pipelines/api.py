@@ -120,7 +120,8 @@ class Pipeline:
     ) -> list[IngestResult]:
         """Ingest every file under ``folder`` not ingested yet (Auto Loader on Databricks, its checkpoint by default
         under ``folder/_lakejoin_checkpoint``, one per warehouse). A file refused as a whole is recorded and not tried again."""
-        from pipelines.landing import ingest_landing, require_landing
+        from pipelines.ingest import ingest_landing
+        from pipelines.landing import require_landing
 
         require_landing(folder, relation)  # before the ingest records the definition: a refused call writes nothing
 
@@ -475,7 +476,7 @@ def _reporting(into: list, progress: Callable | None) -> Callable:
 def _files(opened: _Opened, rel: Relation, files: list[str], progress: Callable[[IngestResult], None] | None) -> list[IngestResult]:
     from pipelines.ingest import ingest_files
 
-    return ingest_files(opened.engine.spark, opened.engine, opened.warehouse, rel, files, opened.config.relations, progress or (lambda _: None))
+    return ingest_files(opened.engine, opened.warehouse, rel, files, opened.config.relations, progress or (lambda _: None))
 
 
 def _join_pending(opened: _Opened, config: Config, report: Callable, stop: Callable[[], bool], record: Callable[[], None]) -> None:

@@ -36,27 +36,6 @@ from state.layout import Warehouse
 from state.names import column
 from state.relations import DELETE, ID, INSERT, OP, SEQ, TS, UPDATE, ChangeSpec, Relation, RelationSpec, others
 
-def classify(
-    engine: DeltaEngine, warehouse: Warehouse, rel: Relation, specs: dict[str, RelationSpec], parsed: Parsed, configured: dict[str, DataType]
-) -> DataFrame:
-    """``parsed``'s rows typed, with ``_id`` and ``_ts``, each with its ``_outcome`` (accepted, duplicate, quarantined)
-    and reason: typed as bronze's schema says, checked against the records held (``held_records``)."""
-    schema = engine.schema(warehouse.bronze(rel))
-    settled = {} if schema is None else {f.name: f.dataType for f in schema.fields}
-    normalized, _ = typed(engine, warehouse, rel, specs, parsed, configured, settled)
-    return outcomes(normalized, held_records(engine, warehouse, rel), specs[rel.name].changes is not None)
-
-
-def held_records(engine: DeltaEngine, warehouse: Warehouse, rel: Relation) -> DataFrame | None:
-    """The records a new arrival of ``rel`` is checked against (``_id``, ``_content_hash``): those its state table holds
-    (each until it is below its relation's watermark: a copy arriving later is late anyway), and those ingested and
-    not joined yet. Bounded by the lateness, not by bronze's history."""
-    joined_to = engine.max_value(warehouse.batches, "seq_to") or 0
-    frames = (engine.read(warehouse.state(rel)), engine.read(warehouse.bronze(rel), where=f"_arrival_seq > {joined_to}"))
-    parts = [frame.select(ID, "_content_hash") for frame in frames if frame is not None and "_content_hash" in frame.columns]
-    return reduce(DataFrame.unionByName, parts) if parts else None
-
-
 def typed(
     engine: DeltaEngine,
     warehouse: Warehouse,

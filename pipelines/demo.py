@@ -21,7 +21,7 @@ from pyspark.sql import DataFrame
 from expectations.reconcile import BOOKKEEPING, check_gold
 from state.config import Config, on_warehouse_axis
 from pipelines.definition import record, settle
-from pipelines.ingest import ingest_file
+from pipelines.ingest import ingest_files
 from pipelines.silver import run
 from pipelines.spark import get_spark
 from state.engines import make_engine
@@ -191,7 +191,7 @@ def run_demo(options: DemoOptions, given: Config | None = None, engine_name: str
         for number, files in enumerate(chunks, start=1):
             landed = 0
             for name, path in files:
-                result = ingest_file(spark, engine, warehouse, by_name[name], path, config.relations)
+                (result,) = ingest_files(engine, warehouse, by_name[name], [path], config.relations)
                 landed, quarantined = landed + result.landed, quarantined + result.quarantined
             reports = run(engine, warehouse, config)
             batches += len(reports)

@@ -1,51 +1,63 @@
-"""Bronze ingest: raw files (JSON Lines, CSV, Parquet) or a DataFrame's records appended to ``bronze/<relation>``.
+"""The calls that put records into bronze before a batch joins them: files given to ``ingest`` (``lakejoin ingest``,
+``Pipeline.ingest``, a landing folder's new files through ``ingest --landing``), and a DataFrame or a stream's
+micro-batch (``Pipeline.ingest``, ``foreach_batch``).
 
-Bronze keeps the user's columns, typed, and adds what lakejoin derives: each record's id as text (``_id``,
-from the configured id columns), its event time on the integer axis (``_ts``), its place in the global
-arrival order (``_arrival_seq``, across all relations) and where it came from (file, line). Rows that break
-the mapping or a column's type go to the quarantine table with a reason; the rest of the file still lands.
-A file already ingested adds nothing, and a record whose id exists with other content is quarantined as a
-conflict. A file that cannot be read as a whole (not the format its name says, a header naming a column twice)
-is refused in one line with nothing of it written; column names are data (state/names.py). Parsing is
-pipelines/parse.py, typing and classifying pipelines/classify.py; this module writes and logs.
+A call is one landing of its relation (pipelines/bronze.py): its inputs placed after every place taken, parsed, typed
+and classified together and appended to bronze in one commit; the rows they set aside (and, from a landing folder, the
+files refused for good) in one quarantine commit; then one commit of the ingest log, a row per input with its content's
+SHA-256 and its places: last, so until it lands a run does not see these arrivals. An input whose content was ingested
+before adds nothing, and a file refused as a whole is reported alone while the others land.
+
+A call that dies after its bronze commit and before its log is tried again whole: its rows in bronze are found as
+duplicates of records held (and the places its first try took stay covered by the retry's log row), and its
+quarantine commit carries an application transaction named by the call's inputs, which the retry finds recorded.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import uuid
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from functools import reduce
 
 import pyarrow as pa
-from py4j.protocol import Py4JJavaError
 from pyspark import StorageLevel
-from pyspark.errors import PySparkException
-from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from pipelines.classify import classify, configured_types
-from pipelines.parse import Parsed, check_format, firsts, format_of, numbered, parse_file, parse_frame, stored_columns
-from state.clock import now
-from state.batch_log import BatchPlan
-from state.engines import DeltaEngine, Txn
-from state.engines.base import DeltaReader
-from state.errors import FileRefused, LakejoinError
+from pipelines.bronze import INGESTED_AT, Landed, Lander, Placed, Tally, land_files, land_rows, last_arrival_seq, refusal, refusal_rows, require_files
+from pipelines.landing import Found, default_checkpoint, examined, known_files, listed, on_databricks, readable
+from pipelines.parse import counted, parse_frame, stored_columns
+from state.engines import DeltaEngine, Txn, as_frame
+from state.errors import FileRefused
 from state.faults import step
 from state.layout import Warehouse
 from state.names import column
-from state.relations import ID, OP, SEQ, TS, Relation, RelationSpec, default_specs
+from state.relations import Relation, RelationSpec, default_specs
 
 # A DataFrame's rows are numbered in this column while they are parsed (a user's column may not start with '_').
 FRAME_ROW = "_frame_row"
-INGESTED_AT = pa.timestamp("us", tz="UTC")
-# Arrival places are numbered in blocks of 2^20 lines of a file (one task per block).
-BLOCK_BITS = 20
-# Files up to this size are cached while they are ingested (parsed and classified once, not once per write).
-CACHED_FILE_BYTES = 64 << 20
+# At most this many files land in one pass (one bronze commit): each pass counts its files' rows one by one.
+FILES_PER_LANDING = 500
+
+INGEST_LOG_SCHEMA = pa.schema(
+    [
+        ("ingest_id", pa.string()),
+        ("relation", pa.string()),
+        ("source_file", pa.string()),
+        ("sha256", pa.string()),
+        ("rows_landed", pa.int64()),
+        ("rows_quarantined", pa.int64()),
+        ("rows_duplicate", pa.int64()),
+        ("seq_from", pa.int64()),  # the input's places: seq_from to seq_to (empty for a refused file)
+        ("seq_to", pa.int64()),
+        ("ingested_at", INGESTED_AT),
+        ("refused", pa.string()),  # why a landing file was refused as a whole (or a source table's version skipped)
+        ("source_version", pa.int64()),  # a source table's last version this ingest covers; null for a file
+        ("source_table_id", pa.string()),  # that table's identity (Delta metadata id); null for a file
+    ]
+)
 
 
 @dataclass(frozen=True)
@@ -75,144 +87,134 @@ class IngestResult:
 
 
 def ingest_files(
-    spark: SparkSession,
     engine: DeltaEngine,
     warehouse: Warehouse,
     rel: Relation,
-    files: list[str],
+    files: Sequence[str],
     specs: dict[str, RelationSpec] | None = None,
     progress: Callable[[IngestResult], None] = lambda _: None,
+    landing: bool = False,
 ) -> list[IngestResult]:
-    """Ingest ``files`` in the given order: their rows arrive in that order, line by line. A file refused as a
-    whole is reported in its result and the next one goes on; ``progress`` hears of each file as it ends."""
-    for file in files:
-        format_of(file)
-        if not os.path.isfile(file):
-            raise LakejoinError(f"no such file: {file}")
-    results = []
-    for file in files:
-        results.append(ingest_or_refuse(spark, engine, warehouse, rel, file, specs))
-        progress(results[-1])
+    """Ingest ``files`` into ``rel``'s bronze, their rows arriving in the order given, line by line; a result per file,
+    in that order, each also handed to ``progress``. ``specs`` maps every relation to its columns (config
+    ``relations``; default: id, ts, key). ``landing``: the files come from a landing folder, where nobody passes a file
+    again by hand, so a file refused for its form is recorded (in quarantine/ingest and the ingest log) and skipped
+    from then on."""
+    if not landing:  # a landing folder's files were listed: one gone since is refused for now, like one unreadable
+        require_files(files)
+    results: list[IngestResult] = []
+    for start in range(0, len(files), FILES_PER_LANDING):
+        results += _ingest_files(engine, warehouse, rel, files[start : start + FILES_PER_LANDING], specs or default_specs(), landing)
+    for result in results:
+        progress(result)
     return results
 
 
-def ingest_or_refuse(
-    spark: SparkSession,
+def _ingest_files(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, files: Sequence[str], specs: dict[str, RelationSpec], landing: bool) -> list[IngestResult]:
+    """One call's files: each read once on the driver for its digest and lines, the new ones landed together."""
+    examined = [_examined(rel, file) for file in files]
+    logged = _logged(engine, warehouse, rel, [item.sha256 for item in examined if isinstance(item, Found)])
+    results: dict[int, IngestResult] = {}
+    taken: dict[int, Found] = {}  # the files this call lands, or records as refused for good (from a landing folder)
+    for index, (file, item) in enumerate(zip(files, examined)):
+        skipped = _skipped(file, rel, item, logged, {found.sha256 for found in taken.values()}, landing)
+        if skipped is None:
+            taken[index] = item  # type: ignore[assignment] - not skipped: examined
+        else:
+            results[index] = skipped
+    lander = Lander.for_call(engine, warehouse, specs)
+    start = last_arrival_seq(engine, warehouse)
+    placed = _placed(start, {index: item for index, item in taken.items() if item.refused is None}, files)
+    landed = land_files(lander, rel, list(placed.values())) if placed else Landed(rel.name)
+    refused = {**{item.path: item.refused for item in taken.values() if item.refused is not None}, **landed.refused}
+    recorded = {path: str(why) for path, why in refused.items() if landing and why.lasting}
+    refusals = [as_frame(engine.spark, refusal_rows([(rel.name, path, why, True) for path, why in recorded.items()], lander.tag, lander.at))] if recorded else []
+    logged_now = [item for item in taken.values() if item.path not in refused or item.path in recorded]
+    set_aside(engine, warehouse, rel, refusals + ([] if landed.quarantined is None else [landed.quarantined]), [item.sha256 for item in logged_now])
+    log_ingests(engine, warehouse, [
+        log_row(lander, rel, placed.get(item.path, Placed(item.path, start, 0)), item.sha256, landed.tallies.get(item.path, Tally()), recorded.get(item.path))
+        for item in logged_now
+    ])
+    for index, item in taken.items():
+        tally, why = landed.tallies.get(item.path, Tally()), refused.get(item.path)
+        results[index] = IngestResult(files[index], rel.name, tally.landed, tally.quarantined, tally.duplicates, refused=None if why is None else str(why), recorded=item.path in recorded)
+    return [results[index] for index in range(len(files))]
+
+
+def _skipped(file: str, rel: Relation, item: Found | FileRefused, logged: dict[str, bool], taken: set[str], landing: bool) -> IngestResult | None:
+    """Why a call does not take ``file``, as its result: it cannot be read now, its content is ingested (or is another
+    file's of this call), a landing file refused before, or a file given by hand refused for its form; None: taken."""
+    if isinstance(item, FileRefused):
+        return IngestResult(file, rel.name, refused=str(item))
+    if logged.get(item.sha256) or item.sha256 in taken:
+        return IngestResult(file, rel.name, already_ingested=True)
+    if landing and logged.get(item.sha256) is False:
+        return IngestResult(file, rel.name, already_refused=True)
+    if item.refused is not None and not (landing and item.refused.lasting):
+        return IngestResult(file, rel.name, refused=str(item.refused))
+    return None
+
+
+def _placed(last: int, files: dict[int, Found], given: Sequence[str]) -> dict[str, Placed]:
+    """``files`` at the places after ``last``, one after another, each as many as its lines (a Parquet file: rows),
+    named in refusals as ``given``."""
+    placed = {}
+    for index, file in files.items():
+        placed[file.path] = Placed(file.path, last, file.rows, given[index])
+        last += file.rows
+    return placed
+
+
+def ingest_landing(
     engine: DeltaEngine,
     warehouse: Warehouse,
     rel: Relation,
-    file: str,
+    landing: str,
+    checkpoint: str | None,
+    report: Callable[[IngestResult], None],
     specs: dict[str, RelationSpec] | None = None,
-    record_refusal: bool = False,
-) -> IngestResult:
-    """``ingest_file``, with a refusal as a result. ``record_refusal`` (a landing folder, where nobody passes the
-    file again by hand) keeps it in quarantine/ingest and the ingest log, so the file is not tried again."""
+) -> None:
+    """``lakejoin ingest --landing``: every file under ``landing`` not landed or ingested yet, in name order, in one
+    call; a file refused for its form is recorded and not tried again. On Databricks Auto Loader finds the files, and
+    each of its micro-batches is a call. The caller has checked the folder (``require_landing``) before recording
+    anything."""
+
+    def ingest(paths: list[str]) -> None:
+        if paths:
+            ingest_files(engine, warehouse, rel, paths, specs, report, landing=True)
+
+    if on_databricks():
+        _auto_loader(engine, landing, checkpoint or default_checkpoint(landing, warehouse, rel), ingest)
+        return
+    known = known_files(engine, warehouse)
+    new = []
+    for path in listed(landing):
+        if path in known.paths:
+            refused = known.paths[path]
+            report(IngestResult(path, rel.name, already_ingested=not refused, already_refused=refused))
+        else:
+            new.append(path)
+    ingest(new)
+
+
+def _auto_loader(engine: DeltaEngine, landing: str, checkpoint: str, ingest: Callable[[list[str]], None]) -> None:
+    """Auto Loader (``cloudFiles``) finds the new files and records them in its checkpoint once the micro-batch that
+    ingested them returns; only the paths are read (binaryFile without its content)."""
+
+    def ingest_batch(files: DataFrame, _: int) -> None:
+        paths = [row.path.removeprefix("dbfs:") for row in files.select("path").orderBy("path").collect()]  # file names only: a few per trigger
+        ingest([path for path in paths if readable(path)])
+
+    stream = engine.spark.readStream.format("cloudFiles").option("cloudFiles.format", "binaryFile").load(landing)
+    query = stream.select("path").writeStream.option("checkpointLocation", checkpoint).trigger(availableNow=True)
+    query.foreachBatch(ingest_batch).start().awaitTermination()
+
+
+def _examined(rel: Relation, file: str) -> Found | FileRefused:
     try:
-        return ingest_file(spark, engine, warehouse, rel, file, specs, skip_refused=record_refusal)
-    except FileRefused as refused:
-        recorded = record_refusal and refused.lasting  # a file that failed to be read is tried again
-        if recorded:
-            _record_refusal(engine, warehouse, Provenance.of(rel, file), _sha256(os.path.abspath(file)), str(refused))
-        return IngestResult(file, rel.name, refused=str(refused), recorded=recorded)
-
-
-INGEST_LOG_SCHEMA = pa.schema(
-    [
-        ("ingest_id", pa.string()),
-        ("relation", pa.string()),
-        ("source_file", pa.string()),
-        ("sha256", pa.string()),
-        ("rows_landed", pa.int64()),
-        ("rows_quarantined", pa.int64()),
-        ("rows_duplicate", pa.int64()),
-        ("seq_from", pa.int64()),
-        ("seq_to", pa.int64()),
-        ("ingested_at", INGESTED_AT),
-        ("refused", pa.string()),  # why a landing file was refused as a whole (or a source table's version skipped)
-        ("source_version", pa.int64()),  # a source table's last version this ingest covers; null for a file
-        ("source_table_id", pa.string()),  # that table's identity (Delta metadata id); null for a file
-    ]
-)
-
-QUARANTINE_SCHEMA = pa.schema(
-    [
-        ("relation", pa.string()),
-        ("reason", pa.string()),
-        ("source_file", pa.string()),
-        ("source_line", pa.int64()),
-        ("raw", pa.string()),
-        ("id", pa.string()),
-        ("ingest_id", pa.string()),
-        ("ingested_at", INGESTED_AT),
-        ("source_version", pa.int64()),  # the source table's version that added the row; null for a file
-        ("lasting", pa.bool_()),  # a file refused as a whole: for good (its form), or for now (it could not be read)
-    ]
-)
-
-
-@dataclass(frozen=True)
-class Provenance:
-    """What every row of one ingest records about where it came from: a file and its line, or a source table's data
-    file, the row within it and the table version that added it (pipelines/sources.py)."""
-
-    relation: Relation
-    path: str  # the file, or the source table
-    ingest_id: str
-    ingested_at: datetime
-    file: Column  # bronze's _source_file
-    line: Column  # _source_line: the file's line, or the row's index in its data file
-    version: Column  # the source table's version; null for a file
-    version_logged: int | None = None  # the table version the ingest log records (the last this ingest covers)
-    table_id: str | None = None  # the source table's identity, which the ingest log records too
-    kept: tuple[str, ...] | None = None  # the data columns bronze keeps (None: all; a table source: the event time)
-    named: Column | None = None  # what quarantine/ingest names a row's file by (None: ``path``)
-
-    @classmethod
-    def of(cls, rel: Relation, file: str) -> Provenance:
-        path = os.path.abspath(file)
-        return cls.started(rel, path, F.lit(path), F.col("_source_line"), F.lit(None).cast("long"))
-
-    @classmethod
-    def started(cls, rel: Relation, path: str, file: Column, line: Column, version: Column, **more: object) -> Provenance:
-        return cls(rel, path, str(uuid.uuid4()), now(), file, line, version, **more)  # type: ignore[arg-type]
-
-
-def ingest_file(
-    spark: SparkSession,
-    engine: DeltaEngine,
-    warehouse: Warehouse,
-    rel: Relation,
-    file: str,
-    specs: dict[str, RelationSpec] | None = None,
-    skip_refused: bool = False,
-) -> IngestResult:
-    """Ingest one file; ``specs`` maps every relation to its columns (config ``relations``; default: id, ts, key).
-
-    Raises ``FileRefused`` when the file cannot be read as a whole, before anything of it is written. A file
-    whose content was ingested before adds nothing; one refused before is tried again unless ``skip_refused``."""
-    specs = specs or default_specs()
-    path = os.path.abspath(file)
-    try:
-        digest = _sha256(path)
+        return examined(rel.name, os.path.abspath(file), file)
     except OSError as exc:
-        raise FileRefused(f"cannot ingest {file}: cannot read it ({exc.strerror or exc})", lasting=False) from exc
-    logged = _logged(engine, warehouse, rel, digest)
-    if logged is not None and (logged.ingested or skip_refused):
-        return IngestResult(file, rel.name, already_ingested=logged.ingested, already_refused=not logged.ingested)
-
-    # The file stays in Spark (a file can outgrow the driver); only its counts come to the driver. Spark's cache
-    # builds each partition in the heap, which a large file exhausts (docs/design.md), so the count and each write
-    # classify a large file again, against the bronze version ``classify`` read. A file of at most
-    # CACHED_FILE_BYTES is cached and classified once, as is any file an engine that writes from the driver holds
-    # in memory anyway.
-    def parsed() -> Parsed:
-        fmt = format_of(file)
-        check_format(path, fmt)
-        return parse_file(spark, path, fmt)
-
-    cache = engine.driver_writes or os.path.getsize(path) <= CACHED_FILE_BYTES
-    landed, quarantined, duplicates = _classify_and_land(engine, warehouse, rel, specs, parsed, Provenance.of(rel, file), digest, file, cache)
-    return IngestResult(file, rel.name, landed, quarantined, duplicates)
+        return FileRefused(f"cannot ingest {file}: cannot read it ({exc.strerror or exc})", lasting=False)
 
 
 def ingest_frame(
@@ -231,254 +233,74 @@ def ingest_frame(
     ``label`` is the source bronze and the quarantine record for its rows (default ``dataframe:<ingest id>``). The
     frame is cached for the ingest, so its rows are fingerprinted, numbered and classified once whatever its source
     computes: it should be a batch's worth, as a stream's micro-batch is."""
-    specs = specs or default_specs()
     columns = frame.columns
     cached = frame.persist(StorageLevel.MEMORY_AND_DISK)
     try:
         stored_columns(columns)  # a reserved or repeated name is refused before the frame is read
-        digest = frame_digest(cached)
-        logged = _logged(engine, warehouse, rel, digest)
-        if logged is not None and logged.ingested:
+        record = F.to_json(F.struct(*[column(name) for name in columns]))  # JSON: hashable whatever the types (maps too)
+        rows, count, sums = counted(cached, FRAME_ROW, F.sum(F.xxhash64(record).cast("decimal(38,0)")), F.sum(F.hash(record).cast("decimal(38,0)")))
+        digest = _frame_digest(columns, count, sums)
+        if _logged(engine, warehouse, rel, [digest]).get(digest):
             return IngestResult(label or "dataframe", rel.name, already_ingested=True)
-        ingest_id = str(uuid.uuid4())
-        label = label or f"dataframe:{ingest_id}"
-        source = Provenance(rel, label, ingest_id, now(), F.lit(label), F.col("_source_line"), F.lit(None).cast("long"))
-
-        def parsed() -> Parsed:
-            return parse_frame(numbered(cached, FRAME_ROW), columns, F.col(FRAME_ROW) + 1)
-
-        landed, quarantined, duplicates = _classify_and_land(engine, warehouse, rel, specs, parsed, source, digest, label, False)
+        lander = Lander.for_call(engine, warehouse, specs or default_specs())
+        label = label or f"dataframe:{lander.tag}"
+        placed = Placed(label, last_arrival_seq(engine, warehouse), count)
+        line = F.col(FRAME_ROW) + 1
+        numbered = rows.withColumns({"_source_file": F.lit(label), "_arrival_seq": line + placed.first})
+        try:
+            landed = land_rows(lander, rel, parse_frame(numbered, columns, line), [placed], lander.provenance(rel))
+        except FileRefused as exc:
+            raise refusal(label, exc) from exc
+        set_aside(engine, warehouse, rel, [] if landed.quarantined is None else [landed.quarantined], [digest])
+        tally = landed.tallies.get(label, Tally())
+        log_ingests(engine, warehouse, [log_row(lander, rel, placed, digest, tally)])
     finally:
         cached.unpersist()
-    return IngestResult(label, rel.name, landed, quarantined, duplicates)
+    return IngestResult(label, rel.name, tally.landed, tally.quarantined, tally.duplicates)
 
 
-def frame_digest(frame: DataFrame) -> str:
+def _frame_digest(columns: list[str], count: int, sums: list) -> str:
     """What the ingest log names a DataFrame's content by, as a file's SHA-256 names a file's: the SHA-256 of its
     records' count and two sums of per-record hashes, so the same records give the same digest whatever their order
-    or partitioning (a micro-batch replayed after a restart). One small job over the frame."""
-    record = F.to_json(F.struct(*[column(name) for name in frame.columns]))  # JSON: hashable whatever the types (maps too)
-    fingerprint = frame.agg(
-        F.count(F.lit(1)), F.sum(F.xxhash64(record).cast("decimal(38,0)")), F.sum(F.hash(record).cast("decimal(38,0)"))
-    ).first()
-    return hashlib.sha256(f"dataframe {list(frame.columns)} {[str(value) for value in fingerprint]}".encode()).hexdigest()
+    or partitioning (a micro-batch replayed after a restart)."""
+    return hashlib.sha256(f"dataframe {list(columns)} {[str(value) for value in (count, *sums)]}".encode()).hexdigest()
 
 
-def _classify_and_land(
-    engine: DeltaEngine,
-    warehouse: Warehouse,
-    rel: Relation,
-    specs: dict[str, RelationSpec],
-    parsed: Callable[[], Parsed],
-    source: Provenance,
-    digest: str | None,
-    name: str,
-    cache: bool,
-) -> tuple[int, int, int]:
-    """Classify what ``parsed`` reads and land it (``land``); a failure to read it refuses ``name`` as a whole."""
-    configured = configured_types(rel, specs[rel.name])  # a config error stops the command: it is no file's fault
-    classified = None
-    try:
-        try:
-            classified = classify(engine, warehouse, rel, specs, parsed(), configured)
-            if cache:
-                classified = classified.persist(StorageLevel.MEMORY_AND_DISK)
-        except UNREADABLE as exc:
-            raise refusal(name, exc) from exc
-        return land(engine, warehouse, classified, source, digest, lambda exc: refusal(name, exc))
-    finally:
-        if classified is not None:
-            classified.unpersist()
+def set_aside(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, frames: list[DataFrame], digests: list[str]) -> None:
+    """One commit of what a call set aside, under an application transaction named by the call's inputs, which a
+    retry of the call after a crash finds recorded."""
+    if not frames:
+        return
+    name = digests[0] if len(digests) == 1 else hashlib.sha256(" ".join(sorted(digests)).encode()).hexdigest()
+    with step("quarantine"):
+        engine.append(warehouse.quarantine, reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames), Txn(f"lakejoin-ingest:{rel.name}:{name}", 1))
 
 
-def land(
-    engine: DeltaEngine,
-    warehouse: Warehouse,
-    classified: DataFrame,
-    source: Provenance,
-    digest: str | None,
-    refuse: Callable[[BaseException], Exception],
-    skipped: Sequence[tuple[int, str]] = (),
-) -> tuple[int, int, int]:
-    """Append ``classified``'s accepted rows to bronze and its quarantined ones to the quarantine, then log them:
-    last, so until the log lands the joiner does not see these arrivals. Returns the rows landed, quarantined and
-    skipped as duplicates. ``refuse`` turns a failure before anything was written into the error to raise;
-    ``skipped`` are a source table's change commits skipped, logged in the same commit."""
-    try:
-        tally = classified.groupBy("_outcome", _line_block().alias("_block")).agg(F.count(F.lit(1)).alias("rows")).collect()
-    except UNREADABLE as exc:
-        raise refuse(exc) from exc
-    counts: Counter[str] = Counter()
-    for row in tally:
-        counts[row["_outcome"]] += row["rows"]
-    landed, quarantined, duplicates = (counts[kind] for kind in ("accepted", "quarantined", "duplicate"))
-    accepted_blocks = [(row["_block"], row["rows"]) for row in tally if row["_outcome"] == "accepted"]
-    first_seq = last_arrival_seq(engine, warehouse) + 1
-    if landed:
-        try:  # the first write: when it fails, nothing was written yet
-            engine.append(warehouse.bronze(source.relation), _bronze_rows(classified, source, accepted_blocks, first_seq))
-        except UNREADABLE + (LakejoinError,) as exc:
-            raise refuse(exc) from exc
-    if quarantined:  # once per input: a retry of an ingest that died before its log row finds this write recorded
-        txn = None if digest is None else Txn(f"lakejoin-ingest:{source.relation.name}:{digest}", 1)
-        engine.append(warehouse.quarantine, quarantine_rows(classified, source), txn)
-    with step("ingest_log"):
-        log_ingest(engine, warehouse, source, digest, landed, quarantined, duplicates, first_seq, skipped=skipped)
-    return landed, quarantined, duplicates
-
-
-# What ends reading a file: its form (FileRefused from lakejoin's own checks, values nested deeper than Python
-# recurses), or a failure while reading it (Spark's, the file system's).
-UNREADABLE = (FileRefused, RecursionError, PySparkException, Py4JJavaError, OSError)
-
-
-def refusal(file: str, exc: BaseException) -> FileRefused:
-    """``exc`` as the one-line refusal of ``file``; lasting only when the file's form caused it."""
-    if isinstance(exc, FileRefused):
-        return FileRefused(f"cannot ingest {file}: {exc}", exc.lasting)
-    if isinstance(exc, RecursionError) or "maximum recursion depth exceeded" in str(exc):  # PySpark may wrap it
-        return FileRefused(f"cannot ingest {file}: its values are nested too deeply to read")
-    return FileRefused(f"cannot ingest {file}: {_first_line(exc)}", lasting=False)
-
-
-def _first_line(exc: BaseException) -> str:
-    """An error's own words, on one line (Spark's messages go on with plans and stack traces)."""
-    if isinstance(exc, Py4JJavaError):
-        return str(exc.java_exception.toString()).splitlines()[0]
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-
-
-def log_ingest(
-    engine: DeltaEngine,
-    warehouse: Warehouse,
-    source: Provenance,
-    digest: str | None,
-    landed: int,
-    quarantined: int,
-    duplicates: int,
-    first_seq: int,
-    refused: str | None = None,
-    skipped: Sequence[tuple[int, str]] = (),
-) -> None:
-    """One ingest's row of the ingest log; and, in the same commit, a row per skipped source commit (version, why)."""
-    row = dict(
-        ingest_id=source.ingest_id,
-        relation=source.relation.name,
-        source_file=source.path,
-        sha256=digest,
-        rows_landed=landed,
-        rows_quarantined=quarantined,
-        rows_duplicate=duplicates,
-        seq_from=first_seq,
-        seq_to=first_seq + landed - 1,
-        ingested_at=source.ingested_at,
-        refused=refused,
-        source_version=source.version_logged,
-        source_table_id=source.table_id,
-    )
-    skips = [{**row, "rows_landed": 0, "rows_quarantined": 0, "rows_duplicate": 0, "seq_to": first_seq - 1, "refused": why, "source_version": version} for version, why in skipped]
-    engine.append(warehouse.ingest_log, pa.Table.from_pylist([*skips, row], INGEST_LOG_SCHEMA))
-
-
-def _record_refusal(engine: DeltaEngine, warehouse: Warehouse, source: Provenance, digest: str, reason: str) -> None:
-    """A refused landing file, kept where its rows would have been quarantined: one row without a line."""
-    engine.append(warehouse.quarantine, refusal_rows([(source.relation.name, source.path, reason, True)], source.ingest_id, source.ingested_at))
-    log_ingest(engine, warehouse, source, digest, 0, 1, 0, last_arrival_seq(engine, warehouse) + 1, refused=reason)
-
-
-def refusal_rows(refused: Sequence[tuple[str, str, str, bool]], ingest_id: str, ingested_at: datetime) -> pa.Table:
-    """Files refused as a whole, kept where their rows would have been quarantined: a row each (relation, file, why,
-    whether for good), without a line."""
-    rows = [
-        dict(relation=relation, reason=reason, source_file=path, source_line=None, raw=None, id=None, ingest_id=ingest_id, ingested_at=ingested_at, source_version=None, lasting=lasting)
-        for relation, path, reason, lasting in refused
-    ]
-    return pa.Table.from_pylist(rows, QUARANTINE_SCHEMA)
-
-
-def _bronze_rows(classified: DataFrame, source: Provenance, accepted_blocks: list[tuple[int, int]], first_seq: int) -> DataFrame:
-    """Accepted rows with their bookkeeping; they take the next places in the arrival order, in line order.
-
-    Numbered block by block of the file's lines (``accepted_blocks``: each block's accepted rows), so one
-    task holds at most a block: a window over the whole file would put all of it in one."""
-    within = F.row_number().over(Window.partitionBy(_line_block()).orderBy("_source_line")) - 1
-    return bronze_rows(classified, source, firsts(accepted_blocks, first_seq, _line_block()) + within)
-
-
-def bronze_rows(classified: DataFrame, source: Provenance, place: Column) -> DataFrame:
-    """Accepted rows with their bookkeeping, each at its ``place`` in the arrival order."""
-    accepted = classified.where(F.col("_outcome") == "accepted")
-    data = [name for name in accepted.columns if not name.startswith("_") and (source.kept is None or name in source.kept)]
-    table_version = [] if source.kept is None else [source.version.alias("_source_version")]
-    return accepted.select(
-        *[column(name) for name in data],
-        ID,
-        TS,
-        *[name for name in (OP, SEQ) if name in accepted.columns],  # a change feed's (pipelines/classify.py)
-        place.cast("long").alias("_arrival_seq"),
-        source.file.alias("_source_file"),
-        source.line.cast("long").alias("_source_line"),
-        *table_version,
-        F.lit(source.ingest_id).alias("_ingest_id"),
-        F.lit(source.ingested_at).alias("_ingested_at"),
-        "_content_hash",
+def log_row(lander: Lander, rel: Relation, placed: Placed, digest: str | None, tally: Tally, refused: str | None = None, **source: object) -> dict:
+    """An input's row of the ingest log: what it landed and the places it holds (none for a file refused as a whole)."""
+    last = placed.first if refused is not None else placed.first + placed.bound
+    return dict(
+        ingest_id=lander.tag, relation=rel.name, source_file=placed.name, sha256=digest, rows_landed=tally.landed,
+        rows_quarantined=1 if refused is not None else tally.quarantined, rows_duplicate=tally.duplicates,
+        seq_from=placed.first + 1, seq_to=last, ingested_at=lander.at, refused=refused,
+        source_version=source.get("version"), source_table_id=source.get("table_id"),
     )
 
 
-def _line_block() -> Column:
-    """The block of 2^BLOCK_BITS lines of the file a row comes from."""
-    return F.shiftright(F.col("_source_line"), BLOCK_BITS)
+def log_ingests(engine: DeltaEngine, warehouse: Warehouse, rows: list[dict]) -> None:
+    """The call's one commit of the ingest log: its arrivals become pending with it."""
+    if rows:
+        with step("ingest_log"):
+            engine.append(warehouse.ingest_log, pa.Table.from_pylist(rows, INGEST_LOG_SCHEMA))
 
 
-
-def quarantine_rows(classified: DataFrame, source: Provenance) -> DataFrame:
-    """The rows set aside, with the reason, the file and the line."""
-    return classified.where(F.col("_outcome") == "quarantined").select(
-        F.lit(source.relation.name).alias("relation"),
-        F.col("_reason").alias("reason"),
-        (F.lit(source.path) if source.named is None else source.named).alias("source_file"),
-        source.line.cast("long").alias("source_line"),
-        F.col("_raw").alias("raw"),
-        F.col(ID).alias("id"),
-        F.lit(source.ingest_id).alias("ingest_id"),
-        F.lit(source.ingested_at).alias("ingested_at"),
-        source.version.alias("source_version"),
-        F.lit(None).cast("boolean").alias("lasting"),
-    )
-
-
-
-def _sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-@dataclass(frozen=True)
-class _Logged:
-    """What the ingest log holds for one file content: ingested, or else refused (as a landing file)."""
-
-    ingested: bool
-
-
-def _logged(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, digest: str) -> _Logged | None:
-    log = engine.rows(warehouse.ingest_log, where=f"sha256 = '{digest}' AND relation = '{rel.name}'")
-    if log is None or log.num_rows == 0:
-        return None
-    refusals = log.column("refused").to_pylist() if "refused" in log.column_names else [None]
-    return _Logged(ingested=None in refusals)
-
-
-def last_arrival_seq(engine: DeltaReader, warehouse: Warehouse) -> int:
-    """The last place taken in the global arrival order, across every relation (0 when none): by an arrival in bronze,
-    by a batch's slice (a batch's files reserve places that they may not all take), or by the files of a batch that
-    died after landing some of them (its plan, carried by its bronze commits, reserves their places)."""
-    taken = [engine.max_value(warehouse.bronze(rel), "_arrival_seq") for rel in warehouse.relations]
-    taken.append(engine.max_value(warehouse.batches, "seq_to"))
-    for rel in warehouse.relations:
-        info = engine.info(warehouse.bronze(rel), warehouse.app_id(warehouse.pipeline, warehouse.bronze(rel)))
-        if info is not None and info.recorded.plan is not None:
-            taken.append(BatchPlan.decoded(info.recorded.plan).seq_to)
-    return max((value for value in taken if value is not None), default=0)
+def _logged(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, digests: Sequence[str]) -> dict[str, bool]:
+    """What the ingest log holds of each content: ingested (True), or else refused as a landing file (False)."""
+    if not digests:
+        return {}
+    named = ", ".join(f"'{digest}'" for digest in sorted(set(digests)))
+    log = engine.rows(warehouse.ingest_log, where=f"relation = '{rel.name}' AND sha256 IN ({named})")
+    found: dict[str, bool] = {}
+    for digest, refused in [] if log is None else zip(log.column("sha256").to_pylist(), log.column("refused").to_pylist()):
+        found[digest] = found.get(digest, False) or refused is None
+    return found

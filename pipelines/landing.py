@@ -1,8 +1,8 @@
 """Files that land in folders: found by listing, each known by its path, then by its content.
 
 A relation's ``landing`` folder (config) is listed by every ``lakejoin run``, whose batches land the files new there
-in one pass (pipelines/batch/land.py); ``lakejoin ingest --landing`` ingests them one by one (Auto Loader finds them
-on Databricks). A file is new when neither its path nor, once hashed, its content was landed or ingested before
+(pipelines/batch/land.py); ``lakejoin ingest --landing`` ingests them in one call (pipelines/ingest.py; Auto Loader
+finds them on Databricks). Either way a file is read once on the driver first, for its digest and its places. A file is new when neither its path nor, once hashed, its content was landed or ingested before
 (the batch log and the ingest log say which), so a file is hashed once, and a copy under another name adds nothing.
 """
 
@@ -11,20 +11,17 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pyspark.sql import DataFrame
 
-from pipelines.ingest import IngestResult, ingest_or_refuse
 from pipelines.parse import FORMATS, check_format, csv_header, format_of, stored_columns
-from state.engines import DeltaEngine
 from state.engines.base import DeltaReader
 from state.errors import FileRefused, LakejoinError
 from state.layout import Warehouse
-from state.relations import Relation, RelationSpec
+from state.relations import Relation
 
 BLOCK = 1 << 20
 
@@ -68,8 +65,7 @@ class Found:
     path: str
     bytes: int
     sha256: str
-    rows: int
-    bound: int  # places in the arrival order its rows may take: at least its rows (a text file's bytes, plus one)
+    rows: int  # at most: a Parquet file's rows, a text file's lines (and so the places in the arrival order it takes)
     refused: FileRefused | None = None
 
 
@@ -86,17 +82,17 @@ def found_files(landings: dict[Relation, str], known: Known) -> Iterable[Found |
                 yield FileRefused(f"cannot ingest {path}: cannot read it ({exc.strerror or exc})", lasting=False)
 
 
-def examined(relation: str, path: str) -> Found:
-    """``path`` read once: its SHA-256 and, for text, its lines; its form checked (a lasting refusal when wrong)."""
-    digest, lines, size = hashlib.sha256(), 0, 0
+def examined(relation: str, path: str, shown: str | None = None) -> Found:
+    """``path`` read once: its SHA-256 and, for text, its lines; its form checked (a lasting refusal when wrong, naming
+    the file as ``shown``, by default its path)."""
+    digest, lines = hashlib.sha256(), Lines()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(BLOCK), b""):
             digest.update(block)
-            lines += block.count(b"\n")
-            size += len(block)
+            lines.add(block)
     fmt = format_of(path)
     refused = None
-    rows = lines + 1
+    rows = lines.count
     try:
         check_format(path, fmt)
         if fmt == "parquet":
@@ -106,11 +102,29 @@ def examined(relation: str, path: str) -> Found:
         elif fmt == "csv":
             stored_columns(list(csv_header(path)))
     except FileRefused as exc:
-        refused = FileRefused(f"cannot ingest {path}: {exc}", exc.lasting)
+        refused = FileRefused(f"cannot ingest {shown or path}: {exc}", exc.lasting)
     except (pa.ArrowException, OSError) as exc:
-        refused = FileRefused(f"cannot ingest {path}: not a readable Parquet file ({str(exc).splitlines()[0]})")
-    bound = rows if fmt == "parquet" else size + 1
-    return Found(relation, path, size, digest.hexdigest(), rows, bound, refused)
+        refused = FileRefused(f"cannot ingest {shown or path}: not a readable Parquet file ({str(exc).splitlines()[0]})")
+    return Found(relation, path, lines.size, digest.hexdigest(), rows, refused)
+
+
+@dataclass
+class Lines:
+    """The lines of a text file as Spark's text reader splits them (at ``\\r\\n``, ``\\r`` or ``\\n``; nothing after a
+    last separator), counted block by block: a line's number in the file is at most ``count``."""
+
+    separators: int = 0
+    size: int = 0
+    last: bytes = b""
+
+    def add(self, block: bytes) -> None:
+        self.separators += block.count(b"\n") + block.count(b"\r") - block.count(b"\r\n") - (self.last == b"\r" and block[:1] == b"\n")
+        self.size += len(block)
+        self.last = block[-1:]
+
+    @property
+    def count(self) -> int:
+        return self.separators + (self.size > 0 and self.last not in (b"\n", b"\r"))
 
 
 def require_landing(landing: str, relation: str) -> None:
@@ -125,57 +139,15 @@ def listed(landing: str) -> list[str]:
     found = []
     for folder, subfolders, files in os.walk(os.path.abspath(landing)):
         subfolders[:] = sorted(name for name in subfolders if not name.startswith(("_", ".")))
-        found += [os.path.join(folder, name) for name in files if not name.startswith(("_", ".")) and _readable(name)]
+        found += [os.path.join(folder, name) for name in files if not name.startswith(("_", ".")) and readable(name)]
     return sorted(found)
 
 
-def _readable(name: str) -> bool:
+def readable(name: str) -> bool:
     return os.path.splitext(name)[1].lower() in FORMATS
-
-
-def ingest_landing(
-    engine: DeltaEngine,
-    warehouse: Warehouse,
-    rel: Relation,
-    landing: str,
-    checkpoint: str | None,
-    report: Callable[[IngestResult], None],
-    specs: dict[str, RelationSpec] | None = None,
-) -> None:
-    """``lakejoin ingest --landing``: ingest every file under ``landing`` not landed or ingested yet, one by one in name
-    order. A file refused as a whole is recorded in quarantine/ingest, reported, and not tried again; the next file
-    goes on. The caller has checked the folder (``require_landing``) before recording anything."""
-
-    def ingest(path: str) -> None:
-        report(ingest_or_refuse(engine.spark, engine, warehouse, rel, path, specs, record_refusal=True))
-
-    if on_databricks():
-        _auto_loader(engine, landing, checkpoint or default_checkpoint(landing, warehouse, rel), ingest)
-        return
-    known = known_files(engine, warehouse)
-    for path in listed(landing):
-        if path in known.paths:
-            refused = known.paths[path]
-            report(IngestResult(path, rel.name, already_ingested=not refused, already_refused=refused))
-        else:
-            ingest(path)
 
 
 def default_checkpoint(landing: str, warehouse: Warehouse, rel: Relation) -> str:
     """Auto Loader's checkpoint when none is given: in the landing folder, one per warehouse and relation, so that two
     warehouses fed from one folder (a bundle's dev and prod targets) each find every file."""
     return os.path.join(landing, "_lakejoin_checkpoint", re.sub(r"[^A-Za-z0-9_.-]+", "_", warehouse.root.strip("/")), rel.name)
-
-
-def _auto_loader(engine: DeltaEngine, landing: str, checkpoint: str, ingest: Callable[[str], None]) -> None:
-    """Auto Loader (``cloudFiles``) finds the new files and records them in its checkpoint once the micro-batch that
-    ingested them returns; only the paths are read (binaryFile without its content)."""
-
-    def ingest_batch(files: DataFrame, _: int) -> None:
-        for row in files.select("path").orderBy("path").collect():  # file names only: a few per trigger
-            if _readable(row.path):
-                ingest(row.path.removeprefix("dbfs:"))
-
-    stream = engine.spark.readStream.format("cloudFiles").option("cloudFiles.format", "binaryFile").load(landing)
-    query = stream.select("path").writeStream.option("checkpointLocation", checkpoint).trigger(availableNow=True)
-    query.foreachBatch(ingest_batch).start().awaitTermination()

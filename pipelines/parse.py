@@ -100,15 +100,23 @@ def named_files(paths: Sequence[str]) -> list[Column]:
 
 
 def numbered(frame: DataFrame, name: str) -> DataFrame:
-    """``frame`` with each row's 0-based place in it as column ``name``, in the frame's own order.
+    """``frame`` with each row's 0-based place in it as column ``name``, in the frame's own order (``counted``)."""
+    return counted(frame, name)[0]
 
-    Each partition is a contiguous piece of the frame: its rows are counted (one small job) and numbered after
-    those of the pieces before it, so no task holds the whole frame as a window over all rows would."""
+
+def counted(frame: DataFrame, name: str, *sums: Column) -> tuple[DataFrame, int, list]:
+    """``frame`` with each row's 0-based place in it as column ``name``, in the frame's own order; its rows; and the
+    totals of ``sums`` (integer aggregates over its rows; None over no rows), all from one small job.
+
+    Each partition is a contiguous piece of the frame: its rows are counted and numbered after those of the pieces
+    before it, so no task holds the whole frame as a window over all rows would."""
     rows = frame.withColumn(name, F.monotonically_increasing_id())
     piece = F.shiftright(F.col(name), PARTITION_BITS)
-    pieces = [(row["piece"], row["rows"]) for row in rows.groupBy(piece.alias("piece")).agg(F.count(F.lit(1)).alias("rows")).collect()]
+    found = rows.groupBy(piece.alias("piece")).agg(F.count(F.lit(1)).alias("rows"), *[total.alias(f"sum{index}") for index, total in enumerate(sums)]).collect()
+    pieces = [(row["piece"], row["rows"]) for row in found]
+    totals = [sum(parts) if (parts := [int(row[f"sum{index}"]) for row in found if row[f"sum{index}"] is not None]) else None for index in range(len(sums))]
     within = F.col(name).bitwiseAND((1 << PARTITION_BITS) - 1)
-    return rows.withColumn(name, firsts(pieces, 0, piece) + within)
+    return rows.withColumn(name, firsts(pieces, 0, piece) + within), sum(count for _, count in pieces), totals
 
 
 # What a file named .jsonl or .csv holds when it is no text lakejoin can read, by its first bytes.
@@ -240,7 +248,7 @@ def parse_frame(df: DataFrame, columns: list[str], line: Column) -> Parsed:
         return column(field.name) if nested_names_storable(field.dataType) else F.to_json(column(field.name))
 
     frame = df.select(
-        *[name for name in df.columns if name == "_source_file"],
+        *[name for name in df.columns if name in ("_source_file", "_arrival_seq")],  # a file's name, a row's place
         line.alias("_source_line"),
         F.to_json(F.struct(*[column(name) for name in columns])).alias("_raw"),
         F.lit(False).alias("_unparsable"),

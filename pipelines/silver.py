@@ -26,10 +26,8 @@ from pipelines.ingest import IngestResult
 from pipelines.landing import Known, known_files
 from state.batch_log import BatchLog, BatchOutcome, BatchPlan, LogTail
 from state.checks import check_consistency
-from state.clock import now
 from state.config import Config, on_warehouse_axis
 from state.engines import DeltaEngine
-from state.errors import FileRefused
 from state.faults import step
 from state.layout import Warehouse
 from state.lock import INGEST, hold

@@ -23,9 +23,9 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from pipelines.classify import classify
-from pipelines.ingest import Provenance, land, last_arrival_seq, log_ingest
-from pipelines.parse import Parsed, numbered
+from pipelines.bronze import Landed, Lander, Placed, Provenance, land_rows, last_arrival_seq
+from pipelines.ingest import log_ingests, log_row, set_aside
+from pipelines.parse import Parsed, firsts, numbered
 from state.engines import Actions, DeltaEngine
 from state.engines.base import CHANGE_FEED, DeltaReader, no_change_feed
 from state.engines.delta_log import data_file
@@ -152,63 +152,60 @@ def _listed(engine: DeltaReader, warehouse: Warehouse, rel: Relation, table: str
 
 
 def _ingest(engine: DeltaEngine, warehouse: Warehouse, specs: dict[str, RelationSpec], pending: Pending) -> SourceResult:
-    """``pending``'s appends as pointers, its rewrites followed, its (skipped) change commits logged."""
+    """``pending``'s appends as pointers, its rewrites followed, its (skipped) change commits logged: one landing
+    (pipelines/bronze.py), then the rows it set aside, then one ingest-log commit."""
     rel, table, commits = pending.relation, pending.table, pending.commits
     if not commits:
         return SourceResult(rel.name, table)
     changes = [commit for commit in commits if commit.kind == CHANGE]
     appended = [commit for commit in commits if commit.kind == APPEND]
     newest = commits[-1].version
-    source = Provenance.started(
-        rel, table, F.col("_source_file"), F.col("_source_line").bitwiseAND((1 << ROW_BITS) - 1), F.col("_source_version"),
-        version_logged=newest, table_id=pending.identity, kept=(specs[rel.name].event_time, *_partition_columns(appended)),
+    lander = Lander.for_call(engine, warehouse, specs)
+    source = Provenance(
+        rel, table, lander.tag, lander.at, F.col("_source_file"), F.col("_source_line").bitwiseAND((1 << ROW_BITS) - 1), F.col("_source_version"),
+        kept=(specs[rel.name].event_time, *_partition_columns(appended)),
     )
     # logged with the ingest's own row, after its pointers landed: a crash before that leaves the versions to read again
     skipped = [(change.version, f"skipped: version {change.version} is a {change.operation} (skip_change_commits)") for change in changes]
-    if specs[rel.name].changes is not None:
-        landed, quarantined, duplicates = _ingest_changes(engine, warehouse, rel, specs, table, commits, source)
-        changes, skipped = [], []
-    elif appended:
-        landed, quarantined, duplicates = _ingest_appends(engine, warehouse, rel, specs, table, appended, source, newest, skipped)
-    else:  # only rewrites (or skipped changes): the log moves past them
-        landed = quarantined = duplicates = 0
-        log_ingest(engine, warehouse, source, None, 0, 0, 0, last_arrival_seq(engine, warehouse) + 1, skipped=skipped)
+    first = last_arrival_seq(engine, warehouse)
+    try:
+        if specs[rel.name].changes is not None:
+            landed, placed = _ingest_changes(lander, rel, table, commits, source, first)
+            changes, skipped = [], []
+        elif appended:
+            landed, placed = _ingest_appends(lander, rel, table, appended, source, newest, first)
+        else:  # only rewrites (or skipped changes): the log moves past them
+            landed, placed = Landed(rel.name), Placed(table, first, 0)
+    except (PySparkException, Py4JJavaError) as exc:
+        raise read_failure(table)(exc) from exc
+    set_aside(engine, warehouse, rel, [] if landed.quarantined is None else [landed.quarantined], [f"{table}@{commits[0].version}-{newest}"])
+    tally = landed.total
+    row = log_row(lander, rel, placed, None, tally, version=newest, table_id=pending.identity)
+    skips = [{**row, "rows_landed": 0, "rows_quarantined": 0, "rows_duplicate": 0, "seq_to": placed.first, "refused": why, "source_version": version} for version, why in skipped]
+    log_ingests(engine, warehouse, [*skips, row])
     return SourceResult(
-        rel.name, table, (commits[0].version, newest), landed, quarantined, duplicates,
+        rel.name, table, (commits[0].version, newest), tally.landed, tally.quarantined, tally.duplicates,
         tuple(f"version {change.version} ({change.operation})" for change in changes),
     )
 
 
-def _ingest_appends(
-    engine: DeltaEngine,
-    warehouse: Warehouse,
-    rel: Relation,
-    specs: dict[str, RelationSpec],
-    table: str,
-    appended: list[Commit],
-    source: Provenance,
-    newest: int,
-    skipped: list[tuple[int, str]],
-) -> tuple[int, int, int]:
+def _ingest_appends(lander: Lander, rel: Relation, table: str, appended: list[Commit], source: Provenance, newest: int, first: int) -> tuple[Landed, Placed]:
     """The appended rows classified as a file's would be (ids, event times, duplicates, conflicts), then landed.
     Files in the order they were written (a snapshot holds the table's whole history), then by path."""
+    engine = lander.engine
     root = engine.source_root(table)
     written = lambda add: (add.get("modificationTime") or 0, add["path"])  # noqa: E731 - a sort key
     files = [(commit.version, add) for commit in appended for add in sorted(commit.files, key=written)]
     require_distinct_names(table, [add["path"] for _, add in files])
-    try:
-        classified = classify(engine, warehouse, rel, specs, _file_rows(engine, root, schema_at(engine, table, newest), files), {})
-        return land(engine, warehouse, classified, source, None, read_failure(table), skipped)
-    except (PySparkException, Py4JJavaError) as exc:
-        raise read_failure(table)(exc) from exc
+    parsed, placed = _placed(_file_rows(engine, root, schema_at(engine, table, newest), files), table, first)
+    return land_rows(lander, rel, parsed, [placed], source), placed
 
 
-def _ingest_changes(
-    engine: DeltaEngine, warehouse: Warehouse, rel: Relation, specs: dict[str, RelationSpec], table: str, commits: list[Commit], source: Provenance
-) -> tuple[int, int, int]:
+def _ingest_changes(lander: Lander, rel: Relation, table: str, commits: list[Commit], source: Provenance, first: int) -> tuple[Landed, Placed]:
     """A change feed's new versions landed whole (bronze keeps every version of a record, state/changes.py): a first
     ingest's snapshot as inserts at its version, then each later version's Change Data Feed, an update by its new
     version (``update_postimage``), each change sequenced by its commit version."""
+    engine = lander.engine
     schema = schema_at(engine, table, commits[-1].version)
     parts = []
     if commits[0].operation == "snapshot":
@@ -220,15 +217,21 @@ def _ingest_changes(
         changes = engine.source_changes(table, later[0], later[-1]).where(F.col(CDF_TYPE) != "update_preimage")
         parts.append(_change_rows(changes, schema, table, first_line=len(commits[0].files) if commits[0].operation == "snapshot" else 0))
     if not parts:
-        return 0, 0, 0
+        return Landed(rel.name), Placed(table, first, 0)
     frame = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
     kept = [field for field in schema.fields if not field.name.startswith("_")]
     whole = replace(source, kept=tuple(field.name for field in kept))  # every column, each version's own
-    try:
-        classified = classify(engine, warehouse, rel, specs, Parsed(frame, {field.name: field.dataType for field in kept}, text=False), {})
-        return land(engine, warehouse, classified, whole, None, read_failure(table))
-    except (PySparkException, Py4JJavaError) as exc:
-        raise read_failure(table)(exc) from exc
+    parsed, placed = _placed(Parsed(frame, {field.name: field.dataType for field in kept}, text=False), table, first)
+    return land_rows(lander, rel, parsed, [placed], whole), placed
+
+
+def _placed(parsed: Parsed, table: str, first: int) -> tuple[Parsed, Placed]:
+    """The rows at places after ``first``, in their order: data file by data file (a line's high bits), row by row
+    within one (its low bits, which number a file's rows without a gap); one small job counts each file's rows."""
+    block = F.shiftright(F.col("_source_line"), ROW_BITS)
+    rows = [(row["block"], row["rows"]) for row in parsed.frame.groupBy(block.alias("block")).agg(F.count(F.lit(1)).alias("rows")).collect()]
+    place = firsts(rows, first + 1, block) + F.col("_source_line").bitwiseAND((1 << ROW_BITS) - 1)
+    return replace(parsed, frame=parsed.frame.withColumn("_arrival_seq", place)), Placed(table, first, sum(count for _, count in rows))
 
 
 def _change_rows(changes: DataFrame, schema: StructType, table: str, first_line: int) -> DataFrame:

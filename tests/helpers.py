@@ -16,10 +16,11 @@ from pyspark.sql import functions as F
 
 from state.config import Config
 from pipelines.spark import DELTA_JARS
-from pipelines.ingest import IngestResult, ingest_file
+from pipelines.ingest import IngestResult, ingest_files
 from pipelines.silver import BatchReport, run
 from pipelines.sources import ingest_sources
 from state.engines import DeltaEngine
+from state.errors import FileRefused
 from state.faults import CRASH_AT, InjectedCrash
 from state.layout import IN_STORE, Warehouse
 from state.relations import relation
@@ -69,7 +70,11 @@ class Pipeline:
         return path
 
     def ingest(self, side: str, path: str) -> IngestResult:
-        return ingest_file(self.engine.spark, self.engine, self.warehouse, relation(side, self.config.joined), path, self.config.relations)
+        """One file ingested on its own; a file refused as a whole raises its refusal."""
+        (result,) = ingest_files(self.engine, self.warehouse, relation(side, self.config.joined), [path], self.config.relations)
+        if result.refused is not None:
+            raise FileRefused(result.refused)
+        return result
 
     def land(self, records: Sequence[Record]) -> None:
         """Ingest records in the given order, one file per run of consecutive records of one relation."""

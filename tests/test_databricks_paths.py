@@ -10,7 +10,8 @@ from collections import Counter
 import pytest
 
 from pipelines.api import _path_of
-from pipelines.landing import default_checkpoint, ingest_landing, listed
+from pipelines.ingest import ingest_landing
+from pipelines.landing import default_checkpoint, listed
 from pipelines.maintain import maintain
 from state.checks import require_engine_for
 from state.config import config_from

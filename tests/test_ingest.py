@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import re
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from chispa import assert_df_equality
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
-from pipelines import ingest
 from state.errors import LakejoinError
 from state.faults import CRASH_AT, InjectedCrash
 from tests.helpers import Pipeline
@@ -66,8 +70,10 @@ def test_each_malformed_row_is_quarantined_with_its_reason_and_the_good_rows_lan
 
 
 def test_a_file_read_in_many_pieces_keeps_its_line_order_and_no_task_holds_all_of_it(pipeline, spark, monkeypatch):
-    """A file larger than memory must not pass through one task: it is read in pieces and numbered in blocks
-    (here pieces of ~100 bytes and blocks of 4 lines), and lines and arrival places still follow the file."""
+    """A file larger than memory must not pass through one task: it is read in pieces (here every file is read in
+    blocks, of ~100 bytes), and each row still takes the place its line gives it in the arrival order."""
+    from pipelines import parse
+
     lines = ["garbage" if n % 7 == 0 else "" if n % 11 == 0 else {"id": f"r{n}", "ts": n, "key": "k"} for n in range(1, 41)]
     path = pipeline.write_file(lines)
     plans = []
@@ -79,7 +85,7 @@ def test_a_file_read_in_many_pieces_keeps_its_line_order_and_no_task_holds_all_o
         return append(table, df, txn)
 
     monkeypatch.setattr(pipeline.engine, "append", recording_append)
-    monkeypatch.setattr(ingest, "BLOCK_BITS", 2)
+    monkeypatch.setattr(parse, "WHOLE_FILE_BYTES", 0)
     spark.conf.set("spark.sql.files.maxPartitionBytes", "100")
     try:
         pipeline.ingest("r", path)
@@ -87,7 +93,7 @@ def test_a_file_read_in_many_pieces_keeps_its_line_order_and_no_task_holds_all_o
         spark.conf.unset("spark.sql.files.maxPartitionBytes")
     landed = [n for n, line in enumerate(lines, start=1) if isinstance(line, dict)]
     rows = bronze(pipeline, "r").orderBy("_arrival_seq").collect()
-    assert [(row._source_line, row._arrival_seq) for row in rows] == [(n, seq) for seq, n in enumerate(landed, start=1)]
+    assert [(row._source_line, row._arrival_seq) for row in rows] == [(n, n) for n in landed]
     assert quarantined(pipeline) == [(n, "unparsable line") for n in (7, 14, 21, 28, 35)]
     assert plans and not any("SinglePartition" in plan for plan in plans)
 
@@ -139,7 +145,7 @@ def test_an_ingest_that_died_before_its_log_row_lands_what_is_missing_when_tried
     assert sorted(row.id for row in bronze(pipeline, "r").collect()) == ["a", "b"]
     assert quarantined(pipeline) == [(2, "unparsable line")]
     (logged,) = pipeline.engine.read(pipeline.warehouse.ingest_log).collect()
-    assert (logged.seq_from, logged.seq_to) == (3, 2)  # it covers the places its first try took: 1 and 2
+    assert (logged.seq_from, logged.seq_to) == (4, 6)  # after the places its first try took (1 to 3): pending runs to 6
 
 
 def test_repeated_records_are_skipped_and_conflicting_ids_quarantined(pipeline):
@@ -179,12 +185,65 @@ def test_unknown_extensions_and_missing_files_are_refused_before_anything_lands(
 
     good = pipeline.write_file([{"id": "a", "ts": 1, "key": "k"}])
     with pytest.raises(LakejoinError, match="unknown extension '.txt'"):
-        ingest_files(spark, pipeline.engine, pipeline.warehouse, R, [good, str(tmp_path / "notes.txt")])
+        ingest_files(pipeline.engine, pipeline.warehouse, R, [good, str(tmp_path / "notes.txt")])
     with pytest.raises(LakejoinError, match="no such file"):
-        ingest_files(spark, pipeline.engine, pipeline.warehouse, R, [good, str(tmp_path / "gone.jsonl")])
+        ingest_files(pipeline.engine, pipeline.warehouse, R, [good, str(tmp_path / "gone.jsonl")])
     assert pipeline.engine.version(pipeline.warehouse.bronze(R)) is None
 
 
 def test_reserved_column_names_are_refused(pipeline):
     with pytest.raises(LakejoinError, match="'_arrival_seq' starts with '_'"):
         pipeline.ingest("r", pipeline.write_file([{"id": "a", "ts": 1, "key": "k", "_arrival_seq": 9}]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["a", "é", "\n", "\r", "\r\n", " ", "\ufeff"]), max_size=40), st.integers(min_value=1, max_value=8))
+def test_a_text_file_s_places_are_its_lines_as_spark_splits_them_whatever_the_blocks_it_is_read_in(pieces, block):
+    """A file's places are counted on the driver before Spark reads it: as many as the lines Spark's text reader gives
+    (split at \\r\\n, \\r or \\n, nothing after a last separator), read in blocks that may split a \\r\\n."""
+    from pipelines.landing import Lines
+
+    text = "".join(pieces)
+    content, lines = text.encode(), Lines()
+    for start in range(0, len(content), block):
+        lines.add(content[start : start + block])
+    split = re.split("\r\n|\r|\n", text)
+    assert lines.count == len(split) - (split[-1] == "")
+
+
+def test_spark_numbers_a_text_file_s_lines_within_the_places_counted_for_it(spark, tmp_path, monkeypatch):
+    """Every line Spark reads of a file is numbered within the places counted for it, read whole or in blocks."""
+    from pipelines import landing, parse
+
+    texts = ["a\r\nb\rc\nd", "a\n\n\nb\n", "\ufeffa\r\r\nb\r\n", "x"]
+    paths = []
+    for number, text in enumerate(texts):
+        paths.append(str(tmp_path / f"{number}.jsonl"))
+        with open(paths[-1], "w", encoding="utf-8", newline="") as handle:
+            handle.write(text)
+    counted = {path: landing.examined("r", path).rows for path in paths}
+    for whole in (parse.WHOLE_FILE_BYTES, 0):
+        monkeypatch.setattr(parse, "WHOLE_FILE_BYTES", whole)
+        numbered = parse.numbered_lines(spark, paths).groupBy("_source_file").agg(F.max("_source_line").alias("last")).collect()
+        assert {row._source_file: row.last for row in numbered} == counted
+
+
+def test_the_files_of_one_call_land_in_one_bronze_commit_and_one_log_commit_each_reported_alone(pipeline):
+    """One road into bronze: a call's files are read, classified and appended together, then logged together; each
+    file still gets its own result, and its rows the places its lines give them."""
+    from pipelines.ingest import ingest_files
+    from state.relations import R
+
+    first = pipeline.write_file([{"id": "a", "ts": 1, "key": "k"}, {"id": "b", "ts": 2, "key": "k"}])
+    second = pipeline.write_file(["garbage", {"id": "a", "ts": 1, "key": "k"}, {"id": "c", "ts": 3, "key": "k"}])
+    third = pipeline.write_file([{"id": "b", "ts": 9, "key": "k"}])
+    results = ingest_files(pipeline.engine, pipeline.warehouse, R, [first, second, third, first])
+    assert [(result.landed, result.quarantined, result.duplicates) for result in results[:3]] == [(2, 0, 0), (1, 1, 1), (0, 1, 0)]
+    assert results[3].already_ingested
+    warehouse = pipeline.warehouse
+    assert pipeline.engine.version(warehouse.bronze(R)) == 0 and pipeline.engine.version(warehouse.ingest_log) == 0
+    assert pipeline.engine.version(warehouse.quarantine) == 0
+    rows = bronze(pipeline, "r").orderBy("_arrival_seq").collect()
+    assert [(row.id, row._arrival_seq) for row in rows] == [("a", 1), ("b", 2), ("c", 5)]  # second's lines take 3 to 5
+    log = sorted((row.source_file, row.seq_from, row.seq_to) for row in pipeline.engine.read(warehouse.ingest_log).collect())
+    assert log == sorted([(first, 1, 2), (second, 3, 5), (third, 6, 6)])

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from state.config import Config
 from pipelines.ingest import ingest_files
-from pipelines.landing import ingest_landing
+from pipelines.ingest import ingest_landing
 from state.errors import FileRefused, LakejoinError
 from state.names import storable, stored_names
 from state.relations import R, S
@@ -93,7 +93,7 @@ def test_a_file_that_cannot_be_read_as_a_whole_is_refused_in_one_line_and_the_ot
     }
     pq.write_table(pa.table({"id": ["p"], "ts": [1], "key": ["k"]}), str(tmp_path / "data.parquet"))
     bad[write(str(tmp_path / "misnamed.csv"), (tmp_path / "data.parquet").read_bytes())] = "it is a Parquet file: name it .parquet"
-    results = ingest_files(spark, pipeline.engine, pipeline.warehouse, R, [good[0], *bad, good[1]], pipeline.config.relations)
+    results = ingest_files(pipeline.engine, pipeline.warehouse, R, [good[0], *bad, good[1]], pipeline.config.relations)
     assert [result.landed for result in (results[0], results[-1])] == [1, 1]
     for result, (file, reason) in zip(results[1:-1], bad.items()):
         assert result.refused is not None and result.refused.startswith(f"cannot ingest {file}: ") and reason in result.refused
@@ -227,7 +227,7 @@ def check_ingest(pipeline: Pipeline, rel, path: str, lines: int, good: dict[str,
     """The file is refused in one line with nothing written, or every line is accounted for and no good row is
     lost (its extra values kept under their stored names)."""
     before = pipeline.versions()
-    [result] = ingest_files(pipeline.engine.spark, pipeline.engine, pipeline.warehouse, rel, [path])
+    [result] = ingest_files(pipeline.engine, pipeline.warehouse, rel, [path])
     if result.refused is not None:
         assert "\n" not in result.describe() and result.refused.startswith(f"cannot ingest {path}: ")
         assert pipeline.versions() == before

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.ingest import IngestResult, ingest_file
+from pipelines.ingest import IngestResult, ingest_files
 from pipelines.reset import reset
 from pipelines.silver import run
 from state.config import Config
@@ -181,7 +181,7 @@ def test_an_ingest_while_a_landing_batch_is_unfinished_takes_places_after_those_
     extra = os.path.join(str(tmp_path), "extra.jsonl")
     with open(extra, "w", encoding="utf-8") as handle:
         handle.write(json.dumps({"id": later.id, "ts": later.ts, "key": later.key}) + "\n")
-    ingest_file(pipeline.engine.spark, pipeline.engine, pipeline.warehouse, S, extra, pipeline.config.relations)
+    ingest_files(pipeline.engine, pipeline.warehouse, S, [extra], pipeline.config.relations)
     resumed, then = pipeline.run()
     assert (resumed.resumed, resumed.arrivals, then.arrivals) == (True, {"r": 2, "s": 2}, {"r": 0, "s": 1})
     assert pipeline.gold_pairs() == Counter(batch_join([*RECORDS[:4], later]))

@@ -23,7 +23,7 @@ from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 
 from expectations.reconcile import comparable
-from pipelines.ingest import ingest_file
+from pipelines.ingest import ingest_files
 from pipelines.spark import DELTA_CONF, DELTA_JARS, delta_jars
 from state.engines import make_engine
 from state.layout import Warehouse
@@ -76,7 +76,7 @@ def test_on_a_standalone_cluster_joins_are_exact_and_the_cli_runs_there(standalo
     # the command line on the cluster: one more payment of the worked example's key, landed here, joins its three orders
     (tmp_path / "s9.jsonl").write_text(json.dumps({"id": "s9", "ts": 9, "key": "k", "payload": "payload s9"}) + "\n")
     worked = os.path.join(str(tmp_path), "worked")
-    ingest_file(spark, make_engine(spark, "spark"), Warehouse(worked), relation("s"), str(tmp_path / "s9.jsonl"))
+    ingest_files(make_engine(spark, "spark"), Warehouse(worked), relation("s"), [str(tmp_path / "s9.jsonl")])
     ran = lakejoin("run", "--warehouse", worked, "--master", standalone_cluster, cwd=str(tmp_path), engine="spark")
     assert ran.returncode == 0 and "1 arrivals, 3 pairs" in ran.stdout, ran.stdout + ran.stderr[-2000:]
 

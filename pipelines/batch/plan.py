@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pipelines.gold import GOLD
-from pipelines.ingest import last_arrival_seq
+from pipelines.bronze import last_arrival_seq
 from pipelines.landing import Known, found_files
 from state.batch_log import BatchPlan, LandedFile, LogTail
 from state.clock import now
@@ -76,7 +76,7 @@ def _files(
     """The landing files the batch takes, each placed in the arrival order after every place taken; and those that
     could not be read now. Files refused for good, and copies of files landed before, come along without places: the
     batch records them, so they are not looked at again."""
-    place = max(last_arrival_seq(engine, warehouse), engine.max_value(warehouse.ingest_log, "seq_to") or 0)
+    place = last_arrival_seq(engine, warehouse)
     taken: list[LandedFile] = []
     retried: list[FileRefused] = []
     rows, size = ingested, 0
@@ -93,7 +93,7 @@ def _files(
         full = rows + found.rows > config.max_batch_rows or size + found.bytes > config.max_batch_bytes or len(landing) >= config.max_batch_files
         if full and (landing or ingested):
             break
-        taken.append(LandedFile(found.relation, found.path, found.sha256, found.bytes, place, found.bound))
+        taken.append(LandedFile(found.relation, found.path, found.sha256, found.bytes, place, found.rows))
         known.add(found.relation, found.path, found.sha256, False)
-        place, rows, size = place + found.bound, rows + found.rows, size + found.bytes
+        place, rows, size = place + found.rows, rows + found.rows, size + found.bytes
     return taken, retried

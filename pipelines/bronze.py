@@ -1,0 +1,366 @@
+"""The one road into bronze: every way records reach ``bronze/<relation>`` lands them here, in one pass per relation.
+
+The roads are files given to ``ingest`` or found in a landing folder (pipelines/ingest.py, pipelines/landing.py), a
+DataFrame or a stream's micro-batch (pipelines/ingest.py), a source table's new versions (pipelines/sources.py) and
+the files a batch takes from a landing folder (pipelines/batch/land.py). Each gives this module its inputs already
+*placed* in the global arrival order: an input (a file, a frame, a table's new rows) holds the places ``first + 1`` to
+``first + bound``, and its n-th line or row takes ``first + n`` (``_arrival_seq``), so no job counts rows before they
+are written and a replay numbers them the same. A place an input leaves unused (a blank line, a row set aside) is
+never taken by anything else.
+
+One landing of one relation: its files parsed kind by kind (pipelines/parse.py), every row typed and classified
+together (pipelines/classify.py) against the records already held, and appended to bronze in one commit. The job that
+writes them counts each input's rows by outcome as it writes (an observation), so a road reports per input without a
+job of its own. The rows set aside come back as one frame, for the caller's one quarantine commit. A file whose form
+is wrong is refused before anything is written; a file Spark fails to read while the rows are written is left out
+(refused for now) and the rest written again without it.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from functools import reduce
+from urllib.parse import quote
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from py4j.protocol import Py4JJavaError
+from pyspark.errors import PySparkException
+from pyspark.sql import Column, DataFrame, Observation
+from pyspark.sql import functions as F
+from pyspark.sql.types import DataType
+
+from pipelines.classify import configured_types, outcomes, typed
+from pipelines.parse import Parsed, csv_header, format_of, parse_files
+from state.batch_log import BatchPlan
+from state.clock import now
+from state.engines import DeltaEngine, Txn
+from state.engines.base import DeltaReader
+from state.errors import FileRefused, LakejoinError
+from state.faults import step
+from state.layout import Warehouse
+from state.names import column
+from state.relations import ID, OP, SEQ, TS, Relation, RelationSpec
+
+OUTCOMES = ("accepted", "quarantined", "duplicate")
+INGESTED_AT = pa.timestamp("us", tz="UTC")
+
+QUARANTINE_SCHEMA = pa.schema(
+    [
+        ("relation", pa.string()),
+        ("reason", pa.string()),
+        ("source_file", pa.string()),
+        ("source_line", pa.int64()),
+        ("raw", pa.string()),
+        ("id", pa.string()),
+        ("ingest_id", pa.string()),
+        ("ingested_at", INGESTED_AT),
+        ("source_version", pa.int64()),  # the source table's version that added the row; null for a file
+        ("lasting", pa.bool_()),  # a file refused as a whole: for good (its form), or for now (it could not be read)
+    ]
+)
+
+# What ends reading a file: its form (FileRefused from lakejoin's own checks, values nested deeper than Python
+# recurses), or a failure while reading it (Spark's, the file system's).
+UNREADABLE = (FileRefused, RecursionError, PySparkException, Py4JJavaError, OSError)
+
+
+@dataclass(frozen=True)
+class Placed:
+    """One input of a landing and its places in the arrival order: its rows take ``first + 1`` to ``first + bound``."""
+
+    name: str  # a file's path, a frame's label, a source table
+    first: int
+    bound: int
+    shown: str | None = None  # how a refusal names it (a file as it was given), when not by ``name``
+
+    @property
+    def called(self) -> str:
+        return self.shown or self.name
+
+    @property
+    def rows(self) -> str:
+        """Its rows, as a SQL predicate on ``_arrival_seq``."""
+        return f"(_arrival_seq > {self.first} AND _arrival_seq <= {self.first + self.bound})"
+
+
+@dataclass(frozen=True)
+class Tally:
+    """One input's rows by outcome."""
+
+    landed: int = 0
+    quarantined: int = 0
+    duplicates: int = 0
+
+    def __add__(self, other: Tally) -> Tally:
+        return Tally(self.landed + other.landed, self.quarantined + other.quarantined, self.duplicates + other.duplicates)
+
+
+@dataclass(frozen=True)
+class Landed:
+    """What one landing put into one relation's bronze: each input's tally, the files refused as a whole, and the rows
+    set aside (as ``quarantine/ingest`` keeps them; None when none)."""
+
+    relation: str
+    tallies: dict[str, Tally] = field(default_factory=dict)
+    refused: dict[str, FileRefused] = field(default_factory=dict)
+    quarantined: DataFrame | None = None
+
+    @property
+    def total(self) -> Tally:
+        return sum(self.tallies.values(), Tally())
+
+
+@dataclass(frozen=True)
+class Lander:
+    """Where and as what a landing writes: the warehouse, its relations' columns, the ``_ingest_id`` its rows carry and
+    when they came; ``known`` gives a relation's records held already (``_id``, ``_content_hash``), ``txn`` bronze's
+    application transaction (a batch's), and ``left_out`` hears of a file refused for now while the rows are written
+    (a batch records it before it writes the rest, so a resumed batch leaves it out too)."""
+
+    engine: DeltaEngine
+    warehouse: Warehouse
+    specs: dict[str, RelationSpec]
+    tag: str
+    at: datetime
+    known: Callable[[Relation], DataFrame | None]
+    txn: Callable[[str], Txn | None] = lambda _: None
+    left_out: Callable[[Relation, str, str], None] = lambda *_: None
+
+    @classmethod
+    def for_call(cls, engine: DeltaEngine, warehouse: Warehouse, specs: dict[str, RelationSpec]) -> Lander:
+        """A call's landing (``ingest``, a frame, a source table): a new ingest id, checked against the records held."""
+        return cls(engine, warehouse, specs, str(uuid.uuid4()), now(), lambda rel: held_records(engine, warehouse, rel))
+
+    def provenance(self, rel: Relation) -> Provenance:
+        """Where a landed file's rows come from: their file and line."""
+        return Provenance(rel, "", self.tag, self.at, F.col("_source_file"), F.col("_source_line"), F.lit(None).cast("long"), named=F.col("_source_file"))
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """What every row of one landing records about where it came from: a file and its line, or a source table's data
+    file, the row within it and the table version that added it (pipelines/sources.py)."""
+
+    relation: Relation
+    path: str  # the source table ("" for files, which each row names)
+    ingest_id: str
+    ingested_at: datetime
+    file: Column  # bronze's _source_file
+    line: Column  # _source_line: the file's line, or the row's index in its data file
+    version: Column  # the source table's version; null for a file
+    kept: tuple[str, ...] | None = None  # the data columns bronze keeps (None: all; a table source: the event time)
+    named: Column | None = None  # what quarantine/ingest names a row's file by (None: ``path``)
+
+
+def land_files(lander: Lander, rel: Relation, files: Sequence[Placed]) -> Landed:
+    """``files`` of ``rel`` (each at its places) parsed kind by kind, typed and classified together, and appended to
+    bronze in one commit. A file that cannot be read as a whole is refused alone: before the write when its form is
+    wrong, during it when Spark cannot read it (then the rest is written again without it)."""
+    typed_rows, refused = _typed_files(lander, rel, files)
+    kept = [file for file in files if file.name not in refused]
+
+    def without(failed: str, why: FileRefused) -> Landed:
+        lander.left_out(rel, failed, str(why))
+        again = land_files(lander, rel, [file for file in files if file.name != failed])
+        return replace(again, refused={**refused, **again.refused, failed: why})
+
+    landed = _land(lander, rel, typed_rows, kept, lander.provenance(rel), without)
+    return replace(landed, refused={**refused, **landed.refused})
+
+
+def land_rows(lander: Lander, rel: Relation, parsed: Parsed, inputs: Sequence[Placed], source: Provenance) -> Landed:
+    """Rows already parsed (a DataFrame's, a source table's), each at its ``_arrival_seq``, typed and classified as a
+    file's, and appended to bronze in one commit. A failure to read them raises."""
+    settled = _bronze_types(lander.engine, lander.warehouse, rel)
+    frame, _ = typed(lander.engine, lander.warehouse, rel, lander.specs, parsed, configured_types(rel, lander.specs[rel.name]), settled)
+    return _land(lander, rel, frame, inputs, source, None)
+
+
+def _land(
+    lander: Lander,
+    rel: Relation,
+    typed_rows: DataFrame | None,
+    inputs: Sequence[Placed],
+    source: Provenance,
+    without: Callable[[str, FileRefused], Landed] | None,
+) -> Landed:
+    """Classify ``typed_rows`` and append the accepted ones, counting each input's outcomes in the write's own job.
+    ``without``: how to land the rest when Spark fails to read one of the files (None: the failure raises)."""
+    if typed_rows is None:
+        return Landed(rel.name)
+    classified = outcomes(typed_rows, lander.known(rel), lander.specs[rel.name].changes is not None)
+    observation = Observation()
+    observed = classified.observe(observation, *_tallying(inputs))
+    try:
+        with step(f"bronze_{rel.name}"):
+            written = lander.engine.append(lander.warehouse.bronze(rel), bronze_rows(observed, source), lander.txn(lander.warehouse.bronze(rel)))
+    except UNREADABLE as exc:
+        failed = next((placed for placed in inputs if _names(exc, placed.name)), None)
+        if without is None or failed is None:
+            raise
+        return without(failed.name, refusal(failed.called, exc))
+    counts = observation.get if written is not None else classified.agg(*_tallying(inputs)).first().asDict()
+    tallies = {placed.name: Tally(*(counts[outcome][index] for outcome in OUTCOMES)) for index, placed in enumerate(inputs)}
+    bad = [placed for placed in inputs if tallies[placed.name].quarantined]
+    quarantined = None
+    if bad:  # read again only the inputs that set rows aside
+        quarantined = quarantine_rows(classified.where(" OR ".join(placed.rows for placed in bad)), source)
+    return Landed(rel.name, tallies, {}, quarantined)
+
+
+def _tallying(inputs: Sequence[Placed]) -> list[Column]:
+    """Per outcome, an array of each input's rows with it: SQL text, so one expression whatever the inputs' number."""
+    return [
+        F.expr(f"array({', '.join(f'count_if(_outcome = {outcome!r} AND {placed.rows})' for placed in inputs) or 'CAST(0 AS BIGINT)'})").alias(outcome)
+        for outcome in OUTCOMES
+    ]
+
+
+def _bronze_types(engine: DeltaReader, warehouse: Warehouse, rel: Relation) -> dict[str, DataType]:
+    schema = engine.schema(warehouse.bronze(rel))
+    return {} if schema is None else {field.name: field.dataType for field in schema.fields}
+
+
+def _typed_files(lander: Lander, rel: Relation, files: Sequence[Placed]) -> tuple[DataFrame | None, dict[str, FileRefused]]:
+    """``files`` parsed and typed, kind by kind (each kind's types settled by bronze's, then the earlier kinds'): their
+    rows in one frame, each at its place (None when none is left), and the files refused. A kind of several files
+    refused as a whole is typed again file by file, so only the files at fault are refused."""
+    engine, warehouse = lander.engine, lander.warehouse
+    settled = _bronze_types(engine, warehouse, rel)
+    configured = configured_types(rel, lander.specs[rel.name])  # a config error stops the command: it is no file's fault
+    frames, refused = [], {}
+    pending = _kinds(files)
+    while pending:
+        group = pending.pop(0)
+        try:
+            parsed = parse_files(engine.spark, [file.name for file in group], format_of(group[0].name))
+            first = F.create_map(*[F.lit(value) for file in group for value in (file.name, file.first)])
+            placed = replace(parsed, frame=parsed.frame.withColumn("_arrival_seq", first[F.col("_source_file")] + F.col("_source_line")))
+            frame, types = typed(engine, warehouse, rel, lander.specs, placed, configured, settled)
+        except UNREADABLE as exc:
+            if len(group) > 1:
+                pending = [[file] for file in group] + pending
+            else:
+                refused[group[0].name] = refusal(group[0].called, exc)
+            continue
+        frames.append(frame)
+        settled = {**types, **settled}
+    if not frames:
+        return None, refused
+    return reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames), refused
+
+
+def _kinds(files: Sequence[Placed]) -> list[list[Placed]]:
+    """The files by what reads them together: JSON Lines; CSV by header; Parquet by schema (in the order of each
+    kind's first file)."""
+    kinds: dict[tuple, list[Placed]] = {}
+    for file in files:
+        fmt = format_of(file.name)
+        key = (fmt, csv_header(file.name) if fmt == "csv" else str(pq.read_schema(file.name)) if fmt == "parquet" else None)
+        kinds.setdefault(key, []).append(file)
+    return list(kinds.values())
+
+
+def _names(error: BaseException, path: str) -> bool:
+    """Whether Spark's ``error`` names the file at ``path`` (as it names files: a URI, percent-encoded)."""
+    text = str(error)
+    return path in text or quote(os.path.abspath(path)) in text
+
+
+def bronze_rows(classified: DataFrame, source: Provenance) -> DataFrame:
+    """Accepted rows with their bookkeeping, each at its place in the arrival order."""
+    accepted = classified.where(F.col("_outcome") == "accepted")
+    data = [name for name in accepted.columns if not name.startswith("_") and (source.kept is None or name in source.kept)]
+    table_version = [] if source.kept is None else [source.version.alias("_source_version")]
+    return accepted.select(
+        *[column(name) for name in data],
+        ID,
+        TS,
+        *[name for name in (OP, SEQ) if name in accepted.columns],  # a change feed's (pipelines/classify.py)
+        F.col("_arrival_seq").cast("long").alias("_arrival_seq"),
+        source.file.alias("_source_file"),
+        source.line.cast("long").alias("_source_line"),
+        *table_version,
+        F.lit(source.ingest_id).alias("_ingest_id"),
+        F.lit(source.ingested_at).alias("_ingested_at"),
+        "_content_hash",
+    )
+
+
+def quarantine_rows(classified: DataFrame, source: Provenance) -> DataFrame:
+    """The rows set aside, with the reason, the file and the line."""
+    return classified.where(F.col("_outcome") == "quarantined").select(
+        F.lit(source.relation.name).alias("relation"),
+        F.col("_reason").alias("reason"),
+        (F.lit(source.path) if source.named is None else source.named).alias("source_file"),
+        source.line.cast("long").alias("source_line"),
+        F.col("_raw").alias("raw"),
+        F.col(ID).alias("id"),
+        F.lit(source.ingest_id).alias("ingest_id"),
+        F.lit(source.ingested_at).alias("ingested_at"),
+        source.version.alias("source_version"),
+        F.lit(None).cast("boolean").alias("lasting"),
+    )
+
+
+def refusal_rows(refused: Sequence[tuple[str, str, str, bool]], ingest_id: str, ingested_at: datetime) -> pa.Table:
+    """Files refused as a whole, kept where their rows would have been quarantined: a row each (relation, file, why,
+    whether for good), without a line."""
+    rows = [
+        dict(relation=relation, reason=reason, source_file=path, source_line=None, raw=None, id=None, ingest_id=ingest_id, ingested_at=ingested_at, source_version=None, lasting=lasting)
+        for relation, path, reason, lasting in refused
+    ]
+    return pa.Table.from_pylist(rows, QUARANTINE_SCHEMA)
+
+
+def refusal(file: str, exc: BaseException) -> FileRefused:
+    """``exc`` as the one-line refusal of ``file``; lasting only when the file's form caused it."""
+    if isinstance(exc, FileRefused):
+        return FileRefused(f"cannot ingest {file}: {exc}", exc.lasting)
+    if isinstance(exc, RecursionError) or "maximum recursion depth exceeded" in str(exc):  # PySpark may wrap it
+        return FileRefused(f"cannot ingest {file}: its values are nested too deeply to read")
+    return FileRefused(f"cannot ingest {file}: {first_line(exc)}", lasting=False)
+
+
+def first_line(exc: BaseException) -> str:
+    """An error's own words, on one line (Spark's messages go on with plans and stack traces)."""
+    if isinstance(exc, Py4JJavaError):
+        return str(exc.java_exception.toString()).splitlines()[0]
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def held_records(engine: DeltaEngine, warehouse: Warehouse, rel: Relation) -> DataFrame | None:
+    """The records a call's new arrivals of ``rel`` are checked against (``_id``, ``_content_hash``): those its state
+    table holds (each until it is below its relation's watermark: a copy arriving later is late anyway), and those
+    ingested and not joined yet. Bounded by the lateness, not by bronze's history."""
+    joined_to = engine.max_value(warehouse.batches, "seq_to") or 0
+    frames = (engine.read(warehouse.state(rel)), engine.read(warehouse.bronze(rel), where=f"_arrival_seq > {joined_to}"))
+    parts = [frame.select(ID, "_content_hash") for frame in frames if frame is not None and "_content_hash" in frame.columns]
+    return reduce(DataFrame.unionByName, parts) if parts else None
+
+
+def last_arrival_seq(engine: DeltaReader, warehouse: Warehouse) -> int:
+    """The last place taken in the global arrival order, across every relation (0 when none): by an arrival in bronze,
+    by an ingest's inputs (the ingest log's places), by a batch's slice (a batch's files reserve places that they may
+    not all take), or by the files of a batch that died after landing some of them (its plan, carried by its bronze
+    commits, reserves their places)."""
+    taken = [engine.max_value(warehouse.bronze(rel), "_arrival_seq") for rel in warehouse.relations]
+    taken += [engine.max_value(warehouse.batches, "seq_to"), engine.max_value(warehouse.ingest_log, "seq_to")]
+    for rel in warehouse.relations:
+        info = engine.info(warehouse.bronze(rel), warehouse.app_id(warehouse.pipeline, warehouse.bronze(rel)))
+        if info is not None and info.recorded.plan is not None:
+            taken.append(BatchPlan.decoded(info.recorded.plan).seq_to)
+    return max((value for value in taken if value is not None), default=0)
+
+
+def require_files(files: Sequence[str]) -> None:
+    """Refuse, before anything is read, a file lakejoin cannot ingest by its name, or one that is not there."""
+    for file in files:
+        format_of(file)
+        if not os.path.isfile(file):
+            raise LakejoinError(f"no such file: {file}")
