@@ -37,13 +37,13 @@ class Retraction:
     tracked: bool
 
     @classmethod
-    def of(cls, engine: DeltaEngine, warehouse: Warehouse, plan: BatchPlan, ids: dict[Relation, DataFrame], keys: Sequence[str]) -> Retraction:
-        """``ids``: per relation, the ``_id``s whose results the batch retracts."""
+    def of(cls, engine: DeltaEngine, gold: str, plan: BatchPlan, ids: dict[Relation, DataFrame], keys: Sequence[str]) -> Retraction:
+        """``ids``: per relation, the ``_id``s whose results the batch retracts from the gold table at ``gold``."""
         version = plan.state_versions.get(GOLD)
         if version is None or not ids:
             return cls(None, keys, bool(ids))
-        gold = engine.read(warehouse.gold, version)
-        parts = [gold.join(F.broadcast(changed.select(F.col(ID).alias(identity_column(rel, ID)))), identity_column(rel, ID), "left_semi") for rel, changed in ids.items()]
+        rows = engine.read(gold, version)
+        parts = [rows.join(F.broadcast(changed.select(F.col(ID).alias(identity_column(rel, ID)))), identity_column(rel, ID), "left_semi") for rel, changed in ids.items()]
         return cls(reduce(DataFrame.unionByName, parts).dropDuplicates(list(keys)), keys, True)
 
 

@@ -15,7 +15,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 
+from pyspark.sql import DataFrame
+
 from expectations.batch import stopped
+from pipelines.batch.context import Batch, Run
 from pipelines.batch.emit import emit
 from pipelines.batch.land import Landing, land
 from pipelines.batch.measure import measure
@@ -24,9 +27,9 @@ from pipelines.batch.read import known_records, read, tables_at_plan
 from pipelines.batch.write import write
 from pipelines.ingest import IngestResult
 from pipelines.landing import Known, known_files
-from state.batch_log import BatchLog, BatchOutcome, BatchPlan, LogTail
+from state.batch_log import BatchOutcome, BatchPlan, LogTail
 from state.checks import check_consistency
-from state.config import Config, on_warehouse_axis
+from state.config import Config
 from state.engines import DeltaEngine
 from state.faults import step
 from state.layout import Warehouse
@@ -112,10 +115,13 @@ def run(
     each batch as it commits, ``before_writing`` is called before each batch's first write (the CLI records the
     definition there, once)."""
     engine.refresh()
-    landings = {rel: config.landings[rel.name] for rel in warehouse.relations if rel.name in config.landings}
-    tail = check_consistency(engine, warehouse, config.pipeline, creates=bool(landings))
-    log = BatchLog(engine, warehouse.batches, warehouse.app_id(config.pipeline, warehouse.batches))
-    known = known_files(engine, warehouse) if landings else Known()
+    return _batches(Run.of(engine, warehouse, config), progress, stop, before_writing)
+
+
+def _batches(run: Run, progress: Callable, stop: Callable[[], bool], before_writing: Callable[[], None]) -> list[BatchReport]:
+    """Batch after batch, from the log's tail: an unfinished batch first (resumed with its plan), then new plans."""
+    tail = check_consistency(run.engine, run.warehouse, run.config.pipeline, creates=bool(run.landings))
+    known = known_files(run.engine, run.warehouse) if run.landings else Known()
     reports = []
     while True:
         started = time.perf_counter()  # a batch's seconds include planning
@@ -123,34 +129,34 @@ def run(
         resumed = tail.unfinished
         for file in resumed.files if resumed is not None else ():  # its files are taken: no later batch plans them
             known.add(file.relation, file.path, file.sha256, file.refused is not None)
-        with _landing(warehouse, bool(landings) and resumed is None):
+        with _landing(run, resumed is None):
             with timed("planning"):
-                planned = None if resumed is None and stop() else resumed or _planned(engine, warehouse, config, tail, landings, known, progress)
-            if planned is None:
+                plan = None if resumed is None and stop() else resumed or _planned(run, tail, known, progress)
+            if plan is None:
                 return reports
-            _report_skipped(planned, progress)
-            landed = _landed(engine, warehouse, config, planned, before_writing)
+            batch = run.batch(plan)
+            states = tables_at_plan(batch)
+            _report_skipped(plan, progress)
+            landed = _landed(batch, states, before_writing)
         for landing in landed:
             progress(landing)
             for refused in landing.retried:
                 progress(IngestResult(str(refused), landing.relation, refused=str(refused)))
-        report, tail = _execute(engine, warehouse, config, log, planned, landed, started, resumed is not None, before_writing)
+        report, tail = _execute(batch, states, landed, started, resumed is not None, before_writing)
         reports.append(report)
         progress(report)
 
 
 @contextmanager
-def _landing(warehouse: Warehouse, lands: bool) -> Iterator[None]:
+def _landing(run: Run, lands: bool) -> Iterator[None]:
     """Under the ingest lock when the batch may land files: its files' places in the arrival order follow every place
     taken, and no ingest takes one while it plans and lands them."""
-    with hold(warehouse.root, INGEST, wait_seconds=None) if lands else nullcontext():
+    with hold(run.warehouse.root, INGEST, wait_seconds=None) if run.landings and lands else nullcontext():
         yield
 
 
-def _planned(
-    engine: DeltaEngine, warehouse: Warehouse, config: Config, tail: LogTail, landings: dict[Relation, str], known: Known, progress: Callable
-) -> BatchPlan | None:
-    planned = plan_next(engine, warehouse, config, tail, landings, known)
+def _planned(run: Run, tail: LogTail, known: Known, progress: Callable) -> BatchPlan | None:
+    planned = plan_next(run, tail, known)
     for refused in planned.retried:
         progress(IngestResult(str(refused), "", refused=str(refused)))
     return planned.plan
@@ -165,50 +171,35 @@ def _report_skipped(plan: BatchPlan, progress: Callable) -> None:
             progress(IngestResult(file.path, file.relation, already_ingested=True))
 
 
-def _landed(engine: DeltaEngine, warehouse: Warehouse, config: Config, plan: BatchPlan, before_writing: Callable[[], None]) -> list[Landing]:
+def _landed(batch: Batch, states: dict[Relation, DataFrame | None], before_writing: Callable[[], None]) -> list[Landing]:
     """The batch's files in bronze (nothing when it takes none): its first writes."""
-    if not plan.files:
+    if not batch.plan.files:
         return []
     before_writing()
-    tables = {table.relation: table for table in config.join_spec.state_tables(warehouse)}
-    states = tables_at_plan(engine, plan, tables)
-
-    def txn(path: str):  # noqa: ANN202 - a Txn
-        return plan.txn(warehouse.app_id(config.pipeline, path))
-
-    return land(engine, warehouse, config, plan, lambda rel: known_records(engine, warehouse, plan, rel, states[rel]), txn)
+    return land(batch, lambda rel: known_records(batch, rel, states[rel]))
 
 
 def _execute(
-    engine: DeltaEngine,
-    warehouse: Warehouse,
-    given: Config,
-    log: BatchLog,
-    plan: BatchPlan,
-    landed: list[Landing],
-    started: float,
-    resumed: bool,
-    before_writing: Callable[[], None],
+    given: Batch, states: dict[Relation, DataFrame | None], landed: list[Landing], started: float, resumed: bool, before_writing: Callable[[], None]
 ) -> tuple[BatchReport, LogTail]:
     """Read the batch's arrivals, measure them, emit and write every table, and log the batch. Returns what it did
     and the log's tail after it (this run holds the lock: nothing else appends to the log)."""
-    config, kind = on_warehouse_axis(given, engine, warehouse)  # bronze holds event times once anything landed
-    relations = warehouse.relations
-    tables = {table.relation: table for table in config.join_spec.state_tables(warehouse)}
+    batch, kind = given.on_axis()  # bronze holds event times once anything landed
+    plan = batch.plan
     with timed("read"):
-        arrived = read(engine, warehouse, config, plan, tables_at_plan(engine, plan, tables))
+        arrived = read(batch, states)
     with timed("measure"):
         measured = measure(arrived, plan.watermarks)
-    for rel in relations:
+    for rel in batch.relations:
         missing = measured.pointers.get(rel.name)
-        if missing is not None and (error := missing_rows(config.spec(rel.name).table, missing, measured.rows[rel.name])):  # type: ignore[arg-type] - a source table's
+        if missing is not None and (error := missing_rows(batch.config.spec(rel.name).table, missing, measured.rows[rel.name])):  # type: ignore[arg-type] - a source table's
             raise error
     broken = stopped(plan.batch_id, [result for results in measured.rules.values() for result in results], written=bool(landed) or resumed)
     if broken is not None:
         raise broken
-    outputs = emit(engine, warehouse, config, kind, plan, arrived, measured, tables)
+    outputs = emit(batch, kind, arrived, measured)
     before_writing()
-    written = write(engine, warehouse, config, plan, outputs)
+    written = write(batch, outputs)
     changes = measured.changed() | ({"retracted": written.retracted} if measured.changes else {})
     outcome = BatchOutcome(
         arrivals=measured.rows,
@@ -226,7 +217,7 @@ def _execute(
         rules=tuple([result for results in measured.rules.values() for result in results] + written.rules),
     )
     with step("commit"):
-        log.record(engine, plan, outcome)
+        batch.run.log.record(batch.engine, plan, outcome)
     failures = {rule.rule: rule.failed for rule in outcome.rules if rule.failed}
     report = BatchReport(plan.batch_id, outcome.arrivals, written.pairs, outcome.seconds, resumed, outcome.late, outcome.evicted, failures, take(), outcome.changes)
     return report, LogTail(plan.batch_id, plan.seq_to, outputs.watermarks, outputs.raised)

@@ -224,7 +224,7 @@ def _emit_as_of(spec: JoinSpec, sides: Sequence[Side], projection: Projection, m
 
 def state_updates(
     spec: JoinSpec,
-    warehouse: Warehouse,
+    tables: Sequence[StateTable],
     plan: BatchPlan,
     arrivals: dict[Relation, DataFrame],
     marks: tuple[Watermarks, Watermarks],
@@ -233,7 +233,7 @@ def state_updates(
 ) -> dict[str, BufferUpdate]:
     """The batch's MERGE into each state table: its arrivals and the kind's eviction, with the marks of records
     first matched (outer, semi, anti) or the deletes of records superseded (as-of)."""
-    updates = buffer_updates(plan, spec.state_tables(warehouse), arrivals, marks, spec.eviction_rule(warehouse.relations), spans)
+    updates = buffer_updates(plan, tables, arrivals, marks, spec.eviction_rule([table.relation for table in tables]), spans)
     return dropping(marked(updates, emitted.newly), emitted.dropped)
 
 

@@ -16,22 +16,21 @@ from pyspark.sql import functions as F
 from expectations.batch import TableChecks
 from expectations.frames import DERIVED_PREFIX, with_nothing_to_check, with_pair_checks, with_state_checks
 from expectations.reconcile import BOOKKEEPING as GOLD_BOOKKEEPING
+from pipelines.batch.context import Batch
 from pipelines.batch.measure import Measured, set_aside
 from pipelines.batch.read import CURRENT, Arrived
 from pipelines.gold import Retraction
 from state.batch_log import BatchPlan
 from state.bounds import Watermarks, advance, late_rows, split_late
-from state.buffers import BufferUpdate, StateTable, read_sides, replacing
+from state.buffers import BufferUpdate, read_sides, replacing
 from state.changes import DELETED, Applied, apply, ignored_rows
 from state.clock import now
 from state.config import Config
-from state.engines import DeltaEngine
 from state.errors import LakejoinError
 from state.event_time import render, render_span
 from state.final import state_updates
 from state.final import emit as final_rows
 from state.joiner import BROADCAST_ROWS, Projection, Side, batch_tuples, data_columns, identity_column
-from state.layout import Warehouse
 from state.progress import raised
 from state.relations import ID, TS, Relation
 
@@ -51,18 +50,11 @@ class Outputs:
     raised: dict[str, str]  # why a watermark stands above its relation's records, after the batch
 
 
-def emit(
-    engine: DeltaEngine,
-    warehouse: Warehouse,
-    config: Config,
-    kind: str | None,
-    plan: BatchPlan,
-    arrived: dict[Relation, Arrived],
-    measured: Measured,
-    tables: dict[Relation, StateTable],
-) -> Outputs:
-    """The batch's outputs. ``config`` is on the event-time axis of ``kind``."""
-    relations = warehouse.relations
+def emit(batch: Batch, kind: str | None, arrived: dict[Relation, Arrived], measured: Measured) -> Outputs:
+    """The batch's outputs. ``batch.config`` is on the event-time axis of ``kind``."""
+    engine, warehouse, config, plan = batch.engine, batch.warehouse, batch.config, batch.plan
+    relations = batch.relations
+    tables = batch.tables
     spec = config.join_spec
     screened = {rel: _screened(part, measured.quarantined[rel.name]) for rel, part in arrived.items()}
     changes = {rel: apply(part.resolved, screened[rel], lambda rows, rel=rel: split_late(rows, plan.watermarks.get(rel.name))) for rel, part in arrived.items() if part.resolved is not None}
@@ -85,7 +77,7 @@ def emit(
         gold = with_nothing_to_check(gold)
     stored = {rel: changes[rel].state_rows() if rel in changes else rows for rel, rows in on_time.items()}
     spans = {rel: measured.spans[rel.name] for rel in relations}
-    updates = replacing(state_updates(spec, warehouse, plan, stored, (plan.watermarks, after), emitted, spans), list(changes))
+    updates = replacing(state_updates(spec, list(tables.values()), plan, stored, (plan.watermarks, after), emitted, spans), list(changes))
     late = {rel: parts[1] for rel, parts in split.items()}
     checked = {
         name: replace(update, rows=with_state_checks(update.rows, _is_late(plan, update.table.relation, update.table.relation in changes), update.eviction))
@@ -94,7 +86,7 @@ def emit(
     return Outputs(
         gold=gold,
         gold_checks=TableChecks.of(config, "gold", warehouse.name_of(warehouse.gold), [identity_column(rel, ID) for rel in members]),
-        retraction=Retraction.of(engine, warehouse, plan, {rel: c.retracted for rel, c in changes.items()}, spec.kind.row_keys(members)),
+        retraction=Retraction.of(engine, warehouse.gold, plan, {rel: c.retracted for rel, c in changes.items()}, spec.kind.row_keys(members)),
         updates=checked,
         state_checks={name: TableChecks.of(config, "state", warehouse.name_of(update.table.path), [ID]) for name, update in updates.items()},
         late=_late(config, kind, plan, late, changes, measured),

@@ -18,11 +18,11 @@ from functools import reduce
 
 from pyspark.sql import DataFrame
 
+from pipelines.batch.context import Batch
 from pipelines.bronze import Lander, Landed, Placed, land_files, refusal_rows
 from state.batch_log import BatchPlan, LandedFile
 from state.clock import now
-from state.config import Config
-from state.engines import DeltaEngine, Txn, as_frame
+from state.engines import Txn, as_frame
 from state.engines.base import DeltaReader
 from state.errors import FileRefused
 from state.faults import step
@@ -55,21 +55,20 @@ def batch_tag(batch_id: int) -> str:
     return f"batch {batch_id}"
 
 
-def land(
-    engine: DeltaEngine, warehouse: Warehouse, config: Config, plan: BatchPlan, known: Callable[[Relation], DataFrame | None], txn: Callable[[str], Txn]
-) -> list[Landing]:
+def land(batch: Batch, known: Callable[[Relation], DataFrame | None]) -> list[Landing]:
     """Land the plan's files of every relation (the bronze commits at once), then set aside, in one commit, the rows
     they quarantine and the files refused. ``known``: a relation's records already held (``_id``, ``_content_hash``)."""
+    engine, warehouse, plan = batch.engine, batch.warehouse, batch.plan
     retried = retried_files(engine, warehouse, plan.batch_id) if plan.files else {}
 
     def left_out(rel: Relation, path: str, reason: str) -> None:
         """A file Spark failed to read, recorded before the rest is written: a resumed batch leaves it out too."""
         sha256 = next(file.sha256 for file in plan.landing(rel.name) if file.path == path)
         rows = refusal_rows([(rel.name, path, reason, False)], batch_tag(plan.batch_id), now())
-        engine.append(warehouse.quarantine, rows, Txn(f"{warehouse.app_id(config.pipeline, warehouse.quarantine)}:{sha256}", plan.batch_id))
+        engine.append(warehouse.quarantine, rows, Txn(f"{batch.run.app_id(warehouse.quarantine)}:{sha256}", plan.batch_id))
 
-    lander = Lander(engine, warehouse, config.relations, batch_tag(plan.batch_id), now(), known, txn, left_out)
-    relations = [rel for rel in warehouse.relations if plan.landing(rel.name)]
+    lander = Lander(engine, warehouse, batch.config.relations, batch_tag(plan.batch_id), now(), known, batch.txn, left_out)
+    relations = [rel for rel in batch.relations if plan.landing(rel.name)]
     with ThreadPoolExecutor(max_workers=max(1, len(relations))) as pool:
         futures = [pool.submit(_land, lander, plan, rel, retried) for rel in relations]
         landed = [future.result() for future in futures]
@@ -80,11 +79,11 @@ def land(
         parts.append(as_frame(engine.spark, table))
     with step("quarantine"):
         if parts:
-            engine.append(warehouse.quarantine, reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts), txn(warehouse.quarantine))
+            engine.append(warehouse.quarantine, reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts), batch.txn(warehouse.quarantine))
     outside = [file for file in plan.files if not file.lands]
     return [replace(landing, files=(*landing.files, *[file for file in outside if file.relation == landing.relation])) for landing, _ in landed] + [
         Landing(rel.name, plan.batch_id, 0, 0, 0, tuple(file for file in outside if file.relation == rel.name))
-        for rel in warehouse.relations
+        for rel in batch.relations
         if rel not in relations and any(file.relation == rel.name for file in outside)
     ]
 

@@ -11,17 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pipelines.gold import GOLD
+from pipelines.batch.context import Run
 from pipelines.bronze import last_arrival_seq
 from pipelines.landing import Known, found_files
 from state.batch_log import BatchPlan, LandedFile, LogTail
 from state.clock import now
-from state.config import Config
-from state.engines import DeltaEngine
 from state.errors import FileRefused
-from state.layout import Warehouse
 from state.progress import decide, moves
-from state.relations import Relation
 
 
 @dataclass(frozen=True)
@@ -32,35 +28,31 @@ class Planned:
     retried: list[FileRefused] = field(default_factory=list)
 
 
-def plan_next(engine: DeltaEngine, warehouse: Warehouse, config: Config, tail: LogTail, landings: dict[Relation, str], known: Known) -> Planned:
+def plan_next(run: Run, tail: LogTail, known: Known) -> Planned:
     """The batch after ``tail``, or no plan when nothing is pending, no file landed and no watermark would move.
 
     Only arrivals of finished ingests are pending: an ingest logs its file after its bronze commit, so reading the
     ingest log before bronze's versions makes every logged arrival part of those versions."""
+    engine, warehouse, config = run.engine, run.warehouse, run.config
     pending_to = max(tail.last_seq, engine.max_value(warehouse.ingest_log, "seq_to") or 0)
     bronze_versions = {
-        rel.name: version for rel in warehouse.relations if (version := engine.version(warehouse.bronze(rel))) is not None
+        rel.name: version for rel in run.relations if (version := engine.version(warehouse.bronze(rel))) is not None
     }
-    idle_after = {rel: seconds for rel in warehouse.relations if (seconds := config.spec(rel.name).idle_after) is not None}
+    idle_after = {rel: seconds for rel in run.relations if (seconds := config.spec(rel.name).idle_after) is not None}
     progress = decide(engine, warehouse, idle_after, tail.last_seq, now())
     ingested_to = max(tail.last_seq, min(tail.last_seq + config.max_batch_rows, pending_to))
     files, retried = [], []
-    if landings and ingested_to == pending_to:  # files land once the ingested arrivals before them fit in a batch
-        files, retried = _files(engine, warehouse, config, landings, known, max(0, pending_to - tail.last_seq))
+    if run.landings and ingested_to == pending_to:  # files land once the ingested arrivals before them fit in a batch
+        files, retried = _files(run, known, max(0, pending_to - tail.last_seq))
     places = [file for file in files if file.lands]
-    if ingested_to <= tail.last_seq and not files and not moves(progress, tail.watermarks, warehouse.relations):
+    if ingested_to <= tail.last_seq and not files and not moves(progress, tail.watermarks, run.relations):
         return Planned(None, retried)  # nothing to join, and no watermark to move (an idle relation, declared progress)
-    state_versions = {
-        name: version for name, path in warehouse.buffers().items() if (version := engine.version(path)) is not None
-    }
-    if config.reads_changes and (gold := engine.version(warehouse.gold)) is not None:
-        state_versions[GOLD] = gold  # what the batch's retractions take out of gold (pipelines/gold.py)
     plan = BatchPlan(
         batch_id=tail.last_batch_id + 1,
         seq_from=tail.last_seq,
         seq_to=max((file.first + file.bound for file in places), default=ingested_to),
         bronze_versions=bronze_versions,
-        state_versions=state_versions,
+        state_versions=run.state_versions(),
         watermarks=tail.watermarks,
         progress=progress,
         raised=tail.raised,
@@ -70,17 +62,16 @@ def plan_next(engine: DeltaEngine, warehouse: Warehouse, config: Config, tail: L
     return Planned(plan, retried)
 
 
-def _files(
-    engine: DeltaEngine, warehouse: Warehouse, config: Config, landings: dict[Relation, str], known: Known, ingested: int
-) -> tuple[list[LandedFile], list[FileRefused]]:
+def _files(run: Run, known: Known, ingested: int) -> tuple[list[LandedFile], list[FileRefused]]:
     """The landing files the batch takes, each placed in the arrival order after every place taken; and those that
     could not be read now. Files refused for good, and copies of files landed before, come along without places: the
     batch records them, so they are not looked at again."""
-    place = last_arrival_seq(engine, warehouse)
+    config = run.config
+    place = last_arrival_seq(run.engine, run.warehouse)
     taken: list[LandedFile] = []
     retried: list[FileRefused] = []
     rows, size = ingested, 0
-    for found in found_files(landings, known):
+    for found in found_files(run.landings, known):
         if isinstance(found, FileRefused):
             retried.append(found)
             continue

@@ -11,12 +11,10 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from expectations.batch import TableChecks
-from state.batch_log import BatchPlan
-from state.buffers import StateTable, held_versions, snapshot
+from pipelines.batch.context import Batch
+from state.buffers import held_versions, snapshot
 from state.changes import DELETED, Resolved, resolve
-from state.config import Config
-from state.engines import DeltaEngine, as_frame
-from state.layout import Warehouse
+from state.engines import as_frame
 from state.pointers import arrivals_with_source_columns
 from state.relations import DELETE, ID, OP, SEQ, TS, Relation
 
@@ -43,27 +41,29 @@ class Arrived:
         return F.col(OP) != DELETE if self.resolved is not None else F.lit(True)
 
 
-def tables_at_plan(engine: DeltaEngine, plan: BatchPlan, tables: dict[Relation, StateTable]) -> dict[Relation, DataFrame | None]:
+def tables_at_plan(batch: Batch) -> dict[Relation, DataFrame | None]:
     """Each relation's state table as the plan pinned it, read once for the batch."""
-    return {rel: snapshot(engine, plan, table) for rel, table in tables.items()}
+    return {rel: snapshot(batch.engine, batch.plan, table) for rel, table in batch.tables.items()}
 
 
-def known_records(engine: DeltaEngine, warehouse: Warehouse, plan: BatchPlan, rel: Relation, state: DataFrame | None) -> DataFrame | None:
+def known_records(batch: Batch, rel: Relation, state: DataFrame | None) -> DataFrame | None:
     """The records a batch's landed files of ``rel`` are checked against (``_id``, ``_content_hash``): those its state
     holds, and those ingested before the batch that it joins."""
-    ingested = engine.read(warehouse.bronze(rel), where=plan.ingested) if rel.name in plan.bronze_versions and plan.ingested_to != plan.seq_from else None
+    plan = batch.plan
+    ingested = batch.engine.read(batch.warehouse.bronze(rel), where=plan.ingested) if rel.name in plan.bronze_versions and plan.ingested_to != plan.seq_from else None
     parts = [frame.select(ID, "_content_hash") for frame in (state, ingested) if frame is not None and "_content_hash" in frame.columns]
     if not parts:
         return None
     return parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
 
 
-def read(engine: DeltaEngine, warehouse: Warehouse, config: Config, plan: BatchPlan, states: dict[Relation, DataFrame | None]) -> dict[Relation, Arrived]:
+def read(batch: Batch, states: dict[Relation, DataFrame | None]) -> dict[Relation, Arrived]:
     """Every relation's arrivals in the plan's slice, with what checks and resolves them."""
-    return {rel: _arrived(engine, warehouse, config, plan, rel, states[rel]) for rel in warehouse.relations}
+    return {rel: _arrived(batch, rel, states[rel]) for rel in batch.relations}
 
 
-def _arrived(engine: DeltaEngine, warehouse: Warehouse, config: Config, plan: BatchPlan, rel: Relation, state: DataFrame | None) -> Arrived:
+def _arrived(batch: Batch, rel: Relation, state: DataFrame | None) -> Arrived:
+    engine, warehouse, config, plan = batch.engine, batch.warehouse, batch.config, batch.plan
     spec = config.spec(rel.name)
     small = plan.bound <= LOCAL_ROWS
     # A small batch's rows are read to the driver once (by delta-rs, without a Spark job) and joined from there: a

@@ -17,14 +17,12 @@ from pyspark.sql import DataFrame, Observation
 from pyspark.sql import functions as F
 
 from expectations.batch import TableChecks
+from pipelines.batch.context import Batch
 from pipelines.batch.emit import Outputs
 from pipelines.gold import CHANGE, write_gold
-from state.batch_log import BatchPlan, RuleCount
+from state.batch_log import RuleCount
 from state.buffers import update_buffers
-from state.config import Config
-from state.engines import DeltaEngine, Txn
 from state.faults import step
-from state.layout import Warehouse
 
 R = TypeVar("R")
 
@@ -71,40 +69,37 @@ class Checking:
         return done
 
 
-def write(engine: DeltaEngine, warehouse: Warehouse, config: Config, plan: BatchPlan, outputs: Outputs) -> Written:
+def write(batch: Batch, outputs: Outputs) -> Written:
     """Every write of the batch but its log row. They are commits to tables of their own, each idempotent under its
     transaction, so they run at once (a commit mostly waits on the Delta log and the scheduler): a crash leaves any
     subset of them committed, and the resumed batch writes the rest."""
-
-    def txn(path: str) -> Txn:
-        return plan.txn(warehouse.app_id(config.pipeline, path))
-
-    checking = Checking(plan.batch_id)
+    checking = Checking(batch.plan.batch_id)
     with ThreadPoolExecutor(max_workers=2) as pool:
-        gold = pool.submit(_gold, engine, warehouse, plan, outputs, txn, checking)
-        late = pool.submit(_late, engine, warehouse, outputs, txn)
-        evicted = update_buffers(engine, plan, outputs.updates, txn, lambda table, rows, merge: checking.write(outputs.state_checks[table.name], rows, merge))
+        gold = pool.submit(_gold, batch, outputs, checking)
+        late = pool.submit(_late, batch, outputs)
+        evicted = update_buffers(batch.engine, batch.plan, outputs.updates, batch.txn, lambda table, rows, merge: checking.write(outputs.state_checks[table.name], rows, merge))
         late.result()
         pairs, retracted = gold.result()
     aside = [frame for frame in (outputs.set_aside, *checking.set_aside) if frame is not None]
     with step("dq_quarantine"):
         if aside:
-            engine.append(warehouse.dq_quarantine, reduce(DataFrame.unionByName, aside), txn(warehouse.dq_quarantine))
+            batch.engine.append(batch.warehouse.dq_quarantine, reduce(DataFrame.unionByName, aside), batch.txn(batch.warehouse.dq_quarantine))
     return Written(pairs, retracted, evicted, checking.results)
 
 
-def _gold(engine: DeltaEngine, warehouse: Warehouse, plan: BatchPlan, outputs: Outputs, txn: Callable[[str], Txn], checking: Checking) -> tuple[int, int]:
+def _gold(batch: Batch, outputs: Outputs, checking: Checking) -> tuple[int, int]:
     """Gold's rows added and retracted (counted again when the run this one resumes wrote them)."""
-    done = checking.write(outputs.gold_checks, outputs.gold, lambda rows: write_gold(engine, warehouse, plan, rows, outputs.retraction, txn))
+    engine, warehouse = batch.engine, batch.warehouse
+    done = checking.write(outputs.gold_checks, outputs.gold, lambda rows: write_gold(engine, warehouse, batch.plan, rows, outputs.retraction, batch.txn))
     if done is not None:
         return done
-    added = engine.read(warehouse.gold, where=f"batch_id = {plan.batch_id}").count()
-    changes = engine.read(warehouse.gold_changes, where=f"batch_id = {plan.batch_id}") if outputs.retraction.tracked else None
+    added = engine.read(warehouse.gold, where=f"batch_id = {batch.plan.batch_id}").count()
+    changes = engine.read(warehouse.gold_changes, where=f"batch_id = {batch.plan.batch_id}") if outputs.retraction.tracked else None
     return added, 0 if changes is None else changes.where(F.col(CHANGE) == "-").count()
 
 
-def _late(engine: DeltaEngine, warehouse: Warehouse, outputs: Outputs, txn: Callable[[str], Txn]) -> None:
+def _late(batch: Batch, outputs: Outputs) -> None:
     """Late arrivals (and changes ignored as older) kept in ``quarantine/late_arrivals``, never joined, never dropped."""
     with step("late_arrivals"):
         if outputs.late is not None:
-            engine.append(warehouse.late_arrivals, outputs.late, txn(warehouse.late_arrivals))
+            batch.engine.append(batch.warehouse.late_arrivals, outputs.late, batch.txn(batch.warehouse.late_arrivals))
