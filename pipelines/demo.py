@@ -25,6 +25,7 @@ from pipelines.ingest import ingest_files
 from pipelines.silver import run
 from pipelines.spark import get_spark
 from state.engines import make_engine
+from state.engines.jvm import classic_spark_running
 from state.layout import Warehouse
 from state.names import column
 
@@ -178,6 +179,7 @@ def run_demo(options: DemoOptions, given: Config | None = None, engine_name: str
     stream = generate_stream(options, names)
     chunks = write_chunks(stream, workdir, options.chunk_rows, market_events if market else orders_and_payments)
 
+    owned = not classic_spark_running()  # a session already running (a notebook's, the tests') is left running
     spark = get_spark(verbose=verbose)
     try:
         engine = make_engine(spark, config.engine)
@@ -213,7 +215,8 @@ def run_demo(options: DemoOptions, given: Config | None = None, engine_name: str
         print(check.describe())
         return check.passed
     finally:
-        spark.stop()
+        if owned:
+            spark.stop()
 
 
 def _show_gold(gold: DataFrame) -> None:

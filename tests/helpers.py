@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import itertools
 import json
 import os
@@ -10,6 +12,7 @@ import sys
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from unittest import mock
 
 import pytest
 from pyspark.sql import functions as F
@@ -34,6 +37,19 @@ LAKEJOIN = [sys.executable, "-m", "pipelines.cli"]
 def lakejoin(*args: str, cwd: str, engine: str = "delta-rs", env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """``lakejoin ARGS`` in a fresh process on ``engine`` (and ``env`` added to its environment), to completion."""
     return subprocess.run([*LAKEJOIN, *args], capture_output=True, text=True, cwd=cwd, env={**_env(engine), **(env or {})}, timeout=600)
+
+
+def lakejoin_here(*args: str, cwd: str, engine: str = "delta-rs") -> subprocess.CompletedProcess:
+    """``lakejoin ARGS`` run in this process on the tests' Spark session, as ``lakejoin`` would in a process of its own
+    (its exit status, what it prints), without a JVM's start: for what a command does, where the process boundary is
+    not what a test is about. ``engine`` is the one ``engine: auto`` picks, as for a process (Delta's jars or not)."""
+    from pipelines import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.chdir(cwd), mock.patch("state.engines.session_has_delta", lambda spark: engine == "spark"):
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            status = cli.main(list(args))
+    return subprocess.CompletedProcess([*LAKEJOIN, *args], status, out.getvalue(), err.getvalue())
 
 
 def start_lakejoin(*args: str, cwd: str, engine: str = "delta-rs") -> subprocess.Popen:

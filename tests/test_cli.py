@@ -1,4 +1,5 @@
-"""The ``lakejoin`` command in fresh processes: exit codes, one-line errors, a clean exit every time."""
+"""The ``lakejoin`` command: exit codes, one-line errors, a clean exit every time in fresh processes; the demos and the
+README's commands, run in this process (``lakejoin_here``), where what they print and return is the point."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import shlex
 
 import pytest
 
-from tests.helpers import REPO, lakejoin
+from tests.helpers import REPO, lakejoin, lakejoin_here
 
 
 @pytest.fixture
@@ -64,14 +65,14 @@ def test_bad_files_are_refused_in_one_line_each_and_the_good_ones_land(landing):
 
 
 def test_the_demo_prints_pass(tmp_path):
-    demo = lakejoin("demo", "--rows", "300", "--keys", "50", "--chunk-rows", "300", "--max-batch-rows", "200", cwd=str(tmp_path))
+    demo = lakejoin_here("demo", "--rows", "300", "--keys", "50", "--chunk-rows", "300", "--max-batch-rows", "200", cwd=str(tmp_path))
     assert demo.returncode == 0, demo.stderr[-2000:]
     assert "PASS: gold equals the batch SQL join" in demo.stdout
     assert "rows per second" in demo.stdout
 
 
 def test_the_asof_demo_joins_each_trade_with_its_latest_quote_and_prints_pass(tmp_path):
-    demo = lakejoin("demo", "--join", "asof", "--rows", "300", "--keys", "20", "--disorder", "30", "--chunk-rows", "300", "--max-batch-rows", "300", cwd=str(tmp_path))
+    demo = lakejoin_here("demo", "--join", "asof", "--rows", "300", "--keys", "20", "--disorder", "30", "--chunk-rows", "300", "--max-batch-rows", "300", cwd=str(tmp_path))
     assert demo.returncode == 0, demo.stderr[-2000:]
     assert "PASS: gold equals the batch SQL join" in demo.stdout
     assert "results: 0 " not in demo.stdout, demo.stdout
@@ -79,7 +80,7 @@ def test_the_asof_demo_joins_each_trade_with_its_latest_quote_and_prints_pass(tm
 
 
 def test_the_left_join_demo_prints_pass(tmp_path):
-    demo = lakejoin("demo", "--join", "left", "--rows", "400", "--keys", "300", "--chunk-rows", "400", "--max-batch-rows", "400", cwd=str(tmp_path))
+    demo = lakejoin_here("demo", "--join", "left", "--rows", "400", "--keys", "300", "--chunk-rows", "400", "--max-batch-rows", "400", cwd=str(tmp_path))
     assert demo.returncode == 0, demo.stderr[-2000:]
     assert "PASS: gold equals the batch SQL join" in demo.stdout
     assert "join: left (a row waits until the other relation's watermark makes it final)" in demo.stdout
@@ -106,7 +107,7 @@ def test_a_newcomer_joins_their_own_two_files_with_the_readmes_commands(tmp_path
     commands = [shlex.split(line)[1:] for line in doc_block("README.md", section, "bash").splitlines() if line.startswith(".venv/bin/lakejoin ")]
     assert [command[0] for command in commands] == ["ingest", "ingest", "run", "show"]
     for command in commands:
-        done = lakejoin(*command, cwd=str(tmp_path))
+        done = lakejoin_here(*command, cwd=str(tmp_path))
         assert done.returncode == 0, done.stderr[-2000:]
     header, *rows = done.stdout.splitlines()
     assert header.split()[:2] == ["orders_customer", "orders_order_id"]  # the records' own columns first
@@ -115,6 +116,6 @@ def test_a_newcomer_joins_their_own_two_files_with_the_readmes_commands(tmp_path
 
 
 def test_the_three_way_demo_prints_pass(tmp_path):
-    demo = lakejoin("demo", "--relations", "3", "--rows", "150", "--keys", "20", "--chunk-rows", "225", "--max-batch-rows", "225", cwd=str(tmp_path))
+    demo = lakejoin_here("demo", "--relations", "3", "--rows", "150", "--keys", "20", "--chunk-rows", "225", "--max-batch-rows", "225", cwd=str(tmp_path))
     assert demo.returncode == 0, demo.stderr[-2000:]
     assert "PASS: gold equals the batch SQL join" in demo.stdout

@@ -135,38 +135,51 @@ def test_a_file_spark_cannot_read_is_left_to_a_later_batch_and_the_others_land(d
 STEPS = ["bronze_r", "bronze_s", "quarantine", "gold", "late_arrivals", "r_state", "s_state", "dq_quarantine", "commit"]
 
 
-def crashed_landing(engine, root, monkeypatch: pytest.MonkeyPatch | None, points: list[str]) -> Pipeline:
-    """Two landings of files, the first joined whole, the second in batches of at most 2 files' rows: the runs die at
-    ``points`` in turn (each resuming what the last left), then a clean run finishes."""
+def first_landing_joined(engine, root) -> Pipeline:
+    """Two landings of files, the first joined whole (with a bad line), the second (a late record, a bad line) not yet."""
     pipeline = landed(engine, root, allowed_lateness=2, window=3)
     jsonl(pipeline, "r", "1.jsonl", RECORDS[:2])
     jsonl(pipeline, "s", "1.jsonl", RECORDS[2:4], "{not json")
     pipeline.run()
     jsonl(pipeline, "r", "2.jsonl", [RECORDS[4], Record("r", "r0", 0, "a")])  # r0 is late
     jsonl(pipeline, "s", "2.jsonl", [Record("s", "s6", 6, "b")], "{bad")
-    if points:
-        crash_at_each(pipeline, monkeypatch, points, max_batch_rows=1_000)
-    else:
-        pipeline.run()
     return pipeline
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(spark, tmp_path_factory) -> dict:
+def started(spark, tmp_path_factory) -> Pipeline:
+    """Where every delta-rs crash of a landing batch starts: built once; each test copies its warehouse and reads the
+    same landing folders."""
     from state.engines import make_engine
 
-    pipeline = crashed_landing(make_engine(spark, "delta-rs"), tmp_path_factory.mktemp("uninterrupted"), None, [])
+    return first_landing_joined(make_engine(spark, "delta-rs"), tmp_path_factory.mktemp("started"))
+
+
+def copied(engine, root, started: Pipeline) -> Pipeline:
+    pipeline = Pipeline(engine, str(root), started.config)
+    shutil.copytree(started.warehouse.root, pipeline.warehouse.root)
+    return pipeline
+
+
+def with_bronze(pipeline: Pipeline) -> dict:
+    """``snapshot`` with bronze's rows (without the time they were ingested)."""
     return {**pipeline.snapshot(), "bronze": Counter(tuple(sorted((k, v) for k, v in row.items() if k != "_ingested_at")) for rel in (R, S) for row in bronze(pipeline, rel))}
 
 
+@pytest.fixture(scope="module")
+def uninterrupted(spark, tmp_path_factory, started) -> dict:
+    from state.engines import make_engine
+
+    pipeline = copied(make_engine(spark, "delta-rs"), tmp_path_factory.mktemp("uninterrupted"), started)
+    pipeline.run()
+    return with_bronze(pipeline)
+
+
 @pytest.mark.parametrize("point", [f"{moment}:{step}" for step in STEPS for moment in ("before", "after")])
-def test_a_run_dying_at_any_write_of_a_landing_batch_resumes_to_the_uninterrupted_result(deltars, tmp_path, monkeypatch, point, uninterrupted):
-    pipeline = crashed_landing(deltars, tmp_path, monkeypatch, [point])
-    found = {**pipeline.snapshot(), "bronze": Counter(tuple(sorted((k, v) for k, v in row.items() if k != "_ingested_at")) for rel in (R, S) for row in bronze(pipeline, rel))}
-    assert {name: rows for name, rows in found.items() if name != "bronze"} == {name: rows for name, rows in uninterrupted.items() if name != "bronze"}
-    assert Counter({tuple((k, os.path.basename(v) if k == "_source_file" else v) for k, v in row) for row in found["bronze"]}) == Counter(
-        {tuple((k, os.path.basename(v) if k == "_source_file" else v) for k, v in row) for row in uninterrupted["bronze"]}
-    )
+def test_a_run_dying_at_any_write_of_a_landing_batch_resumes_to_the_uninterrupted_result(deltars, tmp_path, monkeypatch, point, started, uninterrupted):
+    pipeline = copied(deltars, tmp_path, started)
+    crash_at_each(pipeline, monkeypatch, [point], max_batch_rows=1_000)
+    assert with_bronze(pipeline) == uninterrupted
 
 
 def test_an_ingest_while_a_landing_batch_is_unfinished_takes_places_after_those_it_reserved(deltars, tmp_path, monkeypatch):
@@ -201,5 +214,6 @@ def test_reset_keeps_the_landed_files_landed_and_the_rebuild_joins_them_again(de
 
 @pytest.mark.spark_delta
 def test_on_delta_spark_a_landing_batch_that_died_after_some_bronze_lands_the_rest_once(spark_engine, tmp_path, monkeypatch, uninterrupted):
-    pipeline = crashed_landing(spark_engine, tmp_path, monkeypatch, ["after:bronze_r", "after:gold"])
+    pipeline = first_landing_joined(spark_engine, tmp_path)
+    crash_at_each(pipeline, monkeypatch, ["after:bronze_r", "after:gold"], max_batch_rows=1_000)
     assert pipeline.gold_rows() and {name: rows for name, rows in pipeline.snapshot().items()} == {name: rows for name, rows in uninterrupted.items() if name != "bronze"}

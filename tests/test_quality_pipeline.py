@@ -17,7 +17,7 @@ from expectations.audit import audit
 from state.config import Config
 from state.engines import DeltaEngine, make_engine
 from state.faults import CRASH_AT, InjectedCrash
-from tests.helpers import Pipeline, lakejoin
+from tests.helpers import Pipeline, lakejoin_here
 from tests.reference import Record, batch_join
 
 RECORDS = [Record("r", "r1", 1, "a"), Record("r", "r2", 2, "b"), Record("s", "s1", 3, "a"), Record("s", "s99", 99, "a")]
@@ -64,13 +64,13 @@ def gold_ids(warehouse: str) -> Counter:
 def test_fail_stops_the_batch_with_nothing_written_then_a_relaxed_policy_lets_the_next_run_proceed(deltars, tmp_path):
     warehouse = landed(deltars, tmp_path)
     before = versions(warehouse)
-    stopped = lakejoin("run", "--warehouse", warehouse, "--config", config_file(tmp_path, "fail"), cwd=str(tmp_path))
+    stopped = lakejoin_here("run", "--warehouse", warehouse, "--config", config_file(tmp_path, "fail"), cwd=str(tmp_path))
     assert stopped.returncode == 1
     (message,) = [line for line in stderr_lines(stopped) if line.startswith("lakejoin:")]
     assert "rule bronze_ts_plausible" in message and "id=s99" in message and "nothing written" in message
     assert versions(warehouse) == before
 
-    warned = lakejoin("run", "--warehouse", warehouse, "--config", config_file(tmp_path, "warn"), cwd=str(tmp_path))
+    warned = lakejoin_here("run", "--warehouse", warehouse, "--config", config_file(tmp_path, "warn"), cwd=str(tmp_path))
     assert warned.returncode == 0, warned.stderr[-2000:]
     assert "1 rule failures" in warned.stdout
     assert gold_ids(warehouse) == Counter((p.r_id, p.s_id) for p in batch_join(RECORDS))  # warn keeps the row
@@ -78,7 +78,7 @@ def test_fail_stops_the_batch_with_nothing_written_then_a_relaxed_policy_lets_th
     assert (result["rule"], result["table"], result["policy"], result["failed"], result["evaluated"]) == (
         "bronze_ts_plausible", "bronze/s", "warn", 1, 2)
     assert json.loads(result["examples"]) == ["_id=s99"]
-    status = lakejoin("status", "--warehouse", warehouse, cwd=str(tmp_path))
+    status = lakejoin_here("status", "--warehouse", warehouse, cwd=str(tmp_path))
     assert "bronze_ts_plausible on bronze/s: 1 of 2 rows failed (warn)" in status.stdout
 
 
@@ -86,7 +86,7 @@ def test_fail_stops_the_batch_with_nothing_written_then_a_relaxed_policy_lets_th
 @pytest.mark.parametrize("cli_engine", [pytest.param("spark", marks=pytest.mark.spark_delta)], indirect=True)
 def test_quarantine_takes_the_row_out_of_the_join_and_keeps_it_with_the_rule_name(spark, tmp_path, cli_engine):
     warehouse = landed(make_engine(spark, cli_engine), tmp_path)
-    ran = lakejoin("run", "--warehouse", warehouse, "--config", config_file(tmp_path, "quarantine"), cwd=str(tmp_path), engine=cli_engine)
+    ran = lakejoin_here("run", "--warehouse", warehouse, "--config", config_file(tmp_path, "quarantine"), cwd=str(tmp_path), engine=cli_engine)
     assert ran.returncode == 0, ran.stderr[-2000:]
     assert gold_ids(warehouse) == Counter((p.r_id, p.s_id) for p in batch_join(PLAUSIBLE))
     (kept,) = read(os.path.join(warehouse, "quarantine", "expectations"))

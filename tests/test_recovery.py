@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from collections import Counter
 
 import pytest
@@ -42,22 +43,30 @@ def first_part_joined(pipeline: Pipeline) -> None:
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(spark, tmp_path_factory) -> dict[str, Counter]:
-    pipeline = bounded(make_engine(spark, "delta-rs"), tmp_path_factory.mktemp("uninterrupted"))
+def started(spark, tmp_path_factory) -> str:
+    """The warehouse every delta-rs crash starts from (the first part joined, the rest landed): built once, copied."""
+    pipeline = bounded(make_engine(spark, "delta-rs"), tmp_path_factory.mktemp("started"))
     first_part_joined(pipeline)
+    return pipeline.warehouse.root
+
+
+def copied(engine, root, started: str) -> Pipeline:
+    pipeline = bounded(engine, root)
+    shutil.copytree(started, pipeline.warehouse.root)
+    return pipeline
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(spark, tmp_path_factory, started) -> dict[str, Counter]:
+    pipeline = copied(make_engine(spark, "delta-rs"), tmp_path_factory.mktemp("uninterrupted"), started)
     pipeline.run(max_batch_rows=3)
     return pipeline.snapshot()
 
 
-def crash_at_each_then_finish(pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch, points: list[str]) -> None:
-    first_part_joined(pipeline)
-    crash_at_each(pipeline, monkeypatch, points, max_batch_rows=3)
-
-
 @pytest.mark.parametrize("point", POINTS)
-def test_crash_at_any_write_then_rerun_equals_an_uninterrupted_run(deltars, tmp_path, monkeypatch, point, uninterrupted):
-    pipeline = bounded(deltars, tmp_path)
-    crash_at_each_then_finish(pipeline, monkeypatch, [point])
+def test_crash_at_any_write_then_rerun_equals_an_uninterrupted_run(deltars, tmp_path, monkeypatch, point, started, uninterrupted):
+    pipeline = copied(deltars, tmp_path, started)
+    crash_at_each(pipeline, monkeypatch, [point], max_batch_rows=3)
     assert pipeline.snapshot() == uninterrupted
 
 
@@ -77,7 +86,8 @@ def test_on_delta_spark_a_run_dying_at_each_write_in_turn_resumes_to_the_uninter
     """Every crash point on Delta on Spark, in one warehouse: each rerun resumes the batch the last one left
     unfinished and dies at the next point, then a clean run finishes. The result equals delta-rs's uninterrupted run."""
     pipeline = bounded(spark_engine, tmp_path)
-    crash_at_each_then_finish(pipeline, monkeypatch, POINTS)
+    first_part_joined(pipeline)
+    crash_at_each(pipeline, monkeypatch, POINTS, max_batch_rows=3)
     assert pipeline.snapshot() == uninterrupted
 
 

@@ -22,7 +22,7 @@ from state.faults import CRASH_AT, InjectedCrash
 from pipelines.status import warehouse_status
 from state.layout import Warehouse
 from state.relations import S
-from tests.helpers import Pipeline, crash_at_each, lakejoin
+from tests.helpers import Pipeline, crash_at_each, lakejoin_here
 
 START = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
 PREDICATE = "r.customer = s.customer AND s.paid_at BETWEEN r.order_time - INTERVAL 30 MINUTES AND r.order_time + INTERVAL 1 HOUR"
@@ -250,10 +250,10 @@ def test_a_five_line_config_joins_two_tables_from_the_command_line_then_status_a
     )
     warehouse = Warehouse(str(tmp_path / "wh"))
 
-    first = lakejoin("run", "--warehouse", warehouse.root, "--config", str(config), cwd=str(tmp_path))
+    first = lakejoin_here("run", "--warehouse", warehouse.root, "--config", str(config), cwd=str(tmp_path))
     assert first.returncode == 0, first.stderr
     assert f"source {payments}: version 1: 2 rows to bronze/s (pointers)" in first.stdout
-    files = lakejoin("ingest", "--warehouse", warehouse.root, "--side", "s", str(config), cwd=str(tmp_path))
+    files = lakejoin_here("ingest", "--warehouse", warehouse.root, "--side", "s", str(config), cwd=str(tmp_path))
     assert files.returncode == 2
     assert files.stderr.strip().splitlines()[-1] == f"lakejoin: error: relation s reads table {payments} in place and takes no files: 'lakejoin run' joins what the table gains"
 
