@@ -12,6 +12,8 @@ FLINK_STAMP := $(FLINK_VENV)/.installed
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is required: install it, or pass PYTHON=/path/to/python3.11"; exit 1; }
 	@command -v java >/dev/null || { echo "Java 17+ is required by Spark: install openjdk-17-jre-headless"; exit 1; }
+	@java_major=$$(java -version 2>&1 | sed -n 's/.* version "\([0-9]*\).*/\1/p' | head -1); [ "$${java_major:-0}" -ge 17 ] || \
+		{ echo "Java 17+ is required by Spark 4, found: $$(java -version 2>&1 | head -1); install openjdk-17-jre-headless"; exit 1; }
 	@echo "lakejoin: creating $(VENV) with the pinned versions (once; a few minutes)"
 	@# pip -qq: errors only (its warnings are about this machine's pip settings, not lakejoin)
 	@$(PYTHON) -m venv $(VENV)
@@ -78,11 +80,13 @@ bench-sizing: $(STAMP)
 	if [ -n "$$LAKEJOIN_DELTA_JARS" ]; then $(VENV)/bin/python -m benchmarks.sizing --engine spark; \
 	else echo "bench-sizing: Delta on Spark skipped: set LAKEJOIN_DELTA_JARS to a folder of Delta's JVM jars"; fi
 
-# A day's backlog drained by one scheduled run, against Structured Streaming: delta-rs, then Delta on Spark when
-# LAKEJOIN_DELTA_JARS names Delta's jars. BATCH=all (or a number) sets lakejoin's max_batch_rows instead of its default.
+# A day's backlog drained by one scheduled run, against Structured Streaming, 3 rounds each, medians: delta-rs, then Delta
+# on Spark when LAKEJOIN_DELTA_JARS names Delta's jars. ROUTE=ingest gives lakejoin the files through ingest, then runs;
+# BATCH=all (or a number) sets lakejoin's max_batch_rows instead of its default.
+BACKLOG = $(VENV)/bin/python -m benchmarks.backlog $(if $(ROUTE),--route $(ROUTE)) $(if $(BATCH),--max-batch-rows $(BATCH))
 bench-backlog: $(STAMP)
-	env -u LAKEJOIN_DELTA_JARS $(VENV)/bin/python -m benchmarks.backlog $(if $(BATCH),--max-batch-rows $(BATCH))
-	if [ -n "$$LAKEJOIN_DELTA_JARS" ]; then $(VENV)/bin/python -m benchmarks.backlog --engine spark $(if $(BATCH),--max-batch-rows $(BATCH)); \
+	env -u LAKEJOIN_DELTA_JARS $(BACKLOG)
+	if [ -n "$$LAKEJOIN_DELTA_JARS" ]; then $(BACKLOG) --engine spark; \
 	else echo "bench-backlog: Delta on Spark skipped: set LAKEJOIN_DELTA_JARS to a folder of Delta's JVM jars"; fi
 
 # A batch of a few rows (a scheduled run finding 2 records per relation; the suite's batches of 8), beside the same work

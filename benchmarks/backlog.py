@@ -130,12 +130,12 @@ def main() -> None:
     parser.add_argument("--file-rows", type=int, default=20_000, help="records per file (default 20000)")
     parser.add_argument("--route", choices=["landing", "ingest"], default="landing", help="landing folders in the config (default), or ingest then run")
     parser.add_argument("--max-batch-rows", help="lakejoin's batch size: arrivals per batch, or 'all' (default: the config's default)")
-    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of every system, medians reported (default 3)")
     parser.add_argument("--driver-memory", default="4g", help="the Spark driver's heap (default 4g, lakejoin's local default)")
     parser.add_argument("--systems", default="lakejoin,by-hand,structured-streaming,one-shot", help="comma-separated systems to run (default all)")
-    parser.add_argument("--out", help="default benchmarks/results/backlog[_spark].json")
+    parser.add_argument("--out", help="default benchmarks/results/backlog[_ingest][_spark].json")
     args = parser.parse_args()
-    args.out = args.out or f"benchmarks/results/backlog{'' if args.engine == 'delta-rs' else '_spark'}.json"
+    args.out = args.out or f"benchmarks/results/backlog{'' if args.route == 'landing' else '_ingest'}{'' if args.engine == 'delta-rs' else '_spark'}.json"
 
     root = tempfile.mkdtemp(prefix="lakejoin-backlog-")
     rows, batches, folders = landed_backlog(args.files, args.file_rows, root)

@@ -5,13 +5,26 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import subprocess
 
 
 def write_json(path: str, figures: dict) -> None:
-    """``figures`` as indented JSON at ``path``, creating its folder (``benchmarks/results`` by default)."""
+    """``figures`` as indented JSON at ``path``, creating its folder (``benchmarks/results`` by default), with the commit
+    of the code that measured them."""
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "w", encoding="utf-8") as handle:
-        json.dump(figures, handle, indent=2)
+        json.dump({"commit": measured_on(), **figures}, handle, indent=2)
+
+
+def measured_on() -> str:
+    """The checkout's commit, with ``+changes`` when its tracked files differ from it (``unknown`` outside git)."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], capture_output=True, text=True, cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+
+    commit = git("rev-parse", "--short", "HEAD")
+    if not commit:
+        return "unknown"
+    return commit + ("+changes" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
 def tenths(seconds: list[float]) -> tuple[float, float]:

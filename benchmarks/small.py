@@ -1,11 +1,13 @@
 """A batch of a few rows: what a scheduled run and the test suite's small batches cost, beside the same work by hand.
 
-Two scenarios, each through the Python API (``Pipeline``) and by hand in plain Spark (benchmarks/by_hand.py), in one
+Three scenarios, each through the Python API (``Pipeline``) and by hand in plain Spark (benchmarks/by_hand.py), in one
 session, medians:
 
 (a) **scheduled**: each run finds one JSON Lines file of 2 records per relation in its landing folder. lakejoin:
     ``Pipeline.run()`` with the landing folders in its config (its batch lands the files and joins them); by hand: the files
     read, bronze appended, the batch joined. ``--runs`` runs after ``--warm`` untimed ones.
+(c) **ingested**: each run is given one JSON Lines file of 2 records per relation: ``Pipeline.ingest`` of each file,
+    then ``Pipeline.run()``; by hand as (a).
 (b) **drain**: 40 records per relation already ingested (alternately, 4 records of a relation per file) are joined in
     batches of 8 arrivals: lakejoin's ``Pipeline.run(max_batch_rows=8)``, 10 batches; by hand, each batch's slice
     read back from bronze, then joined. Per batch: a run's seconds over its batches; ``--rounds`` runs of each after
@@ -48,18 +50,23 @@ def write_jsonl(path: str, rows: list[dict[str, object]]) -> str:
     return path
 
 
-def scheduled(spark: SparkSession, engine: str, root: str, runs: int, warm: int) -> dict[str, list[float]]:
-    """(a): seconds per run, lakejoin's and by hand, runs interleaved (warm-up runs dropped)."""
+def scheduled(spark: SparkSession, engine: str, root: str, runs: int, warm: int, ingested: bool = False) -> dict[str, list[float]]:
+    """(a), or (c) when ``ingested``: seconds per run, lakejoin's and by hand, runs interleaved (warm-up runs dropped)."""
+    scenario = "(c)" if ingested else "(a)"
+    root = os.path.join(root, scenario.strip("()"))
     landing = {name: os.path.join(root, "landing", name) for name in RELATIONS}
+    relations = {name: {"required": ["key"], **({} if ingested else {"landing": folder})} for name, folder in landing.items()}
     for folder in landing.values():
         os.makedirs(folder)
-    relations = {name: {"landing": folder, "required": ["key"]} for name, folder in landing.items()}
     pipeline = Pipeline(os.path.join(root, "lakejoin"), config={"relations": relations, "engine": engine}, spark=spark)
     by_hand = ByHand(spark, engine, os.path.join(root, "by-hand"))
     seconds: dict[str, list[float]] = {"lakejoin": [], "by hand": []}
     for number in range(warm + runs):
         files = {name: write_jsonl(os.path.join(landing[name], f"run-{number:03d}.jsonl"), records(name, 2 * number, 2)) for name in RELATIONS}
         started = time.perf_counter()
+        if ingested:
+            for name, path in files.items():
+                pipeline.ingest(name, path)
         pipeline.run()
         lakejoin = time.perf_counter() - started
         started = time.perf_counter()
@@ -70,7 +77,7 @@ def scheduled(spark: SparkSession, engine: str, root: str, runs: int, warm: int)
         if number >= warm:
             seconds["lakejoin"].append(lakejoin)
             seconds["by hand"].append(done)
-        print(f"(a) run {number + 1}: lakejoin {lakejoin:.2f} s, by hand {done:.2f} s", flush=True)
+        print(f"{scenario} run {number + 1}: lakejoin {lakejoin:.2f} s, by hand {done:.2f} s", flush=True)
     return seconds
 
 
@@ -110,8 +117,8 @@ def drain(spark: SparkSession, engine: str, root: str, rounds: int) -> dict[str,
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--engine", choices=["delta-rs", "spark"], default="delta-rs", help="lakejoin's Delta engine (spark needs LAKEJOIN_DELTA_JARS)")
-    parser.add_argument("--runs", type=int, default=15, help="(a): timed runs (default 15)")
-    parser.add_argument("--warm", type=int, default=2, help="(a): untimed runs first (default 2)")
+    parser.add_argument("--runs", type=int, default=15, help="(a), (c): timed runs (default 15)")
+    parser.add_argument("--warm", type=int, default=2, help="(a), (c): untimed runs first (default 2)")
     parser.add_argument("--rounds", type=int, default=5, help="(b): timed drains (default 5)")
     parser.add_argument("--out", help="default benchmarks/results/small[_spark].json")
     args = parser.parse_args()
@@ -120,7 +127,11 @@ def main() -> None:
     if args.engine == "spark" and not session_has_delta(spark):
         raise SystemExit("--engine spark needs Delta on Spark: set LAKEJOIN_DELTA_JARS to Delta's jars")
     root = tempfile.mkdtemp(prefix="lakejoin-small-")
-    figures = {"scheduled run": scheduled(spark, args.engine, root, args.runs, args.warm), "drain, per batch": drain(spark, args.engine, root, args.rounds)}
+    figures = {
+        "scheduled run": scheduled(spark, args.engine, root, args.runs, args.warm),
+        "drain, per batch": drain(spark, args.engine, root, args.rounds),
+        "ingest + run": scheduled(spark, args.engine, root, args.runs, args.warm, ingested=True),
+    }
     medians = {scenario: {system: statistics.median(values) for system, values in systems.items()} for scenario, systems in figures.items()}
     print(f"\na batch of a few rows, lakejoin on {args.engine}, medians (s)")
     print(f"{'scenario':<18} {'lakejoin':>9} {'by hand':>9} {'ratio':>7}")
