@@ -13,11 +13,12 @@ def write_json(path: str, figures: dict) -> None:
     of the code that measured them."""
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "w", encoding="utf-8") as handle:
-        json.dump({"commit": measured_on(), **figures}, handle, indent=2)
+        json.dump({"commit": MEASURED_ON, **figures}, handle, indent=2)
 
 
 def measured_on() -> str:
-    """The checkout's commit, with ``+changes`` when its tracked files differ from it (``unknown`` outside git)."""
+    """The checkout's commit, with ``+changes`` when its tracked files differ from it (``unknown`` outside git): read
+    when a benchmark starts (``MEASURED_ON``), since the code it measures is what it imported then."""
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], capture_output=True, text=True, cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
 
@@ -32,3 +33,6 @@ def tenths(seconds: list[float]) -> tuple[float, float]:
     batch costs the same late in the stream as early, as bounded state should make it."""
     tenth = max(1, len(seconds) // 10)
     return statistics.median(seconds[:tenth]), statistics.median(seconds[-tenth:])
+
+
+MEASURED_ON = measured_on()

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.types import StructType
 
-from state.names import quoted
+from state.names import literal, quoted
 
 if TYPE_CHECKING:
     from expectations.rules import Rule
@@ -25,19 +25,10 @@ RowTest = Callable[[dict[str, Any]], str]
 SchemaTest = Callable[[dict[str, Any], StructType], bool]
 
 
-def _literal(value: object) -> str:
-    """``value`` as a Spark SQL literal."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
 def _between(kwargs: dict[str, Any]) -> str:
     value, low, high = quoted(kwargs["column"]), kwargs.get("min_value"), kwargs.get("max_value")
-    outside = [f"{value} {'<=' if kwargs.get('strict_min') else '<'} {_literal(low)}"] if low is not None else []
-    outside += [f"{value} {'>=' if kwargs.get('strict_max') else '>'} {_literal(high)}"] if high is not None else []
+    outside = [f"{value} {'<=' if kwargs.get('strict_min') else '<'} {literal(low)}"] if low is not None else []
+    outside += [f"{value} {'>=' if kwargs.get('strict_max') else '>'} {literal(high)}"] if high is not None else []
     return f"{value} IS NOT NULL AND ({' OR '.join(outside) or 'false'})"
 
 
@@ -55,7 +46,7 @@ ROW_TESTS: dict[str, RowTest] = {
     "expect_column_values_to_not_be_null": lambda kwargs: f"{quoted(kwargs['column'])} IS NULL",
     "expect_column_values_to_be_between": _between,
     "expect_column_values_to_be_in_set": lambda kwargs: (
-        f"{quoted(kwargs['column'])} IS NOT NULL AND NOT {quoted(kwargs['column'])} IN ({', '.join(_literal(value) for value in kwargs['value_set'])})"
+        f"{quoted(kwargs['column'])} IS NOT NULL AND NOT {quoted(kwargs['column'])} IN ({', '.join(literal(value) for value in kwargs['value_set'])})"
     ),
     "expect_column_values_to_be_unique": lambda kwargs: f"{quoted(kwargs['column'])} IS NOT NULL AND {_repeated([kwargs['column']])}",
     "expect_compound_columns_to_be_unique": lambda kwargs: (

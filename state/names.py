@@ -23,6 +23,15 @@ def quoted(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
+def literal(value: object) -> str:
+    """``value`` as a Spark SQL literal (a string's backslashes and quotes escaped)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
 def column(name: str) -> Column:
     """The column called ``name`` (``F.col`` would read a dot as a struct field)."""
     return F.col(quoted(name))

@@ -19,7 +19,7 @@ from state.config import Config
 from pipelines.status import warehouse_status
 from state.errors import LakejoinError
 from state.event_time import TIMESTAMP
-from tests.helpers import Pipeline, crash_at_each
+from tests.helpers import Pipeline, copied, crash_at_each
 from tests.reference import Pair, Record, advance, late_in_batches, on_time
 from tests.reference_final import asof_in_batches, kept_rights
 from tests.strategies import split, two_streams
@@ -129,9 +129,9 @@ def test_an_asof_run_dying_at_each_write_in_turn_resumes_to_the_uninterrupted_re
     """Every crash point of an as-of batch: the plan, each output, the two stores (a MERGE that deletes superseded
     quotes among them), the commit."""
     order = [S1, R3, S2, S5, R4, Record("s", "s6", 6, "k"), Record("r", "r8", 8, "k"), Record("s", "s9", 9, "k")]
-    uninterrupted, crashed = (as_of(deltars, tmp_path_factory.mktemp(name)) for name in ("uninterrupted", "crashed"))
-    for pipeline in (uninterrupted, crashed):
-        pipeline.land(order)
+    uninterrupted = as_of(deltars, tmp_path_factory.mktemp("uninterrupted"))
+    uninterrupted.land(order)
+    crashed = copied(uninterrupted, tmp_path_factory.mktemp("crashed"))
     uninterrupted.run(max_batch_rows=2)
     steps = ["gold", "late_arrivals", "r_state", "s_state", "dq_quarantine", "commit"]
     crash_at_each(crashed, monkeypatch, [f"{moment}:{step}" for step in steps for moment in ("before", "after")], max_batch_rows=2)

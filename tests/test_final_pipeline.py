@@ -14,7 +14,7 @@ from expectations.reconcile import check_gold
 from state.config import Config
 from pipelines.status import warehouse_status
 from state.errors import LakejoinError
-from tests.helpers import Pipeline, crash_at_each
+from tests.helpers import Pipeline, copied, crash_at_each
 from tests.reference import Pair, Record, within
 from tests.reference_final import join_kind_in_batches
 from tests.strategies import split, two_streams
@@ -93,9 +93,9 @@ def test_a_left_join_run_dying_at_each_write_in_turn_resumes_to_the_uninterrupte
     """One warehouse dies at every point of its batches in turn: the unmatched rows (gold) and the ``_matched`` marks
     (a store's MERGE) each land once."""
     order = [S1, R2, R4, S7, R8, Record("s", "s20", 20, "k"), Record("r", "r21", 21, "z")]
-    uninterrupted, crashed = (outer(deltars, tmp_path_factory.mktemp(name), "left") for name in ("uninterrupted", "crashed"))
-    for pipeline in (uninterrupted, crashed):
-        pipeline.land(order)
+    uninterrupted = outer(deltars, tmp_path_factory.mktemp("uninterrupted"), "left")
+    uninterrupted.land(order)
+    crashed = copied(uninterrupted, tmp_path_factory.mktemp("crashed"))
     uninterrupted.run(max_batch_rows=2)
     steps = ["gold", "late_arrivals", "r_state", "s_state", "dq_quarantine", "commit"]
     crash_at_each(crashed, monkeypatch, [f"{moment}:{step}" for step in steps for moment in ("before", "after")], max_batch_rows=2)

@@ -18,7 +18,7 @@ from pipelines.silver import run
 from state.config import Config
 from state.faults import CRASH_AT, InjectedCrash
 from state.relations import R, S
-from tests.helpers import Pipeline, crash_at_each
+from tests.helpers import Pipeline, copied, crash_at_each
 from tests.reference import Record, batch_join
 
 RECORDS = [Record("r", "r1", 1, "a"), Record("r", "r2", 2, "b"), Record("s", "s3", 3, "a"), Record("s", "s4", 4, "b"), Record("r", "r5", 5, "a")]
@@ -155,29 +155,21 @@ def started(spark, tmp_path_factory) -> Pipeline:
     return first_landing_joined(make_engine(spark, "delta-rs"), tmp_path_factory.mktemp("started"))
 
 
-def copied(engine, root, started: Pipeline) -> Pipeline:
-    pipeline = Pipeline(engine, str(root), started.config)
-    shutil.copytree(started.warehouse.root, pipeline.warehouse.root)
-    return pipeline
-
-
 def with_bronze(pipeline: Pipeline) -> dict:
     """``snapshot`` with bronze's rows (without the time they were ingested)."""
     return {**pipeline.snapshot(), "bronze": Counter(tuple(sorted((k, v) for k, v in row.items() if k != "_ingested_at")) for rel in (R, S) for row in bronze(pipeline, rel))}
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(spark, tmp_path_factory, started) -> dict:
-    from state.engines import make_engine
-
-    pipeline = copied(make_engine(spark, "delta-rs"), tmp_path_factory.mktemp("uninterrupted"), started)
+def uninterrupted(tmp_path_factory, started) -> dict:
+    pipeline = copied(started, tmp_path_factory.mktemp("uninterrupted"))
     pipeline.run()
     return with_bronze(pipeline)
 
 
 @pytest.mark.parametrize("point", [f"{moment}:{step}" for step in STEPS for moment in ("before", "after")])
 def test_a_run_dying_at_any_write_of_a_landing_batch_resumes_to_the_uninterrupted_result(deltars, tmp_path, monkeypatch, point, started, uninterrupted):
-    pipeline = copied(deltars, tmp_path, started)
+    pipeline = copied(started, tmp_path, deltars)
     crash_at_each(pipeline, monkeypatch, [point], max_batch_rows=1_000)
     assert with_bronze(pipeline) == uninterrupted
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from collections import Counter
 
 import pytest
@@ -10,7 +9,7 @@ import pytest
 from state.config import Config
 from state.engines import make_engine
 from state.faults import CRASH_AT, InjectedCrash
-from tests.helpers import Pipeline, crash_at_each
+from tests.helpers import Pipeline, copied, crash_at_each
 from tests.reference import Pair, Record, batch_join
 
 STEPS = ["gold", "late_arrivals", "r_state", "s_state", "dq_quarantine", "commit"]
@@ -43,29 +42,23 @@ def first_part_joined(pipeline: Pipeline) -> None:
 
 
 @pytest.fixture(scope="module")
-def started(spark, tmp_path_factory) -> str:
-    """The warehouse every delta-rs crash starts from (the first part joined, the rest landed): built once, copied."""
+def started(spark, tmp_path_factory) -> Pipeline:
+    """Where every delta-rs crash starts (the first part joined, the rest landed): built once, copied by each test."""
     pipeline = bounded(make_engine(spark, "delta-rs"), tmp_path_factory.mktemp("started"))
     first_part_joined(pipeline)
-    return pipeline.warehouse.root
-
-
-def copied(engine, root, started: str) -> Pipeline:
-    pipeline = bounded(engine, root)
-    shutil.copytree(started, pipeline.warehouse.root)
     return pipeline
 
 
 @pytest.fixture(scope="module")
 def uninterrupted(spark, tmp_path_factory, started) -> dict[str, Counter]:
-    pipeline = copied(make_engine(spark, "delta-rs"), tmp_path_factory.mktemp("uninterrupted"), started)
+    pipeline = copied(started, tmp_path_factory.mktemp("uninterrupted"))
     pipeline.run(max_batch_rows=3)
     return pipeline.snapshot()
 
 
 @pytest.mark.parametrize("point", POINTS)
 def test_crash_at_any_write_then_rerun_equals_an_uninterrupted_run(deltars, tmp_path, monkeypatch, point, started, uninterrupted):
-    pipeline = copied(deltars, tmp_path, started)
+    pipeline = copied(started, tmp_path, deltars)
     crash_at_each(pipeline, monkeypatch, [point], max_batch_rows=3)
     assert pipeline.snapshot() == uninterrupted
 
@@ -74,9 +67,8 @@ def test_without_a_window_a_run_dying_right_after_a_state_merge_resumes_to_the_u
     """Unbounded state has no eviction: the resumed batch still records that its MERGE evicted 0 rows from the
     table the dead run had already merged (a kill -9 between two MERGEs once left the table out of the log)."""
     uninterrupted = Pipeline(deltars, str(tmp_path_factory.mktemp("uninterrupted")))
-    crashed = Pipeline(deltars, str(tmp_path_factory.mktemp("crashed")))
-    for pipeline in (uninterrupted, crashed):
-        first_part_joined(pipeline)
+    first_part_joined(uninterrupted)
+    crashed = copied(uninterrupted, tmp_path_factory.mktemp("crashed"))
     uninterrupted.run(max_batch_rows=3)
     crash_at_each(crashed, monkeypatch, ["after:s_state"], max_batch_rows=3)
     assert crashed.snapshot() == uninterrupted.snapshot()
