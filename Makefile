@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 FLINK_VENV := .venv-flink
 FLINK_STAMP := $(FLINK_VENV)/.installed
 
-.PHONY: demo test bench-state bench-dq bench-peers bench-peers-bounded bench-engines bench-memory bench-commit bench-sources bench-nway bench-final bench-api bench-connect bench-changes bench-idle bench-sizing bench-backlog bench-small
+.PHONY: demo test bench-state bench-dq bench-peers bench-peers-bounded bench-engines bench-memory bench-commit bench-sources bench-nway bench-final bench-api bench-connect bench-changes bench-idle bench-sizing bench-backlog bench-small bench-demo
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is required: install it, or pass PYTHON=/path/to/python3.11"; exit 1; }
@@ -99,3 +99,7 @@ bench-small: $(STAMP)
 # REMOTE: a running Spark Connect server with Delta (docs/running.md starts one), e.g. make bench-connect REMOTE=sc://127.0.0.1:15002
 bench-connect: $(STAMP)
 	$(VENV)/bin/python -m benchmarks.connect_cli --remote $(REMOTE)
+
+# What `make demo` costs, 3 runs each in a process of its own: delta-rs (the demo's engine on a fresh machine)
+bench-demo: $(STAMP)
+	env -u LAKEJOIN_DELTA_JARS $(VENV)/bin/python -m benchmarks.demo
