@@ -12,6 +12,7 @@ from functools import reduce
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from pipelines.spark import held
 from state.batch_log import BatchPlan
 from state.clock import now
 from state.engines import DeltaEngine, Txn
@@ -52,22 +53,29 @@ def write_gold(
 ) -> tuple[int, int] | None:
     """Write the batch's rows (and take out what it retracts) in one commit: the rows it added and retracted, or None
     when the run this one resumes had written them."""
-    with step("gold"):
-        if retraction.rows is None:
+    if retraction.rows is None:
+        with step("gold"):
             written = engine.append(warehouse.gold, rows, txn(warehouse.gold), CHANGE_FEED if retraction.tracked else None)
-            done = None if written is None else (written, 0)
-        else:
-            taken = retraction.rows.join(rows.select(*retraction.keys), list(retraction.keys), "left_anti")  # a row written again replaces its old version
-            source = rows.unionByName(taken.withColumn("batch_id", F.lit(None).cast("long")), allowMissingColumns=True)
+        if retraction.tracked:
+            _log_changes(engine, warehouse, [rows], txn)
+        return None if written is None else (written, 0)
+    # The MERGE, its counts and gold/changes each read the batch's rows and its retractions: their plans (the change
+    # feeds resolved against state, the stores' join terms) cost seconds to evaluate whatever their size, so once.
+    with held(rows) as added, held(retraction.rows) as retracted:
+        with step("gold"):
+            taken = retracted.join(added.select(*retraction.keys), list(retraction.keys), "left_anti")  # a row written again replaces its old version
+            source = added.unionByName(taken.withColumn("batch_id", F.lit(None).cast("long")), allowMissingColumns=True)
             changed = engine.apply_changes(warehouse.gold, source, retraction.keys, RETRACTION, txn(warehouse.gold))
-            done = None if changed is None else _counted(rows, retraction.rows)
-    if retraction.tracked:
-        with step("gold_changes"):
-            signed = [rows.withColumn(CHANGE, F.lit("+"))]
-            if retraction.rows is not None:
-                signed.append(retraction.rows.withColumns({"batch_id": F.lit(plan.batch_id).cast("long"), "produced_at": F.lit(now()), CHANGE: F.lit("-")}))
-            engine.append(warehouse.gold_changes, reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), signed), txn(warehouse.gold_changes))
+            done = None if changed is None else _counted(added, retracted)
+        _log_changes(engine, warehouse, [added, retracted.withColumns({"batch_id": F.lit(plan.batch_id).cast("long"), "produced_at": F.lit(now())})], txn)
     return done
+
+
+def _log_changes(engine: DeltaEngine, warehouse: Warehouse, signed: list[DataFrame], txn: Callable[[str], Txn]) -> None:
+    """``gold/changes``: the batch's added rows as ``+`` and (a second frame) the rows it took out as ``-``."""
+    with step("gold_changes"):
+        marked = [frame.withColumn(CHANGE, F.lit(sign)) for frame, sign in zip(signed, "+-")]
+        engine.append(warehouse.gold_changes, reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), marked), txn(warehouse.gold_changes))
 
 
 def _counted(added: DataFrame, retracted: DataFrame) -> tuple[int, int]:

@@ -22,13 +22,13 @@ from dataclasses import dataclass
 from functools import reduce
 
 import pyarrow as pa
-from pyspark import StorageLevel
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from pipelines.bronze import INGESTED_AT, Landed, Lander, Placed, Tally, land_files, land_rows, last_arrival_seq, refusal, refusal_rows, require_files
 from pipelines.landing import Found, default_checkpoint, examined, known_files, listed, on_databricks, readable
 from pipelines.parse import counted, parse_frame, stored_columns
+from pipelines.spark import held
 from state.engines import DeltaEngine, Txn, as_frame
 from state.errors import FileRefused
 from state.faults import step
@@ -234,8 +234,7 @@ def ingest_frame(
     frame is cached for the ingest, so its rows are fingerprinted, numbered and classified once whatever its source
     computes: it should be a batch's worth, as a stream's micro-batch is."""
     columns = frame.columns
-    cached = frame.persist(StorageLevel.MEMORY_AND_DISK)
-    try:
+    with held(frame) as cached:
         stored_columns(columns)  # a reserved or repeated name is refused before the frame is read
         record = F.to_json(F.struct(*[column(name) for name in columns]))  # JSON: hashable whatever the types (maps too)
         rows, count, sums = counted(cached, FRAME_ROW, F.sum(F.xxhash64(record).cast("decimal(38,0)")), F.sum(F.hash(record).cast("decimal(38,0)")))
@@ -254,8 +253,6 @@ def ingest_frame(
         set_aside(engine, warehouse, rel, [] if landed.quarantined is None else [landed.quarantined], [digest])
         tally = landed.tallies.get(label, Tally())
         log_ingests(engine, warehouse, [log_row(lander, rel, placed, digest, tally)])
-    finally:
-        cached.unpersist()
     return IngestResult(label, rel.name, tally.landed, tally.quarantined, tally.duplicates)
 
 

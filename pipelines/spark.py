@@ -8,6 +8,7 @@ server (``sc://host:15002``; Databricks Connect's URL): lakejoin is then its cli
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import logging
 import os
@@ -18,7 +19,10 @@ import subprocess
 import warnings
 
 from pyspark.logger import PySparkLogger
-from pyspark.sql import SparkSession
+from collections.abc import Iterator
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
 
 from state.errors import LakejoinError
 
@@ -221,3 +225,14 @@ def _grpc_details(exc: BaseException) -> str:
 
 def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+@contextlib.contextmanager
+def held(frame: DataFrame) -> Iterator[DataFrame]:
+    """``frame`` computed once for the several reads a block makes of it (kept in memory, spilling to disk), released
+    after: for a plan whose evaluation costs more than its rows (a change feed's gold rows, a DataFrame's ingest)."""
+    cached = frame.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        yield cached
+    finally:
+        cached.unpersist()

@@ -98,15 +98,16 @@ def apply(resolved: Resolved, screened: DataFrame, split: Callable[[DataFrame], 
     return Applied(on_time, late, screened.where(deleting), resolved)
 
 
-def resolve(rows: DataFrame, held: DataFrame) -> Resolved:
+def resolve(rows: DataFrame, held: DataFrame, settle: Callable[[DataFrame], DataFrame] = lambda frame: frame) -> Resolved:
     """Per id, the latest of ``rows`` (by sequence, then arrival), split by whether it is newer than ``held`` (the
-    state's ``_id``, ``_seq``, ``_deleted`` of those ids)."""
+    state's ``_id``, ``_seq``, ``_deleted`` of those ids). ``settle`` takes the rows compared with what is held, from
+    which every part is derived (a small batch holds them on the driver, so its many reads do not resolve again)."""
     by_id = Window.partitionBy(ID)
     ranked = rows.withColumns(
         {"_rank": F.row_number().over(by_id.orderBy(F.col(SEQ).desc(), F.col("_arrival_seq").desc())), "_batch_newest": F.max(SEQ).over(by_id)}
     )
     known = held.select(ID, F.col(SEQ).alias(HELD_SEQ), F.col(DELETED).alias(HELD_DELETED))
-    compared = ranked.join(known, ID, "left")
+    compared = settle(ranked.join(known, ID, "left"))
     newer = (F.col("_rank") == 1) & F.coalesce(F.col(SEQ) >= F.col(HELD_SEQ), F.lit(True))
     applied = compared.where(newer)
     columns = rows.columns

@@ -81,7 +81,7 @@ def _arrived(batch: Batch, rel: Relation, state: DataFrame | None) -> Arrived:
         return Arrived(rel, rows, checks, rows, checks.flagged(rows), state, pointers=None if in_place is None else bronze)
     held = held_versions(state, rows)
     nothing_held = rows.limit(0).select(ID, F.lit(None).cast("long").alias(SEQ), F.lit(None).cast("boolean").alias(DELETED))
-    resolved = resolve(rows, nothing_held if held is None else held)
+    resolved = resolve(rows, nothing_held if held is None else held, (lambda frame: as_frame(engine.spark, frame.toArrow())) if small else lambda frame: frame)
     current = resolved.current.withColumn(CURRENT, F.lit(True))
     candidates = resolved.candidates.join(current, ID, "left").withColumn(CURRENT, F.coalesce(F.col(CURRENT), F.lit(False)))
     return Arrived(rel, rows, checks, candidates, checks.flagged(candidates), state, resolved)
