@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 FLINK_VENV := .venv-flink
 FLINK_STAMP := $(FLINK_VENV)/.installed
 
-.PHONY: demo test bench-state bench-dq bench-peers bench-peers-bounded bench-engines bench-memory bench-commit bench-sources bench-nway bench-final bench-api bench-connect bench-changes bench-idle bench-sizing bench-backlog bench-small bench-demo
+.PHONY: demo test bench-state bench-dq bench-peers bench-peers-bounded bench-engines bench-memory bench-commit bench-sources bench-nway bench-final bench-api bench-connect bench-changes bench-idle bench-sizing bench-backlog bench-small bench-demo sizing-day bench-suite
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is required: install it, or pass PYTHON=/path/to/python3.11"; exit 1; }
@@ -95,6 +95,14 @@ bench-small: $(STAMP)
 	env -u LAKEJOIN_DELTA_JARS $(VENV)/bin/python -m benchmarks.small
 	if [ -n "$$LAKEJOIN_DELTA_JARS" ]; then $(VENV)/bin/python -m benchmarks.small --engine spark; \
 	else echo "bench-small: Delta on Spark skipped: set LAKEJOIN_DELTA_JARS to a folder of Delta's JVM jars"; fi
+
+# What `make test` costs (its wall time, the ten slowest tests); LOG=FILE reads a finished run's output instead
+bench-suite: $(STAMP)
+	$(VENV)/bin/python -m benchmarks.suite $(if $(LOG),--log $(LOG))
+
+# The sizing page's worked day, estimated from bench-small's and bench-backlog's results (run those first); no Spark
+sizing-day: $(STAMP)
+	$(VENV)/bin/python -m benchmarks.day
 
 # REMOTE: a running Spark Connect server with Delta (docs/running.md starts one), e.g. make bench-connect REMOTE=sc://127.0.0.1:15002
 bench-connect: $(STAMP)

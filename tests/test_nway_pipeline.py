@@ -176,9 +176,8 @@ def test_kill_9_of_a_three_way_run_at_random_moments_then_a_clean_rerun_gives_th
     chosen = random.Random(5)
     records = [Record(name, f"{name}{i}", chosen.randrange(100), f"k{chosen.randrange(3)}", rank=rank) for i in range(12) for rank, name in enumerate("abc")]
     uninterrupted = n_way(deltars, tmp_path_factory.mktemp("uninterrupted"), "abc", **settings)
-    victim = n_way(deltars, tmp_path_factory.mktemp("victim"), "abc", **settings)
-    for pipeline in (uninterrupted, victim):
-        pipeline.land(records)
+    uninterrupted.land(records)
+    victim = copied(uninterrupted, tmp_path_factory.mktemp("victim"))
     uninterrupted.run(max_batch_rows=4)
     config = os.path.join(victim.root, "three.yml")
     with open(config, "w", encoding="utf-8") as handle:

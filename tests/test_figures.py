@@ -1,0 +1,168 @@
+"""Every measured figure in the README and the docs comes from a results file named beside it.
+
+A figure is a time (``12.3 s``, ``450 ms``, ``14.5 min``) or a ratio (``1.68×``). The results files a paragraph names (its own, its
+footnotes', or else its section's: a ``name.json`` or a ``make bench-…`` target) must hold it, at the precision it is
+written: as a value, the median of a list of values, or for a ratio the quotient of two values whose places differ in
+one key (two systems, two steps of one system) or of one place in two files (the two engines), a list's elements
+left out of ratios. A figure that drifts
+from its file, or a file renamed, fails here. The changelog is exempt: it keeps earlier figures of earlier code.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+import statistics
+from collections import defaultdict
+from collections.abc import Iterator
+
+import pytest
+
+from tests.helpers import REPO
+
+RESULTS = os.path.join(REPO, "benchmarks", "results")
+PAGES = ["README.md", *(f"docs/{name}" for name in sorted(os.listdir(os.path.join(REPO, "docs"))) if name.endswith(".md") and name != "changelog.md")]
+
+# What each make target writes (the scripts' default names, both engines where the target runs both).
+TARGET_FILES = {
+    "bench-backlog": ("backlog.json", "backlog_spark.json", "backlog_ingest.json", "backlog_ingest_spark.json"),
+    "bench-small": ("small.json", "small_spark.json"),
+    "bench-demo": ("demo.json",),
+    "sizing-day": ("day.json",),
+    "bench-suite": ("suite.json", "suite_before.json"),
+    "bench-api": ("api_vs_cli_deltars.json", "api_vs_cli_spark.json"),
+    "bench-commit": ("delta_commit.json",),
+    "bench-sizing": ("sizing.json", "sizing_spark.json"),
+    "bench-changes": ("changes.json", "changes-spark.json"),
+    "bench-idle": ("idle.json",),
+    "bench-nway": ("nway.json",),
+    "bench-final": ("final.json",),
+    "bench-dq": ("expectations_cost.json",),
+    "bench-engines": ("engines.json",),
+    "bench-sources": ("table_sources.json", "table_sources_wide.json"),
+    "bench-state": ("bounded_state.json", "unbounded_state.json"),
+    "bench-memory": ("driver_memory.json",),
+    "bench-connect": ("connect_cli.json",),
+    "bench-peers": ("peers.json", "peers_spark.json"),
+    "bench-peers-bounded": ("peers_bounded.json",),
+}
+
+NUMBER = r"\d[\d,]*(?:\.\d+)?"
+FIGURE = re.compile(rf"(?<![\w.,\-/])({NUMBER})(?:\s?[–-]\s?({NUMBER}))?(\s(?:ms|s|min)|×)(?![\w/])")  # 1.5× a ratio, 2 × 3 a product
+NAMED_FILE = re.compile(r"([\w-]+\.json)")
+NAMED_TARGET = re.compile(r"make (bench-[\w-]+)")
+FOOTNOTE = re.compile(r"\[\^([\w-]+)\]")
+CODE = re.compile(r"`[^`]*`")
+
+
+def paragraphs(text: str) -> Iterator[tuple[str, list[str], dict[str, str]]]:
+    """Each paragraph (or table row) of a page with the texts of the sections it is in (innermost first), code blocks
+    left out, and the page's footnotes."""
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    notes = {match.group(1): match.group(2) for match in re.finditer(r"^\[\^([\w-]+)\]:(.*(?:\n(?: {4}.*|\s*$))*)", text, re.M)}
+    parents = re.split(r"^(?=## )", text, flags=re.M)
+    for parent in parents:
+        for section in re.split(r"^(?=### )", parent, flags=re.M):
+            for block in re.split(r"\n\s*\n", section):
+                rows = block.splitlines() if block.lstrip().startswith("|") else [block]
+                for row in rows:
+                    if not row.startswith("[^"):
+                        yield row, [section, parent], notes
+
+
+def sources(paragraph: str, sections: list[str], notes: dict[str, str]) -> list[str]:
+    """The results files a paragraph names (its footnotes' too), or else those of the innermost section that names any."""
+
+    def named(text: str) -> list[str]:
+        targets = [file for target in NAMED_TARGET.findall(text) for file in TARGET_FILES.get(target, ())]
+        return [*NAMED_FILE.findall(text), *targets]
+
+    own = named(paragraph + "".join(notes.get(note, "") for note in FOOTNOTE.findall(paragraph)))
+    return own or next((found for found in map(named, sections) if found), [])
+
+
+def values(node: object, place: tuple = ()) -> Iterator[tuple[tuple, float]]:
+    """Every number of a results file with its place; a list of numbers also gives its median."""
+    if isinstance(node, bool):
+        return
+    if isinstance(node, (int, float)):
+        yield place, float(node)
+    elif isinstance(node, dict):
+        for key, child in node.items():
+            yield from values(child, (*place, key))
+    elif isinstance(node, list):
+        numbers = [each for each in node if isinstance(each, (int, float)) and not isinstance(each, bool)]
+        if numbers:
+            yield (*place, "median"), statistics.median(numbers)
+        for index, child in enumerate(node):
+            yield from values(child, (*place, index))
+
+
+def results(name: str) -> object:
+    with open(os.path.join(RESULTS, name), encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def candidates(files: list[str]) -> tuple[list[float], list[float]]:
+    """The times and the ratios the named files hold."""
+    held = {name: list(values(results(name))) for name in files}
+    times = [value for each in held.values() for _, value in each]
+    ratios = []
+    for each in held.values():
+        for position in range(max((len(place) for place, _ in each), default=0)):
+            groups = defaultdict(list)
+            for place, value in each:
+                if len(place) > position and not isinstance(place[-1], int):
+                    groups[place[:position] + place[position + 1:]].append(value)
+            ratios += [a / b for group in groups.values() for a, b in itertools.permutations(group, 2) if b]
+    by_place = defaultdict(list)
+    for each in held.values():
+        for place, value in each:
+            if not isinstance(place[-1], int):
+                by_place[place].append(value)
+    ratios += [a / b for group in by_place.values() for a, b in itertools.permutations(group, 2) if b]
+    return times, ratios
+
+
+def holds(figure: str, unit: str, times: list[float], ratios: list[float]) -> bool:
+    written = float(figure.replace(",", ""))
+    tolerance = 0.5 * 10 ** -len(figure.partition(".")[2]) + 1e-9
+    pool = ratios if unit == "×" else [value * (1000 if unit == "ms" else 1) for value in times]
+    return any(abs(value - written) <= tolerance for value in pool)
+
+
+def unsourced(text: str) -> list[str]:
+    """The figures of a page's ``text`` that no results file named beside them holds, each with its paragraph."""
+    missing = []
+    for paragraph, sections, notes in paragraphs(text):
+        figures = list(FIGURE.finditer(CODE.sub("", paragraph)))
+        if not figures:
+            continue
+        files = list(dict.fromkeys(sources(paragraph, sections, notes)))
+        absent = [name for name in files if not os.path.isfile(os.path.join(RESULTS, name))]
+        times, ratios = candidates([name for name in files if name not in absent])
+        for match in figures:
+            low, high, unit = match.group(1), match.group(2), match.group(3).strip()
+            for figure in filter(None, (low, high)):
+                if absent or not holds(figure, unit, times, ratios):
+                    where = f"{' '.join(paragraph.split())[:90]}…"
+                    missing.append(f"{figure} {unit} in “{where}” ({', '.join(files) or 'no results file named'}{'; missing: ' + ', '.join(absent) if absent else ''})")
+    return missing
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_figure_is_held_by_a_results_file_named_beside_it(page: str) -> None:
+    with open(os.path.join(REPO, page), encoding="utf-8") as text:
+        assert unsourced(text.read()) == []
+
+
+def test_a_figure_that_drifts_from_its_file_or_names_none_is_found() -> None:
+    held = "A backlog took 30.9 s on delta-rs, 1.56× Structured Streaming (`backlog.json`)."
+    assert unsourced(held) == []
+    assert len(unsourced(held.replace("30.9 s", "29.9 s"))) == 1
+    assert len(unsourced(held.replace("1.56×", "1.65×"))) == 1
+    assert len(unsourced("A backlog took 30.9 s on delta-rs.")) == 1
+    assert len(unsourced("A backlog took 30.9 s (`no_such_file.json`).")) == 1
+    assert unsourced("## A section (`make bench-backlog`)\n\nIt took 30.9 s.\n\nA product: 3 × 4, a window of 60 seconds.") == []
