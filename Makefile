@@ -41,11 +41,18 @@ bench-state: $(STAMP)
 bench-dq: $(STAMP)
 	$(VENV)/bin/python -m benchmarks.expectations_cost
 
+# lakejoin against Structured Streaming and Flink on one stream, 3 rounds each, medians: lakejoin on delta-rs, then on
+# Delta on Spark when LAKEJOIN_DELTA_JARS names Delta's jars (which also adds the Delta-table stream)
+PEERS = $(VENV)/bin/python -m benchmarks.peers
 bench-peers: $(STAMP) $(FLINK_STAMP)
-	$(VENV)/bin/python -m benchmarks.peers --recompute
+	$(PEERS) --recompute
+	if [ -n "$$LAKEJOIN_DELTA_JARS" ]; then $(PEERS) --engine spark --out benchmarks/results/peers_spark.json; \
+	else echo "bench-peers: lakejoin on Delta on Spark skipped: set LAKEJOIN_DELTA_JARS to a folder of Delta's JVM jars"; fi
 
 bench-peers-bounded: $(STAMP) $(FLINK_STAMP)
-	$(VENV)/bin/python -m benchmarks.peers --bounded
+	$(PEERS) --bounded
+	if [ -n "$$LAKEJOIN_DELTA_JARS" ]; then $(PEERS) --bounded --engine spark --out benchmarks/results/peers_bounded_spark.json; \
+	else echo "bench-peers-bounded: lakejoin on Delta on Spark skipped: set LAKEJOIN_DELTA_JARS to a folder of Delta's JVM jars"; fi
 
 bench-engines: $(STAMP)
 	$(VENV)/bin/python -m benchmarks.engines

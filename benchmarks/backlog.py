@@ -8,9 +8,11 @@ each: 500,000 records per relation), in two landing folders. Each system drains 
    ``Pipeline.ingest`` of each relation's files, then ``Pipeline.run``), on ``--engine`` delta-rs or Delta on Spark,
    or with ``--max-batch-rows`` (``all``: the whole backlog in one batch);
 2. Structured Streaming with its default trigger sizes (``availableNow``, a stream-stream inner join on the same
-   predicate, RocksDB state): on delta-rs the file streams into Parquet (files → join); on Delta on Spark what a
-   Databricks user builds, the files streamed into two bronze Delta tables and those joined into a gold Delta table
-   (files → bronze Delta → join → gold Delta), its bronze timed as lakejoin's is;
+   predicate, RocksDB state), writing what lakejoin's gold holds (both records' columns and the owner) to a Delta
+   table as the engine writes it: on delta-rs the file streams joined, each micro-batch committed by delta-rs
+   (files → join → gold Delta); on Delta on Spark what a Databricks user builds, the files streamed into two bronze
+   Delta tables and those joined into a gold Delta table (files → bronze Delta → join → gold Delta), its bronze timed
+   as lakejoin's is;
 3. the work of that batch by hand in plain Spark (benchmarks/by_hand.py: bronze appended, the join, gold appended
    with both records' columns and the owner, state appended), on the same engine: lakejoin's floor;
 4. the one-shot batch join of all files, pairs only, to Parquet (the least any system can do).
@@ -76,13 +78,14 @@ def run_lakejoin(spark: SparkSession, folders: dict[str, str], workdir: str, eng
     return measured
 
 
-def run_streams(spark: SparkSession, folders: dict[str, str], workdir: str, predicate: str, delta: bool) -> Measured:
-    """Structured Streaming with its default trigger sizes: the file streams joined into Parquet, or (``delta``) first
-    streamed into bronze Delta tables, timed, then those joined into a Delta table."""
+def run_streams(spark: SparkSession, folders: dict[str, str], workdir: str, predicate: str, engine: str) -> Measured:
+    """Structured Streaming with its default trigger sizes into a gold Delta table written as ``engine`` writes: on
+    delta-rs the file streams joined; on Delta on Spark first streamed into bronze Delta tables, timed, then those
+    joined."""
     started = time.perf_counter()
-    if not delta:
+    if engine != "spark":
         streams = {rel: spark.readStream.schema(SCHEMA).parquet(folders[rel.name]) for rel in RELATIONS}
-        return _stream_join(spark, streams, workdir, predicate, "parquet", None)
+        return _stream_join(spark, streams, workdir, predicate, None, engine)
     for rel in RELATIONS:
         bronze = os.path.join(workdir, "bronze", rel.name)
         query = (
@@ -92,7 +95,7 @@ def run_streams(spark: SparkSession, folders: dict[str, str], workdir: str, pred
         query.awaitTermination()
     bronze_s = time.perf_counter() - started
     streams = {rel: spark.readStream.format("delta").load(os.path.join(workdir, "bronze", rel.name)) for rel in RELATIONS}
-    measured = _stream_join(spark, streams, workdir, predicate, "delta", None)
+    measured = _stream_join(spark, streams, workdir, predicate, None, engine, "delta-source")
     measured.total_s += bronze_s
     measured.phases = [{"bronze": bronze_s}]
     return measured
@@ -144,11 +147,10 @@ def main() -> None:
     if args.engine == "spark" and not session_has_delta(spark):
         raise SystemExit("--engine spark needs Delta on Spark: set LAKEJOIN_DELTA_JARS to Delta's jars")
     predicate = "r.key = s.key"
-    delta = args.engine == "spark"
     every: dict[str, Callable[[str], Measured]] = {
         "lakejoin": lambda workdir: run_lakejoin(spark, folders, workdir, args.engine, args.route, max_batch_rows),
         "by-hand": lambda workdir: run_by_hand(spark, folders, workdir, args.engine),
-        "structured-streaming": lambda workdir: run_streams(spark, folders, workdir, predicate, delta),
+        "structured-streaming": lambda workdir: run_streams(spark, folders, workdir, predicate, args.engine),
         "one-shot": lambda workdir: one_shot(spark, batches, workdir, predicate),
     }
     systems = {name: system for name, system in every.items() if name in args.systems.split(",") or name == "one-shot"}  # the reference
@@ -174,7 +176,7 @@ def main() -> None:
     ratios = {f"lakejoin_over_{name.replace('-', '_')}": lakejoin / figures[name]["total_s"] for name in ("by-hand", "structured-streaming", "one-shot") if lakejoin and name in figures}
     if "by-hand" in figures and "structured-streaming" in figures:
         ratios["by_hand_over_structured_streaming"] = figures["by-hand"]["total_s"] / figures["structured-streaming"]["total_s"]
-    streams = "files -> bronze Delta -> join -> gold Delta" if delta else "files -> join"
+    streams = "files -> bronze Delta -> join -> gold Delta" if args.engine == "spark" else "files -> join -> gold Delta (delta-rs)"
     print(f"\nbacklog: {rows:,} records per relation in {args.files} Parquet files each, {pairs:,} pairs; lakejoin on {args.engine} "
           f"({args.route} route, max_batch_rows {max_batch_rows or 'default'}), Structured Streaming {streams}; {args.rounds} round(s), medians")
     print(f"{'system':<22} {'total s':>8} {'batches':>8}  same pairs")

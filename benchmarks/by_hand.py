@@ -17,7 +17,7 @@ from functools import reduce
 
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -50,9 +50,8 @@ class ByHand:
             terms.append(new[r].join(state[s].alias(s), F.expr(self.predicate)))
         if state[r] is not None:
             terms.append(state[r].alias(r).join(new[s], F.expr(self.predicate)))
-        columns = [F.col(f"{name}.{column}").alias(f"{name}_{column}") for name in RELATIONS for column in arrivals[name].columns]
-        owner = F.when(F.col(f"{r}.ts") <= F.col(f"{s}.ts"), F.lit(r.upper())).otherwise(F.lit(s.upper())).alias("owner")  # r wins ties
-        rows = [term.select(*columns, owner, F.lit(batch_id).alias("batch_id")) for term in terms]
+        columns = gold_columns({name: arrivals[name].columns for name in RELATIONS})
+        rows = [term.select(*columns, F.lit(batch_id).alias("batch_id")) for term in terms]
         self._append("gold", reduce(DataFrame.union, rows), "gold")
         for name in RELATIONS:
             self._append(f"state/{name}", arrivals[name], f"{name}_state")
@@ -61,19 +60,37 @@ class ByHand:
         return self._read("gold")  # type: ignore[return-value] - written by the first batch
 
     def _append(self, table: str, frame: DataFrame, step: str) -> None:
-        path = os.path.join(self.root, table)
         started = time.perf_counter()
-        if self.engine == "spark":
-            frame.write.format("delta").mode("append").save(path)
-        else:
-            write_deltalake(path, frame.toArrow(), mode="append")
+        append_delta(self.engine, os.path.join(self.root, table), frame)
         self.phases[step] = self.phases.get(step, 0.0) + time.perf_counter() - started
 
     def _read(self, table: str) -> DataFrame | None:
-        path = os.path.join(self.root, table)
-        if not os.path.isdir(os.path.join(path, "_delta_log")):
-            return None
-        if self.engine == "spark":
-            return self.spark.read.format("delta").load(path)
-        opened = DeltaTable(path)
-        return self.spark.read.schema(from_arrow_schema(pa.schema(opened.schema().to_arrow()))).parquet(*opened.file_uris())
+        return read_delta(self.spark, self.engine, os.path.join(self.root, table))
+
+
+def gold_columns(columns: dict[str, list[str]]) -> list[Column]:
+    """What lakejoin's gold holds of a pair of the joined relations (aliased by name, ``columns`` per relation): both
+    records' columns, prefixed by relation (``r_id``), and the owner, the relation of the older record (r wins ties)."""
+    r, s = RELATIONS
+    prefixed = [F.col(f"{name}.{column}").alias(f"{name}_{column}") for name in RELATIONS for column in columns[name]]
+    owner = F.when(F.col(f"{r}.ts") <= F.col(f"{s}.ts"), F.lit(r.upper())).otherwise(F.lit(s.upper())).alias("owner")
+    return [*prefixed, owner]
+
+
+def append_delta(engine: str, path: str, frame: DataFrame) -> None:
+    """``frame`` appended to the Delta table at ``path`` as ``engine`` writes: Delta on Spark's writer, or Arrow
+    committed by delta-rs."""
+    if engine == "spark":
+        frame.write.format("delta").mode("append").save(path)
+    else:
+        write_deltalake(path, frame.toArrow(), mode="append")
+
+
+def read_delta(spark: SparkSession, engine: str, path: str) -> DataFrame | None:
+    """The Delta table at ``path`` as ``engine`` reads it (delta-rs: its current files, read by Spark), or None."""
+    if not os.path.isdir(os.path.join(path, "_delta_log")):
+        return None
+    if engine == "spark":
+        return spark.read.format("delta").load(path)
+    opened = DeltaTable(path)
+    return spark.read.schema(from_arrow_schema(pa.schema(opened.schema().to_arrow()))).parquet(*opened.file_uris())

@@ -8,7 +8,8 @@ about three times slower than the next ones (class loading, JIT), which a warm-u
 
 A job reads each relation from ``inputs/<relation>/`` with the filesystem connector, bounded, in streaming mode (the
 job ends when both folders are read); joins them on the predicate, state in RocksDB, exactly-once checkpoints; and
-writes the pairs (r_id, s_id) as JSON Lines files under ``output``, committed by the checkpoints (the last one once
+writes what lakejoin's gold holds of each pair (both records' columns, prefixed by relation, and the owner) as JSON
+Lines files under ``output`` (the wheel has no Delta connector), committed by the checkpoints (the last one once
 the input is read). Without ``--watermark`` the join is a regular inner join, which keeps every record: the predicate
 need not bound time. With ``--watermark COLUMN SOURCE DELAY`` each relation has a rowtime attribute COLUMN (its
 bigint SOURCE, epoch seconds, as a TIMESTAMP_LTZ(3)) watermarked DELAY seconds behind the newest seen; a predicate
@@ -59,6 +60,19 @@ def columns(schema: str, watermark: tuple[str, str, int] | None) -> str:
     return ", ".join([*given, f"`{rowtime}` AS TO_TIMESTAMP_LTZ(`{source}`, 0)", f"WATERMARK FOR `{rowtime}` AS `{rowtime}` - {interval(delay)}"])
 
 
+def gold(schema: str, relations: list[str]) -> tuple[str, str]:
+    """What lakejoin's gold holds of a pair, as Flink DDL columns and the SELECT list computing them: both records'
+    columns, prefixed by relation (``r_id``), and the owner, the upper-cased relation of the older record (the first
+    relation wins ties)."""
+    given = [column.split(None, 1) for column in schema.split(",")]
+    prefixed = [(f"{name}_{column}", kind, f"`{name}`.`{column}`") for name in relations for column, kind in given]
+    r, s = relations
+    owner = f"CASE WHEN `{r}`.`ts` <= `{s}`.`ts` THEN '{r.upper()}' ELSE '{s.upper()}' END"
+    ddl = ", ".join([*(f"`{name}` {kind}" for name, kind, _ in prefixed), "`owner` STRING"])
+    select = ", ".join([*(f"{value} AS `{name}`" for name, _, value in prefixed), f"{owner} AS `owner`"])
+    return ddl, select
+
+
 def interval(seconds: int) -> str:
     """``seconds`` as an interval literal Flink SQL and Spark SQL both read: DAY TO SECOND, as Flink's SECOND takes
     two digits at most (``INTERVAL '2000' SECOND`` exceeds the precision of SECOND(2))."""
@@ -89,10 +103,11 @@ def join(inputs: str, output: str, workdir: str, predicate: str, schema: str, re
     for name in relations:
         source = uri(os.path.join(inputs, name))
         tables.execute_sql(f"CREATE TABLE `{name}` ({columns(schema, watermark)}) WITH ('connector' = 'filesystem', 'path' = '{source}', 'format' = 'json')")
-    tables.execute_sql(f"CREATE TABLE pairs (r_id STRING, s_id STRING) WITH ('connector' = 'filesystem', 'path' = '{uri(output)}', 'format' = 'json')")
+    written, values = gold(schema, relations)
+    tables.execute_sql(f"CREATE TABLE pairs ({written}) WITH ('connector' = 'filesystem', 'path' = '{uri(output)}', 'format' = 'json')")
     r, s = relations
     submitted = time.perf_counter()
-    result = tables.execute_sql(f"INSERT INTO pairs SELECT `{r}`.id, `{s}`.id FROM `{r}` JOIN `{s}` ON {quoted(predicate, relations)}")
+    result = tables.execute_sql(f"INSERT INTO pairs SELECT {values} FROM `{r}` JOIN `{s}` ON {quoted(predicate, relations)}")
     result.wait()
     total = time.perf_counter() - submitted
     net = result.get_job_client().get_job_execution_result().result().get_net_runtime() / 1000

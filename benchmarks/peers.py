@@ -4,16 +4,19 @@
    (``--engine``: delta-rs by default, or Delta on Spark; data-quality rules on), as a scheduled job would;
 2. Spark Structured Streaming: the same files read by two file streams (one file per trigger, so the
    same micro-batches), a stream-stream inner join on the same predicate, RocksDB state store,
-   ``Trigger.AvailableNow``, Parquet sink; and, when the session has Delta Lake (``LAKEJOIN_DELTA_JARS``), what a
-   Databricks user would build: the two bronze Delta tables (one version per micro-batch) read as Delta streams,
-   joined the same way, written to a Delta table;
+   ``Trigger.AvailableNow``; and, when the session has Delta Lake (``LAKEJOIN_DELTA_JARS``), what a Databricks user
+   would build: the two bronze Delta tables (one version per micro-batch) read as Delta streams, joined the same way.
+   Both write what lakejoin's gold holds (both records' columns and the owner) to a Delta table written as lakejoin's
+   engine writes (Delta on Spark's sink, or each micro-batch committed by delta-rs from ``foreachBatch``); lakejoin
+   writes bronze and its state tables besides;
 3. batch recompute: the one-shot Spark SQL join of all files (the lower bound on total work), and once,
    the cost of recomputing it after every micro-batch (what a naive scheduled job does);
 4. Apache Flink, when ``.venv-flink`` exists (``make .venv-flink/.installed``: PyFlink 2.3 from PyPI, in a virtualenv
    of its own): benchmarks/flink_join.py, a streaming regular inner join on the same predicate, RocksDB state,
    exactly-once checkpoints, parallelism 2, in one JVM kept for the whole run (started once, warmed up like the
-   Spark session). What differs from the Spark streams: the wheel bundles no Parquet format, so Flink reads JSON
-   Lines copies of the same micro-batch files, written beforehand, untimed; its filesystem source reads each
+   Spark session), writing the same rows as JSON Lines. What differs from the Spark streams: the wheel bundles no
+   Parquet format nor Delta connector, so Flink reads JSON Lines copies of the same micro-batch files, written
+   beforehand, untimed, and writes JSON Lines; its filesystem source reads each
    relation's files as one bounded stream, neither one file per trigger nor in arrival order (both relations read
    concurrently), which changes neither the pairs nor the state a join that bounds no time keeps; it reports no
    per-batch times nor state size. Its total is the wall time from submitting the job to its end (planning, the
@@ -58,6 +61,7 @@ from pyspark.sql import DataFrame, SparkSession
 from deltalake import write_deltalake
 from pyspark.sql import functions as F
 
+from benchmarks.by_hand import append_delta, gold_columns, read_delta
 from benchmarks.flink_join import interval
 from benchmarks.report import tenths, write_json
 from state.config import Config
@@ -70,6 +74,7 @@ from state.layout import Warehouse
 from state.relations import RELATIONS, relation
 
 SCHEMA = "id string, ts bigint, key string, payload string"
+PAIRS = "r_id string, s_id string"
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 HERE = os.path.dirname(os.path.abspath(__file__))
 FLINK_PYTHON = os.path.join(os.path.dirname(HERE), ".venv-flink", "bin", "python")
@@ -148,16 +153,16 @@ def run_lakejoin(spark: SparkSession, batches: list[dict[str, str]], workdir: st
     return measured
 
 
-def run_structured_streaming(spark: SparkSession, batches: list[dict[str, str]], workdir: str, predicate: str, delay: int | None) -> Measured:
-    """File streams over the landed Parquet files, one file per trigger, into Parquet."""
+def run_structured_streaming(spark: SparkSession, batches: list[dict[str, str]], workdir: str, predicate: str, delay: int | None, engine: str) -> Measured:
+    """File streams over the landed Parquet files, one file per trigger, into a Delta table as ``engine`` writes it."""
     streams = {
         rel: spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(os.path.dirname(batches[0][rel.name]))
         for rel in RELATIONS
     }
-    return _stream_join(spark, streams, workdir, predicate, "parquet", delay)
+    return _stream_join(spark, streams, workdir, predicate, delay, engine)
 
 
-def run_structured_streaming_delta(spark: SparkSession, batches: list[dict[str, str]], workdir: str, predicate: str, delay: int | None) -> Measured:
+def run_structured_streaming_delta(spark: SparkSession, batches: list[dict[str, str]], workdir: str, predicate: str, delay: int | None, engine: str) -> Measured:
     """Delta streams over two bronze tables holding one version (one file) per micro-batch, into a Delta table. The
     bronze tables are written beforehand, untimed, as an ingest job would have."""
     streams = {}
@@ -166,32 +171,43 @@ def run_structured_streaming_delta(spark: SparkSession, batches: list[dict[str, 
         for files in batches:
             write_deltalake(bronze, pq.read_table(files[rel.name]), mode="append")
         streams[rel] = spark.readStream.format("delta").option("maxFilesPerTrigger", 1).load(bronze)
-    return _stream_join(spark, streams, workdir, predicate, "delta", delay)
+    return _stream_join(spark, streams, workdir, predicate, delay, engine, "delta-source")
 
 
-def _stream_join(spark: SparkSession, streams: dict, workdir: str, predicate: str, sink: str, delay: int | None) -> Measured:
+def _stream_join(spark: SparkSession, streams: dict, workdir: str, predicate: str, delay: int | None, engine: str, name: str = "files") -> Measured:
     """The stream-stream inner join of ``streams`` (RocksDB state), run to the end of its input, one trigger per
-    micro-batch; with a watermark ``delay`` (seconds), each side's event time ``ts_t`` watermarked that far behind."""
+    micro-batch, writing what lakejoin's gold holds (both records' columns and the owner) to a Delta table as lakejoin
+    on ``engine`` writes it: Delta on Spark's streaming sink, or (delta-rs) each micro-batch's Arrow committed by
+    delta-rs from ``foreachBatch``. With a watermark ``delay`` (seconds), each side's event time ``ts_t`` watermarked
+    that far behind."""
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
     if delay is not None:
         event_time = F.timestamp_seconds(F.col("ts") + SPARK_START)
         streams = {rel: stream.withColumn(EVENT_TIME, event_time).withWatermark(EVENT_TIME, f"{delay} seconds") for rel, stream in streams.items()}
     r, s = RELATIONS
-    joined = streams[r].alias(r.name).join(streams[s].alias(s.name), F.expr(predicate)).select(F.col("r.id").alias("r_id"), F.col("s.id").alias("s_id"))
-    output = os.path.join(workdir, f"sss-{sink}-output")
+    columns = [column.split()[0] for column in SCHEMA.split(",")]
+    joined = streams[r].alias(r.name).join(streams[s].alias(s.name), F.expr(predicate)).select(*gold_columns({rel.name: columns for rel in RELATIONS}))
+    output = os.path.join(workdir, f"sss-{name}-output")
+    writer = joined.writeStream.option("checkpointLocation", os.path.join(workdir, f"sss-{name}-checkpoint")).trigger(availableNow=True)
+    if engine == "spark":
+        writer = writer.format("delta").option("path", output)
+    else:
+        writer = writer.foreachBatch(lambda frame, _: append_delta(engine, output, frame))
     started = time.perf_counter()
-    query = (
-        joined.writeStream.format(sink).option("path", output).option("checkpointLocation", os.path.join(workdir, f"sss-{sink}-checkpoint"))
-        .trigger(availableNow=True).start()
-    )
+    query = writer.start()
     query.awaitTermination()
     total = time.perf_counter() - started
     progress = [p for p in query.recentProgress if p["numInputRows"] > 0]
     peak = max((sum(op["numRowsTotal"] for op in p["stateOperators"]) for p in progress), default=0)
     dropped = sum(op["numRowsDroppedByWatermark"] for p in progress for op in p["stateOperators"])
     measured = Measured(total, [p["durationMs"]["triggerExecution"] / 1000 for p in progress], peak, late_rows=dropped)
-    measured.pairs = spark.read.format(sink).load(output)
+    measured.pairs = pairs_of(spark, read_delta(spark, engine, output))
     return measured
+
+
+def pairs_of(spark: SparkSession, rows: DataFrame | None) -> DataFrame:
+    """The (r_id, s_id) of a system's written rows; none when it wrote no table."""
+    return spark.createDataFrame([], PAIRS) if rows is None else rows.select("r_id", "s_id")
 
 
 class Flink:
@@ -244,7 +260,7 @@ def run_flink(spark: SparkSession, flink: Flink, batches: list[dict[str, str]], 
     os.makedirs(output)  # read back as no pairs when the join writes none
     timings = flink.join(inputs, output, workdir)
     measured = Measured(timings["total_s"], net_s=timings["net_s"])
-    measured.pairs = spark.read.schema("r_id string, s_id string").json(output)
+    measured.pairs = spark.read.schema(PAIRS).json(output)
     return measured
 
 
@@ -332,11 +348,11 @@ def main() -> None:
     predicate, stream_predicate = predicates(Config().predicate, window)  # type: ignore[arg-type] - normalised to a str
     systems: dict[str, Callable[[list[dict[str, str]], str], Measured]] = {
         "lakejoin": lambda chosen, workdir: run_lakejoin(spark, chosen, workdir, args.batch, args.engine, window, delay),
-        "structured-streaming": lambda chosen, workdir: run_structured_streaming(spark, chosen, workdir, stream_predicate, delay),
+        "structured-streaming": lambda chosen, workdir: run_structured_streaming(spark, chosen, workdir, stream_predicate, delay, args.engine),
         "one-shot": lambda chosen, workdir: one_shot(spark, chosen, workdir, predicate),
     }
     if session_has_delta(spark):
-        systems["structured-streaming-delta"] = lambda chosen, workdir: run_structured_streaming_delta(spark, chosen, workdir, stream_predicate, delay)
+        systems["structured-streaming-delta"] = lambda chosen, workdir: run_structured_streaming_delta(spark, chosen, workdir, stream_predicate, delay, args.engine)
     flink = Flink(stream_predicate, os.path.join(root, "flink-logs"), delay) if os.path.exists(FLINK_PYTHON) else None
     if flink:
         systems["flink"] = lambda chosen, workdir: run_flink(spark, flink, chosen, workdir)
