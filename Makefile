@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 FLINK_VENV := .venv-flink
 FLINK_STAMP := $(FLINK_VENV)/.installed
 
-.PHONY: demo test bench-state bench-dq bench-peers bench-peers-bounded bench-engines bench-memory bench-commit bench-sources bench-nway bench-final bench-api bench-connect bench-changes bench-idle bench-sizing bench-backlog bench-small bench-demo sizing-day bench-suite
+.PHONY: demo test bench-state bench-dq bench-peers bench-peers-bounded bench-engines bench-memory bench-commit bench-sources bench-nway bench-final bench-cli bench-connect bench-changes bench-idle bench-sizing bench-backlog bench-small bench-demo sizing-day bench-suite
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is required: install it, or pass PYTHON=/path/to/python3.11"; exit 1; }
@@ -69,8 +69,12 @@ bench-nway: $(STAMP)
 bench-final: $(STAMP)
 	$(VENV)/bin/python -m benchmarks.final
 
-bench-api: $(STAMP)
-	$(VENV)/bin/python -m benchmarks.api_vs_cli
+# A command's cost with and without lakejoin serve, beside the Python API in a warm session: delta-rs, then Delta on
+# Spark when LAKEJOIN_DELTA_JARS names Delta's jars
+bench-cli: $(STAMP)
+	env -u LAKEJOIN_DELTA_JARS $(VENV)/bin/python -m benchmarks.cli
+	if [ -n "$$LAKEJOIN_DELTA_JARS" ]; then $(VENV)/bin/python -m benchmarks.cli; \
+	else echo "bench-cli: Delta on Spark skipped: set LAKEJOIN_DELTA_JARS to a folder of Delta's JVM jars"; fi
 
 bench-commit: $(STAMP)
 	$(VENV)/bin/python -m benchmarks.delta_commit

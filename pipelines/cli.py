@@ -7,7 +7,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, NoReturn
 
 from state.config import Config, load_config
@@ -15,6 +15,8 @@ from pipelines.terminal import without_native_panics
 from state.errors import LakejoinError
 
 if TYPE_CHECKING:  # Spark loads only for the commands that need it, so --help and argument errors stay fast
+    from pyspark.sql import SparkSession
+
     from pipelines.api import Pipeline
     from pipelines.ingest import IngestResult
     from pipelines.silver import BatchReport
@@ -94,6 +96,16 @@ def _parser() -> argparse.ArgumentParser:
     reset = command("reset", "drop silver and gold (bronze stays) so the next run rebuilds them from bronze")
     reset.add_argument("--yes", action="store_true", help="confirm: without it, reset changes nothing")
 
+    serve = commands.add_parser(
+        "serve", help="start a local Spark that outlives commands: while it is up, commands connect to it instead of starting a JVM",
+        description="start a local Spark (and a Spark Connect server on 127.0.0.1, token-protected, for this user only) that "
+        "every computing command connects to instead of starting a JVM; it stops on --stop or after --idle-minutes",
+    )
+    serve.add_argument("--stop", action="store_true", help="stop the running server")
+    serve.add_argument("--idle-minutes", type=float, default=60.0, metavar="M", help="stop after M minutes with no command (default 60)")
+    serve.add_argument("--port", type=int, metavar="N", help="the port on 127.0.0.1 (default: a free one)")
+    serve.add_argument("--verbose", action="store_true", help="the server's log (server.log) with Spark's start-up lines")
+
     demo = command("demo", "generate an out-of-order stream, ingest and join it as a scheduled job would, check gold", warehouse_required=False)
     demo.add_argument("--rows", type=_positive, default=20_000, metavar="N", help="records per relation (default 20000)")
     demo.add_argument("--keys", type=_positive, default=5_000, metavar="K", help="distinct join keys (default 5000)")
@@ -139,6 +151,8 @@ def exit_with_status(argv: Sequence[str] | None = None) -> NoReturn:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one ``lakejoin`` command and return its exit status (0 done, 1 a check failed, 2 error, 3 busy)."""
     args = _parser().parse_args(argv)
+    if args.command == "serve":
+        return _serve(args)
     if args.remote:
         os.environ["SPARK_REMOTE"] = args.remote  # where pipelines/spark.py, and PySpark itself, look for the server
     if args.master:
@@ -176,8 +190,38 @@ def _on_warehouse(args: argparse.Namespace, given: Config | None) -> int:
             "rerun with --yes to confirm"
         )
     commands = {"ingest": _ingest, "run": _run, "status": _status, "show": _show, "validate": _validate, "maintain": _maintain, "reset": _reset, "advance": _advance}
-    with Pipeline(args.warehouse, given, verbose=args.verbose) as pipeline:
+    with _served_spark(args) as spark, Pipeline(args.warehouse, given, spark, verbose=args.verbose) as pipeline:
         return commands[args.command](args, pipeline)
+
+
+COMPUTING = frozenset({"ingest", "run", "validate", "maintain", "advance"})
+
+
+def _served_spark(args: argparse.Namespace) -> AbstractContextManager[SparkSession | None]:
+    """A session on the running ``lakejoin serve`` for a command that computes, unless a Spark of its own is asked for
+    (``--remote``, ``--master``, ``SPARK_REMOTE``, ``LAKEJOIN_MASTER``); else None: the command's own Spark, as before."""
+    from pipelines import server
+
+    chosen = args.remote or args.master or os.environ.get("SPARK_REMOTE") or os.environ.get("LAKEJOIN_MASTER")
+    running = None if chosen or args.command not in COMPUTING else server.running()
+    return nullcontext() if running is None else server.attached(running, args.verbose)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from pipelines import server
+
+    try:
+        if args.stop:
+            stopped = server.stop()
+            print(f"stopped the lakejoin server (pid {stopped.pid})" if stopped else "no lakejoin server is up")
+            return 0
+        if args.idle_minutes <= 0:
+            raise LakejoinError(f"--idle-minutes must be positive, got {args.idle_minutes:g}")
+        print(server.start(args.idle_minutes, args.port, args.verbose).describe())
+        return 0
+    except LakejoinError as exc:
+        print(f"lakejoin: error: {exc}", file=sys.stderr)
+        return exc.exit_code
 
 
 def _ingest(args: argparse.Namespace, pipeline: Pipeline) -> int:
@@ -207,8 +251,15 @@ def _print_outcome(done: IngestResult | SourceResult | BatchReport) -> None:
 
 
 def _status(args: argparse.Namespace, pipeline: Pipeline) -> int:
+    from pipelines import server
+
     status = pipeline.status_report()
-    print(json.dumps(status.as_dict(), indent=2) if args.json else status.describe())
+    running = server.running()
+    if args.json:
+        print(json.dumps({**status.as_dict(), "server": None if running is None else {"pid": running.pid, "port": running.port, "version": running.version}}, indent=2))
+    else:
+        print(status.describe())
+        print(server.describe_running())
     return 0 if status.problem is None else 1
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 import pytest
 from pyspark.sql import SparkSession
@@ -13,6 +14,9 @@ from state.engines import make_engine, session_has_delta
 # Each of these starts servers of its own and takes minutes: they start first, so that the two xdist workers
 # end together instead of one waiting out the last of them.
 LONGEST_FIRST = ("test_where_spark_runs",)
+
+# The tests' commands never find a developer's 'lakejoin serve': theirs is a server a test starts, in a home of its own.
+os.environ["LAKEJOIN_HOME"] = tempfile.mkdtemp(prefix="lakejoin-tests-home-")
 
 SPARK_DELTA_SKIP = (
     f"Delta Lake's JVM jars are not on this Spark session's class path: set {DELTA_JARS} to a folder holding "

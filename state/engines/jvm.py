@@ -10,6 +10,8 @@ job). A Spark Connect client has no JVM; tests/test_where_spark_runs.py fails if
 - ``classic_spark_running``: whether this process already runs a classic Spark, on any thread.
 - ``start_driver_jvm``: the driver JVM of a session lakejoin starts itself, its stderr without the JDK's
   incubator-module notice.
+- ``connect_executions``, ``interrupt_connect_tag``: what the Spark Connect server ``lakejoin serve`` hosts is
+  running, and stopping what a killed command left running there.
 """
 
 from __future__ import annotations
@@ -229,3 +231,25 @@ def _txn_version(snapshot, app_id: str) -> int | None:  # noqa: ANN001 - a JVM S
         return next((int(txn.version()) for txn in versions if txn.appId() == app_id), None)
     recorded = snapshot.transactions().get(app_id)
     return int(recorded.get()) if recorded.isDefined() else None
+
+
+def connect_executions(spark: SparkSession) -> list[tuple[str, str, frozenset[str]]] | int:
+    """What this process's Spark Connect server is running: each operation's user, session and tags, or, when it runs
+    none, the time (epoch milliseconds) its last one ended (pipelines/server.py, which hosts the server, reads both)."""
+    found = spark._jvm.org.apache.spark.sql.connect.service.SparkConnectService.listActiveExecutions()  # type: ignore[union-attr]
+    if found.isLeft():
+        return int(found.left().get())
+    running = found.right().get()
+    executions = []
+    for index in range(running.size()):
+        info = running.apply(index)
+        tags = frozenset(filter(None, info.sparkSessionTags().mkString("\n").split("\n")))
+        executions.append((info.userId(), info.sessionId(), tags))
+    return executions
+
+
+def interrupt_connect_tag(spark: SparkSession, user: str, session: str, tag: str) -> None:
+    """Interrupt the operations of a Spark Connect session that carry ``tag`` (a client that died left them running)."""
+    service = spark._jvm.org.apache.spark.sql.connect.service.SparkConnectService  # type: ignore[union-attr]
+    none = spark._jvm.scala.Option.empty()  # type: ignore[union-attr]
+    service.getOrCreateIsolatedSession(user, session, none).interruptTag(tag)

@@ -1,0 +1,199 @@
+"""``lakejoin serve``: commands connect to one local Spark that outlives them, and exactly-once holds through kills."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+
+from pipelines import server
+from pipelines.spark import DELTA_JARS
+from tests.helpers import LAKEJOIN, REPO, Pipeline, lakejoin, lakejoin_here
+from tests.reference import Record, batch_join
+
+# The server has Delta's jars when the tests do, and a command's must match its server's: both engines are chosen
+# by each warehouse's config (engine: delta-rs or spark), the session being the same.
+SESSION_ENGINE = "spark" if os.environ.get(DELTA_JARS) else "delta-rs"
+ENGINES = ["delta-rs", pytest.param("spark", marks=pytest.mark.spark_delta)]
+
+
+def start_server(home: str) -> dict[str, str]:
+    env = {server.HOME: home}
+    started = lakejoin("serve", "--idle-minutes", "20", cwd=home, engine=SESSION_ENGINE, env=env)
+    assert started.returncode == 0 and "lakejoin server: up" in started.stdout, started.stdout + started.stderr
+    return env
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """A server for the module's commands: the environment that finds it."""
+    home = str(tmp_path_factory.mktemp("home"))
+    env = start_server(home)
+    yield env
+    lakejoin("serve", "--stop", cwd=home, engine=SESSION_ENGINE, env=env)
+
+
+def no_java(env: dict[str, str]) -> dict[str, str]:
+    """``env`` where no JVM can start (no java on the PATH, no JAVA_HOME): a command that works in it started none."""
+    return {**env, "PATH": os.path.dirname(sys.executable), "JAVA_HOME": ""}
+
+
+def records(count: int, seed: int, prefix: str = "") -> list[Record]:
+    rng = random.Random(seed)
+    return [Record(side, f"{prefix}{side}{i}", rng.randrange(100), f"k{rng.randrange(5)}") for side in "rs" for i in range(count)]
+
+
+def row(record: Record) -> dict:
+    return {"id": record.id, "ts": record.ts, "key": record.key, "payload": record.payload}
+
+
+def server_pid(env: dict[str, str]) -> int:
+    with open(os.path.join(env[server.HOME], "server", "server.json")) as record:
+        return json.load(record)["pid"]
+
+
+def configured(pipeline: Pipeline, engine: str) -> str:
+    """A config choosing ``engine`` for the warehouse (Delta on Spark skips where the server has no Delta)."""
+    if engine == "spark" and SESSION_ENGINE != "spark":
+        pytest.skip(f"Delta on Spark needs {DELTA_JARS}")
+    os.makedirs(pipeline.root, exist_ok=True)
+    path = os.path.join(pipeline.root, "config.yaml")
+    with open(path, "w") as config:
+        config.write(f"engine: {engine}\n")
+    return path
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_with_a_server_up_commands_start_no_jvm_and_join_exactly(served, deltars, tmp_path, engine):
+    pipeline = Pipeline(deltars, str(tmp_path))
+    arrivals = records(6, seed=1)
+    config = configured(pipeline, engine)
+    env = no_java(served)
+    for side in "rs":
+        path = pipeline.write_file([row(record) for record in arrivals if record.side == side])
+        ingested = lakejoin("ingest", "--warehouse", pipeline.warehouse.root, "--config", config, "--side", side, path,
+                            cwd=pipeline.root, engine=SESSION_ENGINE, env=env)
+        assert ingested.returncode == 0, ingested.stderr[-2000:]
+    ran = lakejoin("run", "--warehouse", pipeline.warehouse.root, cwd=pipeline.root, engine=SESSION_ENGINE, env=env)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert pipeline.gold_pairs() == Counter(batch_join(arrivals))
+    status = lakejoin("status", "--warehouse", pipeline.warehouse.root, "--json", cwd=pipeline.root, engine=SESSION_ENGINE, env=env)
+    assert json.loads(status.stdout)["server"]["pid"] == server_pid(served)
+
+
+def test_a_server_of_another_lakejoin_or_delta_set_up_is_refused_in_one_line_and_nothing_changes(served, deltars, tmp_path):
+    pipeline = Pipeline(deltars, str(tmp_path))
+    pipeline.land(records(2, seed=2))
+    before = pipeline.versions()
+    record = os.path.join(served[server.HOME], "server", "server.json")
+    kept = open(record).read()
+    try:
+        with open(record, "w") as other:
+            other.write(json.dumps({**json.loads(kept), "version": "0.0.1"}))
+        refused = lakejoin("run", "--warehouse", pipeline.warehouse.root, cwd=pipeline.root, engine=SESSION_ENGINE, env=served)
+    finally:
+        with open(record, "w") as restored:
+            restored.write(kept)
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines() == [f"lakejoin: error: the lakejoin server runs lakejoin 0.0.1 and this is {server.VERSION}: "
+                                                   "restart it ('lakejoin serve --stop', then 'lakejoin serve')"]
+    other_jars = lakejoin("run", "--warehouse", pipeline.warehouse.root, cwd=pipeline.root, engine=SESSION_ENGINE,
+                          env={**served, DELTA_JARS: "" if os.environ.get(DELTA_JARS) else REPO})
+    assert other_jars.returncode == 2 and "the lakejoin server was started with" in other_jars.stderr, other_jars.stderr
+    # the server itself answers with its version: a client of another one stops there
+    script = ("import sys; from pipelines import server; server.VERSION = '0.0.2'; running = server.running(); "
+              "from dataclasses import replace\nwith server.attached(replace(running, version='0.0.2')): pass")
+    checked = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO,
+                             env={**os.environ, **no_java(served), "PYTHONPATH": REPO}, timeout=300)
+    assert checked.returncode != 0 and f"runs lakejoin {server.VERSION} and this is 0.0.2" in checked.stderr, checked.stderr[-2000:]
+    assert pipeline.versions() == before
+
+
+def test_status_says_when_no_server_is_up(deltars, tmp_path, monkeypatch):
+    monkeypatch.setenv(server.HOME, str(tmp_path / "home"))
+    pipeline = Pipeline(deltars, str(tmp_path))
+    pipeline.land(records(1, seed=3))
+    status = lakejoin_here("status", "--warehouse", pipeline.warehouse.root, cwd=pipeline.root)
+    assert status.stdout.strip().splitlines()[-1].startswith("lakejoin server: none")
+
+
+def run_args(pipeline: Pipeline, *extra: str) -> list[str]:
+    return ["run", "--warehouse", pipeline.warehouse.root, "--max-batch-rows", "4", *extra]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_commands_killed_at_random_moments_through_the_server_then_rerun_give_the_uninterrupted_result(served, deltars, tmp_path, engine):
+    """kill -9 of ingests and runs while the server lives: what they left running there is stopped before the next
+    command starts, and the rerun's warehouse is the uninterrupted one's."""
+    pipeline = Pipeline(deltars, str(tmp_path / "killed"))
+    uninterrupted = Pipeline(deltars, str(tmp_path / "uninterrupted"))
+    first, more = records(20, seed=4), records(4, seed=5, prefix="more-")
+    for each in (pipeline, uninterrupted):
+        each.land(first)
+    config = configured(pipeline, engine)
+    files = {side: pipeline.write_file([row(record) for record in more if record.side == side]) for side in "rs"}
+    rng = random.Random(11)
+    for side, path in files.items():  # an ingest killed at once, mid-way or near its end, then given again
+        victim = start(pipeline, served, "ingest", "--warehouse", pipeline.warehouse.root, "--config", config, "--side", side, path)
+        time.sleep(rng.uniform(0.2, 2.0))
+        os.killpg(victim.pid, signal.SIGKILL)
+        victim.communicate()
+        again = lakejoin("ingest", "--warehouse", pipeline.warehouse.root, "--side", side, path, cwd=pipeline.root, engine=SESSION_ENGINE, env=served)
+        assert again.returncode == 0, again.stderr[-2000:]
+        uninterrupted.ingest(side, files[side])
+    for _ in range(3):
+        victim = start(pipeline, served, *run_args(pipeline))
+        time.sleep(rng.uniform(0.5, 6.0))  # within the run: no JVM to start, ten batches of a second or so
+        os.killpg(victim.pid, signal.SIGKILL)
+        victim.communicate()
+    rerun = lakejoin(*run_args(pipeline), cwd=pipeline.root, engine=SESSION_ENGINE, env=served)
+    uninterrupted.run(max_batch_rows=4)
+
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert pipeline.snapshot() == uninterrupted.snapshot()
+    assert pipeline.gold_pairs() == Counter(batch_join(first + more))
+    assert os.listdir(os.path.join(served[server.HOME], "server", "clients")) == []
+
+
+def test_the_server_killed_during_a_run_fails_the_command_and_a_rerun_without_it_is_exact(deltars, tmp_path):
+    pipeline = Pipeline(deltars, str(tmp_path / "warehouse"))
+    arrivals = records(20, seed=6)
+    pipeline.land(arrivals)
+    env = start_server(str(tmp_path / "home"))
+    victim = start(pipeline, env, *run_args(pipeline))
+    time.sleep(random.Random(12).uniform(1.0, 4.0))
+    os.killpg(server_pid(env), signal.SIGKILL)  # the server's process group: its JVM too
+    _, err = victim.communicate(timeout=300)
+    assert victim.returncode != 0 and err.strip().splitlines()[-1].startswith("lakejoin: error:"), err[-2000:]
+    rerun = lakejoin(*run_args(pipeline), cwd=pipeline.root, engine=SESSION_ENGINE, env=env)  # no server: a Spark of its own
+
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert pipeline.gold_pairs() == Counter(batch_join(arrivals))
+
+
+def start(pipeline: Pipeline, env: dict[str, str], *args: str) -> subprocess.Popen:
+    """``lakejoin ARGS`` on the server of ``env``, in a process group of its own, so a test can kill it."""
+    environment = {**os.environ, "PYTHONPATH": REPO, **env}
+    if SESSION_ENGINE == "delta-rs":
+        environment.pop(DELTA_JARS, None)
+    return subprocess.Popen([*LAKEJOIN, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=pipeline.root,
+                            env=environment, start_new_session=True)
+
+
+def test_the_mark_of_a_command_whose_process_is_gone_is_told_from_a_running_one(tmp_path, monkeypatch):
+    monkeypatch.setenv(server.HOME, str(tmp_path))
+    clients = tmp_path / "server" / "clients"
+    clients.mkdir(parents=True)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (clients / str(dead.pid)).touch()
+    (clients / str(os.getpid())).touch()
+    assert server._dead_clients() == [dead.pid]
