@@ -49,10 +49,9 @@ bench-peers: $(STAMP) $(FLINK_STAMP)
 	if [ -n "$$LAKEJOIN_DELTA_JARS" ]; then $(PEERS) --engine spark --out benchmarks/results/peers_spark.json; \
 	else echo "bench-peers: lakejoin on Delta on Spark skipped: set LAKEJOIN_DELTA_JARS to a folder of Delta's JVM jars"; fi
 
+# The same with bounded state for every system, lakejoin on delta-rs (--engine spark runs it on Delta on Spark)
 bench-peers-bounded: $(STAMP) $(FLINK_STAMP)
 	$(PEERS) --bounded
-	if [ -n "$$LAKEJOIN_DELTA_JARS" ]; then $(PEERS) --bounded --engine spark --out benchmarks/results/peers_bounded_spark.json; \
-	else echo "bench-peers-bounded: lakejoin on Delta on Spark skipped: set LAKEJOIN_DELTA_JARS to a folder of Delta's JVM jars"; fi
 
 bench-engines: $(STAMP)
 	$(VENV)/bin/python -m benchmarks.engines

@@ -32,9 +32,10 @@ from dataclasses import asdict, dataclass
 from importlib.metadata import version
 from pathlib import Path
 
+from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
-from pipelines.spark import DELTA_JARS, REMOTE, get_spark
+from pipelines.spark import DELTA_JARS, REMOTE, get_spark, hurried_retries
 from state.errors import LakejoinError
 
 HOME = "LAKEJOIN_HOME"
@@ -139,13 +140,19 @@ def attached(server: Server, verbose: bool = False) -> Iterator[SparkSession]:
     spark = None
     try:
         spark = get_spark(remote=server.url, verbose=verbose)
+        spark.client.set_retry_policies(hurried_retries())  # a server killed mid-command fails it in seconds, not minutes
         served = spark.conf.get(VERSION_CONF, None)
         if served != VERSION:
             raise LakejoinError(f"the Spark Connect server on port {server.port} runs lakejoin {served or 'unknown'} and this is {VERSION}: restart it")
         spark.addTag(f"{CLIENT_TAG}{os.getpid()}")
         yield spark
+    except PySparkException as exc:
+        if _alive(server.pid):
+            raise
+        raise LakejoinError("the lakejoin server stopped while this command ran: rerun it (a batch it left unfinished "
+                            "resumes), after 'lakejoin serve' or with a Spark of its own") from exc
     finally:
-        if spark is not None:
+        if spark is not None and _alive(server.pid):
             spark.stop()
         mark.unlink(missing_ok=True)
 

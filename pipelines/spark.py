@@ -170,7 +170,7 @@ def connect(url: str, verbose: bool = False) -> SparkSession:
     spark = SparkSession.builder.remote(url).getOrCreate()
     client = spark.client
     patient = client.get_retry_policies()
-    client.set_retry_policies(_first_call_policies())
+    client.set_retry_policies(hurried_retries())
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # PySpark warns "[RETRIES_EXCEEDED]" before raising: the error says it
@@ -196,9 +196,10 @@ def _require_listening(host: str, port: int, shown: str) -> None:
         raise LakejoinError(f"cannot reach the Spark Connect server at {shown}: {reason}; check the host and port, and that the server runs") from None
 
 
-def _first_call_policies() -> list:
-    """Retries for the first call: a server's own request to wait (it answered) is honoured as Spark Connect does; no
-    answer at all is tried four more times, about 8 s in all."""
+def hurried_retries() -> list:
+    """Retries for a first call, and for every call to ``lakejoin serve``'s local server (up or gone, never slow to
+    answer): a server's own request to wait (it answered) is honoured as Spark Connect does; no answer at all is tried
+    four more times, about 8 s in all."""
     from pyspark.sql.connect.client.retries import DefaultPolicy, extract_retry_info
 
     class ServerAskedToWait(DefaultPolicy):

@@ -142,12 +142,12 @@ def waited(error: BaseException) -> float:
 
     from pyspark.sql.connect.client.retries import Retrying
 
-    from pipelines.spark import _first_call_policies
+    from pipelines.spark import hurried_retries
 
     sleeps: list[float] = []
     with warnings.catch_warnings(), pytest.raises(type(error)):
         warnings.simplefilter("ignore")
-        for attempt in Retrying(_first_call_policies(), sleep=sleeps.append):
+        for attempt in Retrying(hurried_retries(), sleep=sleeps.append):
             with attempt:
                 raise error
     return sum(sleeps)

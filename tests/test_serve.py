@@ -26,6 +26,7 @@ ENGINES = ["delta-rs", pytest.param("spark", marks=pytest.mark.spark_delta)]
 
 
 def start_server(home: str) -> dict[str, str]:
+    os.makedirs(home, exist_ok=True)
     env = {server.HOME: home}
     started = lakejoin("serve", "--idle-minutes", "20", cwd=home, engine=SESSION_ENGINE, env=env)
     assert started.returncode == 0 and "lakejoin server: up" in started.stdout, started.stdout + started.stderr
@@ -78,7 +79,7 @@ def test_with_a_server_up_commands_start_no_jvm_and_join_exactly(served, deltars
     config = configured(pipeline, engine)
     env = no_java(served)
     for side in "rs":
-        path = pipeline.write_file([row(record) for record in arrivals if record.side == side])
+        path = pipeline.write_file([row(record) for record in arrivals if record.relation == side])
         ingested = lakejoin("ingest", "--warehouse", pipeline.warehouse.root, "--config", config, "--side", side, path,
                             cwd=pipeline.root, engine=SESSION_ENGINE, env=env)
         assert ingested.returncode == 0, ingested.stderr[-2000:]
@@ -137,9 +138,10 @@ def test_commands_killed_at_random_moments_through_the_server_then_rerun_give_th
     uninterrupted = Pipeline(deltars, str(tmp_path / "uninterrupted"))
     first, more = records(20, seed=4), records(4, seed=5, prefix="more-")
     for each in (pipeline, uninterrupted):
+        os.makedirs(each.root)
         each.land(first)
     config = configured(pipeline, engine)
-    files = {side: pipeline.write_file([row(record) for record in more if record.side == side]) for side in "rs"}
+    files = {side: pipeline.write_file([row(record) for record in more if record.relation == side]) for side in "rs"}
     rng = random.Random(11)
     for side, path in files.items():  # an ingest killed at once, mid-way or near its end, then given again
         victim = start(pipeline, served, "ingest", "--warehouse", pipeline.warehouse.root, "--config", config, "--side", side, path)
@@ -165,6 +167,7 @@ def test_commands_killed_at_random_moments_through_the_server_then_rerun_give_th
 
 def test_the_server_killed_during_a_run_fails_the_command_and_a_rerun_without_it_is_exact(deltars, tmp_path):
     pipeline = Pipeline(deltars, str(tmp_path / "warehouse"))
+    os.makedirs(pipeline.root)
     arrivals = records(20, seed=6)
     pipeline.land(arrivals)
     env = start_server(str(tmp_path / "home"))

@@ -233,18 +233,24 @@ def _txn_version(snapshot, app_id: str) -> int | None:  # noqa: ANN001 - a JVM S
     return int(recorded.get()) if recorded.isDefined() else None
 
 
+# An operation in these states runs no more, though the server keeps it until its client releases it or gives it up.
+CONNECT_DONE = frozenset({"Finished", "Failed", "Canceled", "Closed"})
+
+
 def connect_executions(spark: SparkSession) -> list[tuple[str, str, frozenset[str]]] | int:
-    """What this process's Spark Connect server is running: each operation's user, session and tags, or, when it runs
-    none, the time (epoch milliseconds) its last one ended (pipelines/server.py, which hosts the server, reads both)."""
+    """What this process's Spark Connect server is running: each running operation's user, session and tags, or, when
+    it holds none, the time (epoch milliseconds) its last one ended (pipelines/server.py, which hosts the server, reads
+    both)."""
     found = spark._jvm.org.apache.spark.sql.connect.service.SparkConnectService.listActiveExecutions()  # type: ignore[union-attr]
     if found.isLeft():
         return int(found.left().get())
-    running = found.right().get()
+    held = found.right().get()
     executions = []
-    for index in range(running.size()):
-        info = running.apply(index)
-        tags = frozenset(filter(None, info.sparkSessionTags().mkString("\n").split("\n")))
-        executions.append((info.userId(), info.sessionId(), tags))
+    for index in range(held.size()):
+        info = held.apply(index)
+        if str(info.status().toString()) not in CONNECT_DONE:
+            tags = frozenset(filter(None, info.sparkSessionTags().mkString("\n").split("\n")))
+            executions.append((info.userId(), info.sessionId(), tags))
     return executions
 
 
