@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 FLINK_VENV := .venv-flink
 FLINK_STAMP := $(FLINK_VENV)/.installed
 
-.PHONY: demo test bench-state bench-dq bench-peers bench-peers-bounded bench-engines bench-memory bench-commit bench-sources bench-nway bench-final bench-cli bench-connect bench-changes bench-idle bench-sizing bench-backlog bench-small bench-demo sizing-day bench-suite
+.PHONY: demo test bench-state bench-dq bench-peers bench-peers-bounded bench-engines bench-memory bench-commit bench-sources bench-nway bench-final bench-cli bench-changes bench-idle bench-sizing bench-backlog bench-small bench-demo sizing-day bench-suite
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is required: install it, or pass PYTHON=/path/to/python3.11"; exit 1; }
@@ -35,8 +35,10 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest -n 2 --dist worksteal --durations=30
 
+# Bounded state, then the same stream with unbounded state
 bench-state: $(STAMP)
 	$(VENV)/bin/python -m benchmarks.bounded_state
+	$(VENV)/bin/python -m benchmarks.bounded_state --unbounded --out benchmarks/results/unbounded_state.json
 
 bench-dq: $(STAMP)
 	$(VENV)/bin/python -m benchmarks.expectations_cost
@@ -56,11 +58,15 @@ bench-peers-bounded: $(STAMP) $(FLINK_STAMP)
 bench-engines: $(STAMP)
 	$(VENV)/bin/python -m benchmarks.engines
 
+# The demo's narrow records in 3 rounds, then records with ten more text columns in one
 bench-sources: $(STAMP)
 	$(VENV)/bin/python -m benchmarks.table_sources
+	$(VENV)/bin/python -m benchmarks.table_sources --extra-columns 10 --rounds 1 --out benchmarks/results/table_sources_wide.json
 
+# A 317 MiB file with a 512 MiB driver, then a 1,198 MiB file with a 1 GiB driver (both need LAKEJOIN_DELTA_JARS)
 bench-memory: $(STAMP)
-	$(VENV)/bin/python -m benchmarks.driver_memory --out benchmarks/results/driver_memory.json
+	$(VENV)/bin/python -m benchmarks.driver_memory --driver-memory 512m --out benchmarks/results/driver_memory_512m.json
+	$(VENV)/bin/python -m benchmarks.driver_memory --rows 7500000 --driver-memory 1g --out benchmarks/results/driver_memory_large_file_1g.json
 
 bench-nway: $(STAMP)
 	$(VENV)/bin/python -m benchmarks.nway
@@ -78,8 +84,11 @@ bench-cli: $(STAMP)
 bench-commit: $(STAMP)
 	$(VENV)/bin/python -m benchmarks.delta_commit
 
+# delta-rs, then Delta on Spark when LAKEJOIN_DELTA_JARS names Delta's jars
 bench-changes: $(STAMP)
-	$(VENV)/bin/python -m benchmarks.changes
+	env -u LAKEJOIN_DELTA_JARS $(VENV)/bin/python -m benchmarks.changes
+	if [ -n "$$LAKEJOIN_DELTA_JARS" ]; then $(VENV)/bin/python -m benchmarks.changes --engine spark --out benchmarks/results/changes-spark.json; \
+	else echo "bench-changes: Delta on Spark skipped: set LAKEJOIN_DELTA_JARS to a folder of Delta's JVM jars"; fi
 
 bench-idle: $(STAMP)
 	$(VENV)/bin/python -m benchmarks.idle
@@ -113,10 +122,6 @@ bench-suite: $(STAMP)
 # The sizing page's worked day, estimated from bench-small's and bench-backlog's results (run those first); no Spark
 sizing-day: $(STAMP)
 	$(VENV)/bin/python -m benchmarks.day
-
-# REMOTE: a running Spark Connect server with Delta (docs/running.md starts one), e.g. make bench-connect REMOTE=sc://127.0.0.1:15002
-bench-connect: $(STAMP)
-	$(VENV)/bin/python -m benchmarks.connect_cli --remote $(REMOTE)
 
 # What `make demo` costs, 3 runs each in a process of its own: delta-rs (the demo's engine on a fresh machine)
 bench-demo: $(STAMP)

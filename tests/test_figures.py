@@ -43,8 +43,7 @@ TARGET_FILES = {
     "bench-engines": ("engines.json",),
     "bench-sources": ("table_sources.json", "table_sources_wide.json"),
     "bench-state": ("bounded_state.json", "unbounded_state.json"),
-    "bench-memory": ("driver_memory.json",),
-    "bench-connect": ("connect_cli.json",),
+    "bench-memory": ("driver_memory_512m.json", "driver_memory_large_file_1g.json"),
     "bench-peers": ("peers.json", "peers_spark.json"),
     "bench-peers-bounded": ("peers_bounded.json",),
 }
