@@ -17,15 +17,17 @@ def write_json(path: str, figures: dict) -> None:
 
 
 def measured_on() -> str:
-    """The checkout's commit, with ``+changes`` when its tracked files differ from it (``unknown`` outside git): read
-    when a benchmark starts (``MEASURED_ON``), since the code it measures is what it imported then."""
+    """The checkout's commit, with ``+changes`` when its tracked files other than results files differ from it
+    (``unknown`` outside git): read when a benchmark starts (``MEASURED_ON``), since the code it measures is what it
+    imported then. Results files are left out: a make target running several benchmarks rewrites them as it goes."""
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], capture_output=True, text=True, cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
 
     commit = git("rev-parse", "--short", "HEAD")
     if not commit:
         return "unknown"
-    return commit + ("+changes" if git("status", "--porcelain", "--untracked-files=no") else "")
+    changed = git("status", "--porcelain", "--untracked-files=no", "--", ":(top)", ":(top,exclude)benchmarks/results")
+    return commit + ("+changes" if changed else "")
 
 
 def tenths(seconds: list[float]) -> tuple[float, float]:

@@ -202,7 +202,7 @@ def _served_spark(args: argparse.Namespace) -> AbstractContextManager[SparkSessi
     (``--remote``, ``--master``, ``SPARK_REMOTE``, ``LAKEJOIN_MASTER``); else None: the command's own Spark, as before."""
     from pipelines import server
 
-    chosen = args.remote or args.master or os.environ.get("SPARK_REMOTE") or os.environ.get("LAKEJOIN_MASTER")
+    chosen = os.environ.get("SPARK_REMOTE") or os.environ.get("LAKEJOIN_MASTER")  # main() puts --remote and --master there
     running = None if chosen or args.command not in COMPUTING else server.running()
     return nullcontext() if running is None else server.attached(running, args.verbose)
 
@@ -259,7 +259,7 @@ def _status(args: argparse.Namespace, pipeline: Pipeline) -> int:
         print(json.dumps({**status.as_dict(), "server": None if running is None else {"pid": running.pid, "port": running.port, "version": running.version}}, indent=2))
     else:
         print(status.describe())
-        print(server.describe_running())
+        print(server.describe_running(running))
     return 0 if status.problem is None else 1
 
 

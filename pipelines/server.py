@@ -84,8 +84,8 @@ def running() -> Server | None:
     return server if _alive(server.pid) else None
 
 
-def describe_running() -> str:
-    server = running()
+def describe_running(server: Server | None) -> str:
+    """What ``lakejoin status`` says of the server (``server``: the one running, if any)."""
     return server.describe() if server else "lakejoin server: none ('lakejoin serve' starts one; commands then start no JVM)"
 
 
