@@ -14,6 +14,8 @@ from deltalake import DeltaTable, write_deltalake
 
 import pipelines
 from expectations.audit import audit
+from expectations.batch import ExpectationFailed
+from pipelines.batch import emit
 from state.config import Config
 from state.engines import DeltaEngine, make_engine
 from state.faults import CRASH_AT, InjectedCrash
@@ -135,3 +137,18 @@ def test_validation_beside_a_run_under_way_reconciles_gold_as_of_the_last_commit
     assert audited.success, audited.describe()
     assert (audited.reconciliation.expected, audited.reconciliation.actual) == (1, 1)
 
+
+
+def test_a_batch_that_would_commit_a_repeated_pair_stops_on_its_fail_rule(deltars, tmp_path, monkeypatch):
+    """A fault that doubles a batch's pairs: gold_pair_unique (fail) stops the batch before gold commits, and the
+    batch, resumed without the fault, joins exactly."""
+    pipeline = Pipeline(deltars, str(tmp_path))
+    pipeline.land(PLAUSIBLE)
+    pairs = emit._pairs
+    monkeypatch.setattr(emit, "_pairs", lambda *args: (found := pairs(*args)).unionByName(found))
+    with pytest.raises(ExpectationFailed, match="rule gold_pair_unique"):
+        pipeline.run()
+    assert pipeline.gold_pairs() == Counter()
+    monkeypatch.undo()
+    pipeline.run()
+    assert pipeline.gold_pairs() == Counter(batch_join(PLAUSIBLE))
