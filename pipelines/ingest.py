@@ -33,7 +33,7 @@ from state.engines import DeltaEngine, Txn, as_frame
 from state.errors import FileRefused
 from state.faults import step
 from state.layout import Warehouse
-from state.names import column
+from state.names import column, literal
 from state.relations import Relation, RelationSpec, default_specs
 
 # A DataFrame's rows are numbered in this column while they are parsed (a user's column may not start with '_').
@@ -295,8 +295,7 @@ def _logged(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, digests: S
     """What the ingest log holds of each content: ingested (True), or else refused as a landing file (False)."""
     if not digests:
         return {}
-    named = ", ".join(f"'{digest}'" for digest in sorted(set(digests)))
-    log = engine.rows(warehouse.ingest_log, where=f"relation = '{rel.name}' AND sha256 IN ({named})")
+    log = engine.lookup(warehouse.ingest_log, "sha256", digests, where=f"relation = {literal(rel.name)}")
     found: dict[str, bool] = {}
     for digest, refused in [] if log is None else zip(log.column("sha256").to_pylist(), log.column("refused").to_pylist()):
         found[digest] = found.get(digest, False) or refused is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -11,11 +12,13 @@ import pytest
 from chispa import assert_df_equality
 
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from pipelines.sources import APPEND, Commit
 from pipelines.spark import DELTA_JARS, delta_jars
 from state.engines import Eviction, Memberships, Merged, OnMatch, Txn, make_engine
 from state.engines.base import Aligned, applied
+from state.engines.delta_log import Listed
 from state.engines.spark_delta import SparkDeltaEngine
 from state.engines.sql_log import SqlLog
 from tests.conftest import SPARK_DELTA_SKIP, require_spark_delta
@@ -191,6 +194,45 @@ def test_max_value_follows_new_versions_and_a_table_recreated_at_the_same_path(e
     engine.append(path, frame(spark, [("b", 3)]))  # the same version as the dropped table's last
     assert engine.max_value(path, "ts") == 3
     assert engine.max_value(path, "ts", 0) == 2
+
+
+def test_max_value_passes_over_a_file_of_nulls(engine, spark, tmp_path):
+    path = str(tmp_path / "t")
+    engine.append(path, spark.createDataFrame([("a", None)], "id string, ts bigint"))
+    assert engine.max_value(path, "ts") is None
+    engine.append(path, frame(spark, [("b", 4)]))
+    assert engine.max_value(path, "ts") == 4
+
+
+def test_lookup_finds_rows_by_key_past_the_prefix_that_statistics_keep(engine, spark, tmp_path):
+    """Delta's statistics keep a prefix of a text's minimum and maximum (32 characters): keys that share it are told
+    apart all the same."""
+    path = str(tmp_path / "t")
+    stem = "f" * 40
+    keyed = "key string, relation string"
+    engine.append(path, spark.createDataFrame([(stem + "a", "r"), (stem + "c", "r")], keyed).coalesce(1))
+    engine.append(path, spark.createDataFrame([("b" * 64, "s")], keyed))
+    assert engine.lookup(path, "key", [stem + "c", "zz"]).column("key").to_pylist() == [stem + "c"]
+    assert engine.lookup(path, "key", [stem + "b", "a"]).num_rows == 0
+    assert engine.lookup(path, "key", ["b" * 64], where="relation = 'r'").num_rows == 0
+    assert engine.lookup(path, "key", ["b" * 64], where="relation = 's'").column("relation").to_pylist() == ["s"]
+    assert engine.lookup(str(tmp_path / "none"), "key", ["a"]) is None
+
+
+def test_a_listing_answers_from_the_files_statistics_only_what_they_say():
+    """A file's statistics may be missing, cut to a prefix, or say that the column is all nulls."""
+    def stats(column: str, low: object = None, high: object = None, nulls: int = 0) -> str:
+        bounds = {} if low is None else {"minValues": {column: low}, "maxValues": {column: high}}
+        return json.dumps({"numRecords": 2, "nullCount": {column: nulls}, **bounds})
+
+    cut = "a" * 32  # what Delta keeps of a longer text
+    keys = Listed(["m", "cut", "nulls", "bare"], StructType(), [stats("k", "m", "n"), stats("k", cut, cut), stats("k", nulls=2), None])
+    assert keys.holding("k", ["a" * 40]) == ["cut", "bare"]
+    assert keys.holding("k", ["b", "0"]) == ["bare"]
+    numbers = [stats("n", 1, 5), stats("n", nulls=2)]
+    assert Listed(["one", "nulls"], StructType(), numbers).maximum("n") == (5,)
+    assert Listed(["nulls"], StructType(), numbers[1:]).maximum("n") == (None,)
+    assert Listed(["one", "bare"], StructType(), [numbers[0], None]).maximum("n") is None  # a Spark job must say
 
 
 def test_a_source_snapshot_lists_every_file_the_table_holds_past_a_checkpoint_and_a_compaction(engine, spark, tmp_path):

@@ -13,6 +13,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
 from state.errors import LakejoinError
+from state.names import literal
 
 # One commit of a table's Delta log: its actions as the log spells them ({"add": {...}}, {"commitInfo": {...}}).
 Actions: TypeAlias = list[dict[str, Any]]
@@ -166,6 +167,12 @@ class DeltaReader(Protocol):
         job where the engine can avoid one. None when the table does not exist."""
         ...
 
+    def lookup(self, path: str, column: str, values: Sequence[str], where: str | None = None) -> pa.Table | None:
+        """The rows whose text ``column`` holds one of ``values`` (and that ``where`` keeps), as Arrow: a look-up by key
+        in a log table, which reads only the files whose statistics leave room for one of them. None when the table
+        does not exist."""
+        ...
+
     def max_value(self, path: str, column: str, version: int | None = None) -> int | None:
         """The largest value of an integer column at ``version`` (latest when None); None if empty or absent."""
         ...
@@ -311,6 +318,12 @@ class Aligned:
     column: str
     low: int
     high: int
+
+
+def one_of(column: str, values: Sequence[str], where: str | None = None) -> str:
+    """Spark SQL (and DataFusion) for: ``column`` holds one of ``values``, and ``where`` holds."""
+    found = f"{column} IN ({', '.join(literal(value) for value in sorted(set(values)))})"
+    return found if where is None else f"({where}) AND {found}"
 
 
 def match_condition(key: str, aligned: Aligned | None = None) -> str:

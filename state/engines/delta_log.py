@@ -13,7 +13,8 @@ readers behind one interface:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import unquote, urlparse
@@ -34,15 +35,51 @@ class Head:
     handle: Any = None  # what the reader needs to answer more about this version (a JVM snapshot), or None
 
 
+@dataclass(frozen=True)
+class Listed:
+    """A version's data files as its checksum lists them, each with its statistics (Delta's JSON, or None)."""
+
+    files: list[str]
+    schema: StructType
+    stats: list[str | None]
+
+    def maximum(self, column: str) -> tuple[int | None] | None:
+        """The greatest value of a number column, from the files' statistics alone (as a 1-tuple: None when every value
+        is null); None when some file's statistics do not say, and a Spark job must find it."""
+        found = []
+        for text in self.stats:
+            stats = json.loads(text) if text else {}
+            if column in stats.get("maxValues", {}):
+                found.append(int(stats["maxValues"][column]))
+            elif "numRecords" not in stats or stats.get("nullCount", {}).get(column) != stats["numRecords"]:
+                return None
+        return (max(found, default=None),)
+
+
+    def holding(self, column: str, values: Sequence[str]) -> list[str]:
+        """The files whose statistics leave room for one of ``values`` in a text column. Delta keeps a prefix of a
+        text's minimum and maximum (and may end a cut maximum with a high character): a value below the kept minimum,
+        or whose prefix of the kept maximum's length sorts above it, is not in the file."""
+        found = []
+        for path, text in zip(self.files, self.stats):
+            stats = json.loads(text) if text else {}
+            low, high = stats.get("minValues", {}).get(column), stats.get("maxValues", {}).get(column)
+            if "numRecords" in stats and stats.get("nullCount", {}).get(column) == stats["numRecords"]:
+                continue  # only nulls
+            if low is None or high is None or any(low <= value and value[: len(high)] <= high for value in values):
+                found.append(path)
+        return found
+
+
 class DeltaLogReader(Protocol):
     def head(self, table: str) -> Head | None:
         """The table's latest commit; None when there is no Delta table."""
 
     def schema(self, table: str, head: Head) -> StructType: ...
 
-    def files(self, table: str, head: Head, version: int | None) -> tuple[list[str], StructType] | None:
-        """The data files of ``version`` (default: the head's) and its schema, when they can be read as plain Parquet
-        without planning a Delta read; None when the engine must read through Delta."""
+    def files(self, table: str, head: Head, version: int | None) -> Listed | None:
+        """The data files of ``version`` (default: the head's), its schema and the files' statistics, when they can be
+        read as plain Parquet without planning a Delta read; None when the engine must read through Delta."""
 
     def rows_committed(self, table: str, head: Head) -> int | None:
         """The rows the append that made ``head`` committed, from the commit's metrics; None without them."""

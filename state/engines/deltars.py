@@ -21,7 +21,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
-from state.engines.base import Actions, Aligned, Data, Memberships, Merged, OnMatch, Recorded, TableInfo, Txn, as_frame, changes_merge, marked, marker, match_condition, no_change_feed
+from state.engines.base import Actions, Aligned, Data, Memberships, Merged, OnMatch, Recorded, TableInfo, Txn, as_frame, changes_merge, marked, marker, match_condition, no_change_feed, one_of
 from state.errors import LakejoinError
 
 
@@ -81,6 +81,10 @@ class DeltaRsReader:
         if table is None:
             return None
         return _plain(_query(table, "SELECT * FROM snapshot" + ("" if where is None else f" WHERE {where}")), table)
+
+    def lookup(self, path: str, column: str, values: Sequence[str], where: str | None = None) -> pa.Table | None:
+        """DataFusion skips the files by their statistics itself."""
+        return self.rows(path, where=one_of(column, values, where))
 
     def max_value(self, path: str, column: str, version: int | None = None) -> int | None:
         table = self._table(path, version)

@@ -27,7 +27,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from state.engines.base import Actions, Recorded, marked
-from state.engines.delta_log import Head
+from state.engines.delta_log import Head, Listed
 from state.errors import LakejoinError
 from state.layout import is_table_name
 
@@ -127,7 +127,7 @@ class JvmLog:
     def table_id(self, table: str, head: Head) -> str:
         return head.stamp
 
-    def files(self, table: str, head: Head, version: int | None) -> tuple[list[str], StructType] | None:
+    def files(self, table: str, head: Head, version: int | None) -> Listed | None:
         """As the version's checksum lists them (Delta on Spark writes the list for tables of few files), where plain
         Parquet reads them: no partitions, column mapping or deletion vectors. Planning a Delta read of a new version
         instead reconstructs the table's state, Spark jobs over its log."""
@@ -147,7 +147,7 @@ class JvmLog:
         adds = [listed.get().apply(i) for i in range(listed.get().size())]
         if any(add.deletionVector() is not None for add in adds):
             return None
-        return [str(add.absolutePath(log).toString()) for add in adds], _schema(snapshot)
+        return Listed([str(add.absolutePath(log).toString()) for add in adds], _schema(snapshot), [add.stats() for add in adds])
 
     def rows_committed(self, table: str, head: Head) -> int | None:
         actions = self._log(table).getChanges(head.version, self._none, False).next()._2()

@@ -23,9 +23,10 @@ from contextlib import contextmanager
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
-from state.engines.base import Actions, Aligned, Data, Memberships, Merged, OnMatch, Recorded, TableInfo, Txn, as_frame, changes_merge, marker, match_condition, no_change_feed
+from state.engines.base import Actions, Aligned, Data, Memberships, Merged, OnMatch, Recorded, TableInfo, Txn, as_frame, changes_merge, marker, match_condition, no_change_feed, one_of
 from state.engines.delta_log import DeltaLogReader, Head, is_connect, sql_name
 from state.layout import is_table_name
 
@@ -93,8 +94,7 @@ class SparkDeltaEngine:
             return None
         listed = None if where is not None else self._log.files(path, head, version)
         if listed is not None:
-            files, schema = listed
-            df = self.spark.read.schema(schema).parquet(*files) if files else self.spark.createDataFrame([], schema)
+            df = self.spark.read.schema(listed.schema).parquet(*listed.files) if listed.files else self.spark.createDataFrame([], listed.schema)
         else:
             reader = self.spark.read.format("delta")
             if version is not None:
@@ -118,6 +118,20 @@ class SparkDeltaEngine:
         df = self.read(path)
         return None if df is None else df.limit(limit).toArrow()
 
+    def lookup(self, path: str, column: str, values: Sequence[str], where: str | None = None) -> pa.Table | None:
+        """The files the version's checksum lists whose statistics leave room for one of ``values``, read as plain
+        Parquet (often none: no Spark job); a read through Delta (planning it rebuilds the table's state) otherwise."""
+        head = self._log.head(path)
+        if head is None:
+            return None
+        listed = self._log.files(path, head, None)
+        if listed is None:
+            return self.rows(path, where=one_of(column, values, where))
+        candidates = listed.holding(column, values)
+        if not candidates:
+            return pa.Table.from_pylist([], to_arrow_schema(listed.schema))
+        return self.spark.read.schema(listed.schema).parquet(*candidates).where(one_of(column, values, where)).toArrow()
+
     def max_value(self, path: str, column: str, version: int | None = None) -> int | None:
         head = self._log.head(path)
         if head is None:
@@ -126,8 +140,13 @@ class SparkDeltaEngine:
         known = self._maxima.get((path, column))
         if known is not None and known[:2] == at:
             return known[2]
-        value = self.read(path, at[1]).agg(F.max(column)).first()[0]
-        maximum = None if value is None else int(value)
+        listed = self._log.files(path, head, version)  # the files' statistics answer without a Spark job when they say
+        from_stats = None if listed is None else listed.maximum(column)
+        if from_stats is not None:
+            maximum = from_stats[0]
+        else:
+            value = self.read(path, at[1]).agg(F.max(column)).first()[0]
+            maximum = None if value is None else int(value)
         self._maxima[(path, column)] = (*at, maximum)
         return maximum
 

@@ -22,7 +22,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from state.engines.base import Actions, Recorded, marked
-from state.engines.delta_log import Head, data_file, sql_name
+from state.engines.delta_log import Head, Listed, data_file, sql_name
 from state.errors import LakejoinError
 from state.layout import is_table_name
 
@@ -48,7 +48,7 @@ class SqlLog:
     def schema(self, table: str, head: Head) -> StructType:
         return self._reader().load(table).schema if not is_table_name(table) else self.spark.read.table(table).schema
 
-    def files(self, table: str, head: Head, version: int | None) -> tuple[list[str], StructType] | None:
+    def files(self, table: str, head: Head, version: int | None) -> Listed | None:
         """As the version's checksum file lists them (one small read, where planning a Delta read of a new version
         reconstructs the table's state on the server), where plain Parquet reads them: no partitions, column mapping
         or deletion vectors."""
@@ -60,7 +60,8 @@ class SqlLog:
             return None
         if any(add.get("deletionVector") for add in listed):
             return None
-        return [data_file(table, add["path"]) for add in listed], StructType.fromJson(json.loads(metadata["schemaString"]))
+        schema = StructType.fromJson(json.loads(metadata["schemaString"]))
+        return Listed([data_file(table, add["path"]) for add in listed], schema, [add.get("stats") for add in listed])
 
     def rows_committed(self, table: str, head: Head) -> int | None:
         written = (head.handle["operationMetrics"] or {}).get("numOutputRows")
