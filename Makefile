@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 FLINK_VENV := .venv-flink
 FLINK_STAMP := $(FLINK_VENV)/.installed
 
-.PHONY: demo test bench-state bench-dq bench-peers bench-peers-bounded bench-engines bench-memory bench-commit bench-sources bench-nway bench-final bench-cli bench-changes bench-idle bench-sizing bench-backlog bench-small bench-demo sizing-day bench-suite
+.PHONY: demo test bench-state bench-dq bench-peers bench-peers-bounded bench-engines bench-memory bench-commit bench-sources bench-nway bench-final bench-cli bench-changes bench-idle bench-sizing bench-backlog bench-history bench-small bench-demo sizing-day bench-suite
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is required: install it, or pass PYTHON=/path/to/python3.11"; exit 1; }
@@ -107,6 +107,13 @@ bench-backlog: $(STAMP)
 	env -u LAKEJOIN_DELTA_JARS $(BACKLOG)
 	if [ -n "$$LAKEJOIN_DELTA_JARS" ]; then $(BACKLOG) --engine spark; \
 	else echo "bench-backlog: Delta on Spark skipped: set LAKEJOIN_DELTA_JARS to a folder of Delta's JVM jars"; fi
+
+# The same batch on an empty warehouse and after ten times its rows joined: delta-rs, then Delta on Spark when
+# LAKEJOIN_DELTA_JARS names Delta's jars
+bench-history: $(STAMP)
+	env -u LAKEJOIN_DELTA_JARS $(VENV)/bin/python -m benchmarks.history
+	if [ -n "$$LAKEJOIN_DELTA_JARS" ]; then $(VENV)/bin/python -m benchmarks.history --engine spark; \
+	else echo "bench-history: Delta on Spark skipped: set LAKEJOIN_DELTA_JARS to a folder of Delta's JVM jars"; fi
 
 # A batch of a few rows (a scheduled run finding 2 records per relation; the suite's batches of 8), beside the same work
 # by hand: delta-rs, then Delta on Spark when LAKEJOIN_DELTA_JARS names Delta's jars

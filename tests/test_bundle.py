@@ -317,22 +317,52 @@ def test_the_following_join_is_a_paused_continuous_job_that_runs_on_the_schedule
     assert arguments.warehouse == _parser().parse_args(wheel_tasks(scheduled)["join"]["python_wheel_task"]["parameters"]).warehouse
 
 
-# The Databricks Runtime lines that ship Spark 4.1, from the runtime release notes
-# (https://docs.databricks.com/aws/en/release-notes/runtime/): spark_version key -> (Spark, support, end of support).
+# The Databricks Runtime versions that ship Spark 4.1, as the runtime release notes name them
+# (https://docs.databricks.com/aws/en/release-notes/runtime/): version -> (Spark, support, end of support). Runtime 18
+# is the first with unified release notes: after 18.0 to 18.2, its updates ship as dated entries of "18", not as 18.3.
 SPARK_4_1_RUNTIMES = {
-    "18.0.x-scala2.13": ("4.1", "Beta", "2026-06-09"),
-    "18.x-scala2.13": ("4.1", "LTS", "2029-06-10"),
+    "18.0": ("4.1", "Beta", "2026-06-09"),
+    "18": ("4.1", "LTS", "2029-06-10"),
 }
+# The Clusters API's key for a version (SparkVersion.key, GET /api/2.1/clusters/spark-versions, e.g. 17.3.x-scala2.13):
+# the version as the release notes name it, ".x" (its latest maintenance update), then the Scala line.
+RUNTIME_KEY = re.compile(r"(?P<version>\d+(?:\.\d+)?)\.x-scala(?P<scala>\d+\.\d+)")
+
+
+def test_the_runtime_key_has_the_documented_form():
+    assert [RUNTIME_KEY.fullmatch(key)["version"] for key in ("17.3.x-scala2.13", "16.4.x-scala2.12", "18.x-scala2.13")] == ["17.3", "16.4", "18"]
+    assert not any(RUNTIME_KEY.fullmatch(key) for key in ("18-scala2.13", "18.x", "18.3.x-scala2.13 ", "LTS 18.x-scala2.13"))
 
 
 def test_the_runtime_is_the_long_term_supported_line_of_the_pinned_spark(bundle):
     with open(os.path.join(REPO, "pyproject.toml"), "rb") as handle:
         local = tomllib.load(handle)["project"]["optional-dependencies"]["local"]
     pinned = next(match.group(1) for pin in local if (match := re.fullmatch(r"pyspark(?:\[[\w,]+\])?==(.+)", pin)))
-    runtime = defaults(bundle)["job_cluster"]["spark_version"]
-    spark, support, _ = SPARK_4_1_RUNTIMES[runtime]
-    assert runtime == "18.x-scala2.13" and support == "LTS"
+    key = RUNTIME_KEY.fullmatch(defaults(bundle)["job_cluster"]["spark_version"])
+    assert key is not None and key["scala"] == "2.13"
+    spark, support, _ = SPARK_4_1_RUNTIMES[key["version"]]
+    assert support == "LTS"
     assert pinned.startswith(spark + ".")
+
+
+def test_a_failing_or_overlong_join_tells_whom_the_target_names_and_nobody_by_default(bundle):
+    values = defaults(bundle)
+    join = resolved(jobs(bundle)["lakejoin_join"][1], values)
+    assert join["email_notifications"]["on_failure"] == [] and join["webhook_notifications"]["on_failure"] == []
+    assert join["health"]["rules"] == [{"metric": "RUN_DURATION_SECONDS", "op": "GREATER_THAN", "value": values["run_duration_warning_seconds"]}]
+    assert values["run_duration_warning_seconds"] < int(values["join_every_minutes"]) * 60  # heard of before the next run waits
+    named = {**values, "notify_on_failure": ["oncall@example.com"], "failure_destinations": [{"id": "0f1e2d3c"}]}
+    for key, (_, job) in jobs(bundle).items():
+        told = resolved(job, named)
+        assert told["email_notifications"]["on_failure"] == ["oncall@example.com"], key
+        assert told["webhook_notifications"]["on_failure"] == [{"id": "0f1e2d3c"}], key
+        Job.from_dict(told)
+
+
+def test_every_job_cluster_carries_the_tag_its_cost_is_found_by(bundle):
+    for key, (_, job) in jobs(bundle).items():
+        for cluster in resolved(job, defaults(bundle))["job_clusters"]:
+            assert cluster["new_cluster"]["custom_tags"] == {"application": "lakejoin"}, key
 
 
 def test_no_workspace_url_or_secret_is_hard_coded(bundle):
