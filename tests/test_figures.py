@@ -29,6 +29,7 @@ PAGES = ["README.md", *(f"docs/{name}" for name in sorted(os.listdir(os.path.joi
 TARGET_FILES = {
     "bench-backlog": ("backlog.json", "backlog_spark.json", "backlog_ingest.json", "backlog_ingest_spark.json"),
     "bench-small": ("small.json", "small_spark.json"),
+    "bench-history": ("history.json", "history_spark.json"),
     "bench-demo": ("demo.json",),
     "sizing-day": ("day.json",),
     "bench-suite": ("suite.json", "suite_before.json"),
