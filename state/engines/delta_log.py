@@ -55,7 +55,6 @@ class Listed:
                 return None
         return (max(found, default=None),)
 
-
     def holding(self, column: str, values: Sequence[str]) -> list[str]:
         """The files whose statistics leave room for one of ``values`` in a text column. Delta keeps a prefix of a
         text's minimum and maximum (and may end a cut maximum with a high character): a value below the kept minimum,
