@@ -27,7 +27,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from state.engines.base import Actions, Aligned, Data, Memberships, Merged, OnMatch, Recorded, TableInfo, Txn, as_frame, changes_merge, marker, match_condition, no_change_feed, one_of
-from state.engines.delta_log import DeltaLogReader, Head, is_connect, sql_name
+from state.engines.delta_log import DeltaLogReader, Head, Listed, is_connect, sql_name
 from state.layout import is_table_name
 
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
@@ -92,15 +92,19 @@ class SparkDeltaEngine:
         head = self._log.head(path)
         if head is None:
             return None
-        listed = None if where is not None else self._log.files(path, head, version)
-        if listed is not None:
-            df = self.spark.read.schema(listed.schema).parquet(*listed.files) if listed.files else self.spark.createDataFrame([], listed.schema)
-        else:
+        df = self._frame(path, version, None if where is not None else self._log.files(path, head, version))
+        return df if where is None else df.where(where)
+
+    def _frame(self, path: str, version: int | None, listed: Listed | None, files: list[str] | None = None) -> DataFrame:
+        """The table at ``version``: the listing's ``files`` (default: all of them) read as plain Parquet, or, without
+        a listing, a read through Delta."""
+        if listed is None:
             reader = self.spark.read.format("delta")
             if version is not None:
                 reader = reader.option("versionAsOf", version)
-            df = reader.table(path) if is_table_name(path) else reader.load(path)
-        return df if where is None else df.where(where)
+            return reader.table(path) if is_table_name(path) else reader.load(path)
+        chosen = listed.files if files is None else files
+        return self.spark.read.schema(listed.schema).parquet(*chosen) if chosen else self.spark.createDataFrame([], listed.schema)
 
     def rows(self, path: str, version: int | None = None, where: str | None = None) -> pa.Table | None:
         df = self.read(path, version, where)
@@ -130,7 +134,7 @@ class SparkDeltaEngine:
         candidates = listed.holding(column, values)
         if not candidates:
             return pa.Table.from_pylist([], to_arrow_schema(listed.schema))
-        return self.spark.read.schema(listed.schema).parquet(*candidates).where(one_of(column, values, where)).toArrow()
+        return self._frame(path, None, listed, candidates).where(one_of(column, values, where)).toArrow()
 
     def max_value(self, path: str, column: str, version: int | None = None) -> int | None:
         head = self._log.head(path)
@@ -145,7 +149,7 @@ class SparkDeltaEngine:
         if from_stats is not None:
             maximum = from_stats[0]
         else:
-            value = self.read(path, at[1]).agg(F.max(column)).first()[0]
+            value = self._frame(path, at[1], listed).agg(F.max(column)).first()[0]
             maximum = None if value is None else int(value)
         self._maxima[(path, column)] = (*at, maximum)
         return maximum
