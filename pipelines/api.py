@@ -13,7 +13,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import date, datetime
 from typing import TYPE_CHECKING, TypeVar
 
@@ -336,11 +336,11 @@ class Pipeline:
         given = self._given or Config()
         creates = _creates(command, given)
         if reader is not None and not _names_catalog_tables(given):
-            warehouse, engine = Warehouse(self.root, given.joined), reader
+            warehouse, engine = Warehouse(self.root).defined_by(given), reader
         else:
             # A Spark Connect server resolves a relative path against its own working folder, not this process's.
             root = os.path.abspath(self.root) if is_connect(self.spark) and is_local(self.root) else self.root
-            warehouse, engine = Warehouse(root, given.joined), make_engine(self.spark, given.engine)
+            warehouse, engine = Warehouse(root).defined_by(given), make_engine(self.spark, given.engine)
         require_engine_for(warehouse, engine)
         if creates:  # a warehouse is created in an empty folder only
             check_ingest_target(engine, warehouse)
@@ -349,10 +349,10 @@ class Pipeline:
         if command == "reset":
             current = in_force(recorded(engine, warehouse))
             settled = Settled(self._given or current)
-            warehouse = replace(warehouse, relations=current.joined, pipeline=current.pipeline)
+            warehouse = warehouse.defined_by(current)
         else:
             settled = settle(engine, warehouse, self._given, command)
-            warehouse = replace(warehouse, relations=settled.config.joined, pipeline=settled.config.pipeline)
+            warehouse = warehouse.defined_by(settled.config)
         if engine is reader and _names_catalog_tables(settled.config):
             engine = make_engine(self.spark, settled.config.engine)
         elif engine is not reader and settled.config.engine not in ("auto", engine.name):

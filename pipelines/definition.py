@@ -35,6 +35,8 @@ OPERATIONAL_PER_RELATION = frozenset({"skip_change_commits", "landing"})
 # What bronze was ingested under: a change would give bronze's rows another meaning, which no reset undoes
 # (a relation's source table: bronze points into it; a change feed's rows are changes, not records).
 INGESTED = ("id", "event_time", "table", "changes")
+# Where the tables are: lakejoin makes a table where the definition says and never moves one.
+PLACED = ("layers", "gold_table")
 
 SCHEMA = pa.schema(
     [
@@ -152,6 +154,11 @@ def differences(old: dict, new: dict, prefix: str = "") -> list[tuple[str, objec
 def _refuse_gold_changes(engine: DeltaReader, warehouse: Warehouse, changes: list[tuple[str, object, object]]) -> None:
     for name, old, new in changes:
         parts = name.split(".")
+        if parts[0] in PLACED:
+            raise LakejoinError(
+                f"config changes {name} from {_show(old)} to {_show(new)}, but {warehouse.root}'s tables are made where "
+                f"its definition says and lakejoin does not move them: keep {_show(old)}, or start a new warehouse"
+            )
         if name in OPERATIONAL or (parts[0] == "relations" and len(parts) == 3 and parts[2] in OPERATIONAL_PER_RELATION):
             continue
         if parts[0] == "relations" and len(parts) >= 3 and parts[2] in INGESTED and engine.version(warehouse.bronze(_relation(parts[1]))) is not None:

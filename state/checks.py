@@ -17,7 +17,7 @@ from state.batch_log import BatchLog, BatchPlan, LogTail
 from state.engines import DeltaEngine
 from state.engines.base import DeltaReader, Recorded
 from state.errors import LakejoinError
-from state.layout import IN_STORE, Warehouse
+from state.layout import IN_STORE, Warehouse, is_table_name
 from state.lock import is_local
 from state.joiner import identity_column
 from state.relations import ID, TS, relation
@@ -31,9 +31,10 @@ DQ_QUARANTINE_COLUMNS = ("batch_id", "rule", "table", "row_key", "row")
 
 def require_engine_for(warehouse: Warehouse, engine: DeltaReader) -> None:
     """Unity Catalog tables are reached through Spark's catalog: delta-rs takes paths only."""
-    if warehouse.in_catalog and engine.name != "spark":
+    in_catalog = next((table for table in warehouse.tables() if is_table_name(table)), None)
+    if in_catalog is not None and engine.name != "spark":
         raise LakejoinError(
-            f"{warehouse.root} is a Unity Catalog schema: its tables need Delta on Spark (engine 'spark', "
+            f"{in_catalog.rpartition('.')[0]} is a Unity Catalog schema: its tables need Delta on Spark (engine 'spark', "
             "as on Databricks); delta-rs takes a folder path"
         )
 

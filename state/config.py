@@ -3,6 +3,7 @@ batch may be, which Delta engine to use."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, fields, replace
 from datetime import timedelta
 
@@ -14,7 +15,7 @@ from state.errors import LakejoinError
 from state.event_time import span_on_axis, warehouse_kind
 from state.spans import describe_span, duration
 from state.final import JOIN_KINDS, JoinKind, JoinSpec
-from state.layout import Warehouse
+from state.layout import GOLD_TABLE, LAYERS, Warehouse
 from state.relations import RELATIONS, Relation, RelationSpec, default_specs, relations_named
 from state.settings import setting
 
@@ -65,6 +66,15 @@ class Config:
         "runtime), or `auto`: Delta on Spark when the session has it, else delta-rs.",
     )
     pipeline: str = setting("lakejoin", doc="Names the Delta application transactions of this pipeline's writes.")
+    layers: dict[str, str] | None = setting(
+        None,
+        doc="Where a layer's tables live when not under the warehouse: `bronze`, `silver` (state, batch log), `gold`, "
+        "`quarantine`, each a folder or a Unity Catalog schema of its own, its tables named without the layer "
+        "(`main.silver.orders_state`). The definition stays at the warehouse. Fixed once the warehouse has one.",
+        unset="every layer under the warehouse (`WAREHOUSE/silver/orders_state`; in a schema, `silver_orders_state`)",
+        example="{bronze: main.raw, silver: main.silver, gold: main.analytics}",
+    )
+    gold_table: str = setting(GOLD_TABLE, doc="Gold's name within its layer. Fixed once the warehouse has a definition.", example="orders_payments")
     allowed_lateness: Span | str | dict[str, Span | str] | None = setting(
         None,
         doc="How far below the newest event time seen a record may still arrive: a duration (`10 minutes`) for "
@@ -124,6 +134,9 @@ class Config:
                 raise LakejoinError(f"config: '{name}' must be a positive integer, got {value!r}")
         if self.engine not in ENGINE_NAMES:
             raise LakejoinError(f"config: 'engine' must be one of {', '.join(ENGINE_NAMES)}, got {self.engine!r}")
+        object.__setattr__(self, "layers", _layers(self.layers))
+        if not isinstance(self.gold_table, str) or not _NAME.match(self.gold_table):
+            raise LakejoinError(f"config: 'gold_table' must be a name of letters, digits and _ (not starting with a digit), got {self.gold_table!r}")
 
     def _check_as_of(self) -> None:
         """``tolerance`` and ``direction`` are an as-of join's, which bounds a match's age by its tolerance only."""
@@ -340,6 +353,20 @@ def _relations(value: object) -> dict[str, RelationSpec]:
     specs = {**default_specs(), **given} if set(given) <= two_way else given
     relations_named(list(specs))
     return specs
+
+
+_NAME = re.compile(r"^[A-Za-z_]\w*$")
+
+
+def _layers(value: object) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or any(layer not in LAYERS for layer in value):
+        raise LakejoinError(f"config: 'layers' must map some of {', '.join(LAYERS)} to a folder or a catalog schema, got {value!r}")
+    for layer, where in value.items():
+        if not isinstance(where, str) or not where.strip():
+            raise LakejoinError(f"config: 'layers.{layer}' must be a folder or a catalog schema (catalog.schema), got {where!r}")
+    return {layer: value[layer] for layer in LAYERS if layer in value}
 
 
 def _select(value: object) -> list[str] | None:

@@ -2,17 +2,28 @@
 
 A warehouse is a folder (local, DBFS, Volumes, cloud storage) holding one Delta table per sub-folder,
 e.g. ``DIR/silver/r_state``, or a Unity Catalog schema ``catalog.schema`` holding one table per name,
-e.g. ``main.lakejoin.silver_r_state``.
+e.g. ``main.lakejoin.silver_r_state``. A layer (bronze, silver, gold, quarantine) may live elsewhere, in a folder or
+a schema of its own, its tables named without the layer: ``main.silver.r_state``. The definition stays at the
+warehouse's root, where a command finds it before it knows where the layers are.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import cached_property
+from typing import TYPE_CHECKING
 
+from state.errors import LakejoinError
 from state.relations import RELATIONS, Relation, others
 
+if TYPE_CHECKING:
+    from state.config import Config
+
+# The layers a config may place on their own (``layers``): the top folders of a warehouse's tables.
+LAYERS = ("bronze", "silver", "gold", "quarantine")
+GOLD_TABLE = "join_results"
 _CATALOG_SCHEMA = re.compile(r"^[A-Za-z_]\w*\.[A-Za-z_]\w*$")
 
 
@@ -54,25 +65,55 @@ class Warehouse:
     root: str
     relations: tuple[Relation, ...] = RELATIONS  # the config's, in rank order
     pipeline: str = "lakejoin"  # the config's: names the Delta application transactions of its writes
+    layers: tuple[tuple[str, str], ...] = ()  # the config's: (layer, folder or schema) for each layer placed elsewhere
+    gold_table: str = GOLD_TABLE  # the config's: gold's name within its layer
+
+    def __post_init__(self) -> None:
+        paths = self.tables()
+        if len(set(paths)) < len(paths):
+            twice = next(path for path in paths if paths.count(path) > 1)
+            raise LakejoinError(f"config: two tables would be at {twice}: give those layers places of their own, or gold another name")
+
+    def defined_by(self, config: Config) -> Warehouse:
+        """This warehouse's tables as ``config`` places and names them."""
+        return replace(self, relations=config.joined, pipeline=config.pipeline, layers=tuple(config.layers.items()), gold_table=config.gold_table)  # type: ignore[union-attr] - normalised
 
     @property
     def in_catalog(self) -> bool:
         return is_catalog_schema(self.root)
 
-    def _path(self, *parts: str) -> str:
+    def _path(self, layer: str, name: str) -> str:
+        own = dict(self.layers).get(layer)
+        if own is None:
+            return self._at_root(layer, name)
+        return f"{own}.{name.strip('_')}" if is_catalog_schema(own) else os.path.join(own, name)
+
+    def _at_root(self, *parts: str) -> str:
+        """Where the table ``parts`` names lives when no layer is placed elsewhere."""
         if self.in_catalog:
             return f"{self.root}." + "_".join(part.strip("_") for part in parts)
         return os.path.join(self.root, *parts)
 
+    @cached_property
+    def _at_root_of(self) -> dict[str, str]:
+        """Each table's path by where it would live with every layer at the root: its name in the warehouse."""
+        return dict(zip(self._every_table(), replace(self, layers=())._every_table(), strict=True))
+
+    def _every_table(self) -> list[str]:
+        return [*self.tables(), *self.legacy_state(), self.legacy_rule_results]
+
     def path_of(self, name: str) -> str:
         """The path of the table a folder name names (``silver/r_state``, ``bronze/_ingests``), in a catalog too."""
-        return self._path(*name.split("/"))
+        at_root = self._at_root(*name.split("/"))
+        return next((path for path, there in self._at_root_of.items() if there == at_root), at_root)
 
     def name_of(self, path: str) -> str:
-        """A table's name within the warehouse, e.g. ``silver/r_state`` (``silver_r_state`` in a catalog)."""
+        """A table's name within the warehouse, e.g. ``silver/r_state`` (``silver_r_state`` in a catalog), wherever
+        its layer lives: what the batch log, checks and application transactions call it."""
+        at_root = self._at_root_of.get(path, path)
         if self.in_catalog:
-            return path.removeprefix(f"{self.root}.")
-        return os.path.relpath(path, self.root)
+            return at_root.removeprefix(f"{self.root}.")
+        return os.path.relpath(at_root, self.root)
 
     def app_id(self, pipeline: str, path: str) -> str:
         """The Delta application id under which ``pipeline`` commits to the table at ``path``."""
@@ -129,12 +170,12 @@ class Warehouse:
     @property
     def definition(self) -> str:
         """The pipeline's definition, one row per version: what the config said when it was recorded."""
-        return self._path("silver", "definition")
+        return self._at_root("silver", "definition")
 
     @property
     def gold(self) -> str:
         """One row per joined pair."""
-        return self._path("gold", "join_results")
+        return self._path("gold", self.gold_table)
 
     @property
     def progress(self) -> str:

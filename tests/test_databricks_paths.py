@@ -45,6 +45,99 @@ def test_show_and_table_take_a_table_by_its_folder_name_in_a_catalog_too(root):
         _path_of(warehouse, "silver/nothing")
 
 
+def records_file(path, records, *more_lines: str) -> str:
+    path.write_text("".join(json.dumps({"id": rec.id, "ts": rec.ts, "key": rec.key}) + "\n" for rec in records) + "".join(line + "\n" for line in more_lines))
+    return str(path)
+
+
+MEDALLION = {"layers": {"bronze": "main.raw", "silver": "main.silver", "gold": "main.analytics"}, "gold_table": "orders_payments"}
+
+
+def test_each_layer_may_live_in_a_schema_of_its_own_its_tables_named_without_the_layer():
+    warehouse = Warehouse("main.lakejoin").defined_by(config_from(MEDALLION))
+    assert (warehouse.bronze(R), warehouse.ingest_log) == ("main.raw.r", "main.raw.ingests")
+    assert (warehouse.state(R), warehouse.batches) == ("main.silver.r_state", "main.silver.batches")
+    assert (warehouse.gold, warehouse.gold_changes) == ("main.analytics.orders_payments", "main.analytics.changes")
+    assert warehouse.quarantine == "main.lakejoin.quarantine_ingest"  # a layer not placed stays at the warehouse
+    assert warehouse.definition == "main.lakejoin.silver_definition"  # found before the layers are known
+    # What the batch log, the checks and the application transactions call a table does not depend on where it is.
+    assert warehouse.name_of(warehouse.state(R)) == "silver_r_state" and warehouse.app_id("lakejoin", warehouse.gold) == "lakejoin:gold_orders_payments"
+    assert _path_of(warehouse, "silver/r_state") == "main.silver.r_state" and _path_of(warehouse, "gold") == warehouse.gold
+
+
+def test_a_layer_may_live_in_a_folder_of_its_own():
+    warehouse = Warehouse("/lake/wh").defined_by(config_from({"layers": {"gold": "/lake/gold", "silver": "main.silver"}}))
+    assert (warehouse.gold, warehouse.state(R), warehouse.bronze(R)) == ("/lake/gold/join_results", "main.silver.r_state", "/lake/wh/bronze/r")
+    assert warehouse.name_of(warehouse.gold) == "gold/join_results"
+
+
+def test_delta_rs_refuses_a_layer_in_a_catalog_schema_naming_it(deltars):
+    warehouse = Warehouse("/lake/wh").defined_by(config_from({"layers": {"silver": "main.silver"}}))
+    with pytest.raises(LakejoinError, match="^main.silver is a Unity Catalog schema: its tables need Delta on Spark"):
+        require_engine_for(warehouse, deltars)
+
+
+@pytest.mark.parametrize(
+    "settings, error",
+    [
+        ({"layers": {"platinum": "main.x"}}, "'layers' must map some of bronze, silver, gold, quarantine to a folder or a catalog schema"),
+        ({"layers": {"gold": " "}}, "'layers.gold' must be a folder or a catalog schema"),
+        ({"gold_table": "gold.results"}, "'gold_table' must be a name of letters, digits and _"),
+    ],
+)
+def test_a_bad_layer_or_gold_name_is_refused_in_one_line(settings, error):
+    with pytest.raises(LakejoinError, match=re.escape(error)):
+        config_from(settings)
+
+
+def test_two_tables_at_one_place_are_refused_before_anything_is_written():
+    with pytest.raises(LakejoinError, match=re.escape("two tables would be at main.x.changes: give those layers places of their own, or gold another name")):
+        Warehouse("main.lakejoin").defined_by(config_from({"layers": {"gold": "main.x"}, "gold_table": "changes"}))
+
+
+def test_a_run_finds_the_layers_in_the_recorded_definition_and_a_config_that_moves_one_is_refused(deltars, tmp_path):
+    from pipelines.api import Pipeline as Api
+
+    placed = {"layers": {"silver": str(tmp_path / "silver"), "gold": str(tmp_path / "gold")}, "gold_table": "pairs", "engine": "delta-rs"}
+    files = [records_file(tmp_path / f"{rec.id}.jsonl", [rec]) for rec in RECORDS[:2]]
+    Api(tmp_path / "wh", placed).ingest("r", files[0])
+    Api(tmp_path / "wh").ingest("s", files[1])  # the recorded definition places the tables
+    assert Api(tmp_path / "wh").run().pairs == 1
+    assert deltars.count(str(tmp_path / "gold" / "pairs")) == 1 and deltars.version(str(tmp_path / "silver" / "batches")) is not None
+    assert {name for name in os.listdir(tmp_path / "wh") if not name.startswith("_lakejoin_")} <= {"bronze", "quarantine", "silver"}
+    assert os.listdir(tmp_path / "wh" / "silver") == ["definition"] and "gold" not in os.listdir(tmp_path / "wh")
+    with pytest.raises(LakejoinError, match=re.escape("config changes layers.gold from ") + ".*lakejoin does not move them: keep"):
+        Api(tmp_path / "wh", placed | {"layers": {**placed["layers"], "gold": str(tmp_path / "elsewhere")}}).run()
+    with pytest.raises(LakejoinError, match='config changes gold_table from "pairs" to "join_results"'):
+        Api(tmp_path / "wh", {**placed, "gold_table": "join_results"}).run()
+
+
+def test_layers_in_a_local_catalog_of_several_schemas_join_as_one_warehouse(spark, tmp_path):
+    from pipelines.api import Pipeline as Api
+
+    schemas = {"home": "lj_home", "bronze": "lj_bronze", "silver": "lj_silver", "gold": "lj_gold"}
+    for schema in schemas.values():
+        spark.sql(f"CREATE SCHEMA {schema} LOCATION '{tmp_path / schema}'")
+    try:
+        layers = {layer: f"spark_catalog.{schema}" for layer, schema in schemas.items() if layer != "home"}
+        config = {"layers": layers, "gold_table": "pairs", "engine": "spark"}
+        pipeline = Api(f"spark_catalog.{schemas['home']}", config, spark=spark)
+        for name in ("r", "s"):  # a malformed line each: set aside in the quarantine layer, left at the warehouse
+            pipeline.ingest(name, records_file(tmp_path / f"{name}.jsonl", [rec for rec in RECORDS if rec.relation == name], "{not json"))
+        assert pipeline.run().pairs == 2
+        assert sorted((row["r_id"], row["s_id"]) for row in spark.table("spark_catalog.lj_gold.pairs").collect()) == sorted(
+            (pair.r_id, pair.s_id) for pair in batch_join(RECORDS))
+        assert {row.tableName for row in spark.sql("SHOW TABLES IN lj_silver").collect()} >= {"r_state", "s_state", "batches"}
+        assert {row.tableName for row in spark.sql("SHOW TABLES IN lj_home").collect()} == {"silver_definition", "quarantine_ingest"}
+        assert {table["name"] for table in pipeline.status()["tables"]} >= {"bronze_r", "silver_batches", "gold_pairs"}
+        assert pipeline.table("gold").count() == 2
+        assert "silver_batches" in pipeline.reset() and not spark.catalog.tableExists("spark_catalog.lj_gold.pairs")
+        assert spark.catalog.tableExists("spark_catalog.lj_bronze.r")
+    finally:
+        for schema in schemas.values():
+            spark.sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
 @pytest.mark.parametrize("root", ["/tmp/wh", "./main.lakejoin", "s3://bucket/wh", "/Volumes/main/lakejoin/wh"])
 def test_paths_stay_paths(root):
     warehouse = Warehouse(root)

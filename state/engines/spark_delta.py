@@ -208,6 +208,11 @@ class SparkDeltaEngine:
             return None
         frame = as_frame(self.spark, df)
         creating = properties if head is None and properties else {}  # a writer's ``delta.*`` options set a new table's properties
+        if head is None and is_table_name(path):
+            # A write that creates a catalog table runs as CREATE TABLE AS SELECT, which reports none of the metrics
+            # observed on ``frame`` (ingest counts its rows that way): the table is made empty first, then appended to.
+            _append_to(path, self.spark.createDataFrame([], frame.schema), creating)
+            creating = {}
         _append_to(path, frame, _recording(txn, recorded, WRITER_OPTIONS) | creating)
         after = self._log.head(path)
         if head is None or after.version != head.version:  # type: ignore[union-attr] - the append made the table
