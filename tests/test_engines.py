@@ -10,6 +10,7 @@ import sys
 import pyarrow as pa
 import pytest
 from chispa import assert_df_equality
+from deltalake import DeltaTable
 
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
@@ -18,7 +19,7 @@ from pipelines.sources import APPEND, Commit
 from pipelines.spark import DELTA_JARS, delta_jars
 from state.engines import Eviction, Memberships, Merged, OnMatch, Txn, make_engine
 from state.engines.base import Aligned, applied
-from state.engines.delta_log import Listed
+from state.engines.delta_log import Listed, greatest_after
 from state.engines.spark_delta import SparkDeltaEngine
 from state.engines.sql_log import SqlLog
 from tests.conftest import SPARK_DELTA_SKIP, require_spark_delta
@@ -189,6 +190,11 @@ def test_max_value_follows_new_versions_and_a_table_recreated_at_the_same_path(e
     assert engine.max_value(path, "ts") == 5
     engine.append(path, frame(spark, [("b", 7)]))
     assert engine.max_value(path, "ts") == 7
+    engine.optimize(path)
+    engine.append(path, frame(spark, [("c", 6)]))
+    assert engine.max_value(path, "ts") == 7  # a compaction and a smaller value since: the greatest stays
+    DeltaTable(path).delete("ts = 7")
+    assert engine.max_value(path, "ts") == 6  # a delete since: found again
     engine.drop(path)
     engine.append(path, frame(spark, [("a", 2)]))
     engine.append(path, frame(spark, [("b", 3)]))  # the same version as the dropped table's last
@@ -233,6 +239,17 @@ def test_a_listing_answers_from_the_files_statistics_only_what_they_say():
     assert Listed(["one", "nulls"], StructType(), numbers).maximum("n") == (5,)
     assert Listed(["nulls"], StructType(), numbers[1:]).maximum("n") == (None,)
     assert Listed(["one", "bare"], StructType(), [numbers[0], None]).maximum("n") is None  # a Spark job must say
+
+
+def test_the_greatest_value_after_commits_comes_from_their_added_files_until_one_deletes_rows():
+    def add(high: int | None) -> dict:
+        return {"add": {"stats": None if high is None else json.dumps({"numRecords": 1, "maxValues": {"n": high}, "nullCount": {"n": 0}})}}
+
+    compaction = [{"remove": {"path": "old", "dataChange": False}}, add(3)]
+    assert greatest_after(5, [[add(4)], compaction, [{"commitInfo": {}}]], "n") == (5,)
+    assert greatest_after(5, [[add(9)]], "n") == (9,) and greatest_after(None, [[add(2)]], "n") == (2,)
+    assert greatest_after(5, [[add(6)], [{"remove": {"path": "x", "dataChange": True}}]], "n") is None  # the greatest may be gone
+    assert greatest_after(5, [[add(None)]], "n") is None  # a Spark job must say
 
 
 def test_a_source_snapshot_lists_every_file_the_table_holds_past_a_checkpoint_and_a_compaction(engine, spark, tmp_path):

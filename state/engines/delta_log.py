@@ -14,7 +14,7 @@ readers behind one interface:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import unquote, urlparse
@@ -46,14 +46,7 @@ class Listed:
     def maximum(self, column: str) -> tuple[int | None] | None:
         """The greatest value of a number column, from the files' statistics alone (as a 1-tuple: None when every value
         is null); None when some file's statistics do not say, and a Spark job must find it."""
-        found = []
-        for text in self.stats:
-            stats = json.loads(text) if text else {}
-            if column in stats.get("maxValues", {}):
-                found.append(int(stats["maxValues"][column]))
-            elif "numRecords" not in stats or stats.get("nullCount", {}).get(column) != stats["numRecords"]:
-                return None
-        return (max(found, default=None),)
+        return greatest(self.stats, column)
 
     def holding(self, column: str, values: Sequence[str]) -> list[str]:
         """The files whose statistics leave room for one of ``values`` in a text column. Delta keeps a prefix of a
@@ -68,6 +61,36 @@ class Listed:
             if low is None or high is None or any(low <= value and value[: len(high)] <= high for value in values):
                 found.append(path)
         return found
+
+
+def greatest(file_stats: Iterable[str | None], column: str) -> tuple[int | None] | None:
+    """The greatest value of a number column in files of these statistics (Delta's JSON), as a 1-tuple (None when
+    every value is null); None when some file's statistics do not say."""
+    found = []
+    for text in file_stats:
+        stats = json.loads(text) if text else {}
+        if column in stats.get("maxValues", {}):
+            found.append(int(stats["maxValues"][column]))
+        elif "numRecords" not in stats or stats.get("nullCount", {}).get(column) != stats["numRecords"]:
+            return None
+    return (max(found, default=None),)
+
+
+def greatest_after(before: int | None, commits: Iterable[Actions], column: str) -> tuple[int | None] | None:
+    """The greatest value of a number column after ``commits``, given the one before: the files they add can only
+    raise it. None when a commit deletes rows (the greatest may be gone) or an added file's statistics do not say;
+    a compaction's removes change no data and keep it."""
+    added = []
+    for actions in commits:
+        for action in actions:
+            if "remove" in action and action["remove"].get("dataChange", True):
+                return None
+            if "add" in action:
+                added.append(action["add"].get("stats"))
+    found = greatest(added, column)
+    if found is None:
+        return None
+    return (max((value for value in (before, found[0]) if value is not None), default=None),)
 
 
 class DeltaLogReader(Protocol):

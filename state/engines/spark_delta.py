@@ -13,6 +13,7 @@ A table is a path or, in a Unity Catalog warehouse, a three-part name (``main.la
 
 from __future__ import annotations
 
+import itertools
 import queue
 import threading
 import uuid
@@ -27,7 +28,8 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from state.engines.base import Actions, Aligned, Data, Memberships, Merged, OnMatch, Recorded, TableInfo, Txn, as_frame, changes_merge, marker, match_condition, no_change_feed, one_of
-from state.engines.delta_log import DeltaLogReader, Head, Listed, is_connect, sql_name
+from state.engines.delta_log import DeltaLogReader, Head, Listed, greatest_after, is_connect, sql_name
+from state.errors import LakejoinError
 from state.layout import is_table_name
 
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
@@ -144,8 +146,17 @@ class SparkDeltaEngine:
         known = self._maxima.get((path, column))
         if known is not None and known[:2] == at:
             return known[2]
-        listed = self._log.files(path, head, version)  # the files' statistics answer without a Spark job when they say
-        from_stats = None if listed is None else listed.maximum(column)
+        from_stats = None
+        if known is not None and known[0] == at[0] and known[1] < at[1]:  # the commits since answer, in a table of any size
+            since = itertools.takewhile(lambda commit: commit[0] <= at[1], self._log.source_commits(path, known[1]))
+            try:
+                from_stats = greatest_after(known[2], (actions for _, actions in since), column)
+            except LakejoinError:  # those commits have left the log
+                from_stats = None
+        listed = None
+        if from_stats is None:  # the listed files' statistics answer when the checksum lists them and they say
+            listed = self._log.files(path, head, version)
+            from_stats = None if listed is None else listed.maximum(column)
         if from_stats is not None:
             maximum = from_stats[0]
         else:
