@@ -3,7 +3,6 @@ batch may be, which Delta engine to use."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, fields, replace
 from datetime import timedelta
 
@@ -15,7 +14,7 @@ from state.errors import LakejoinError
 from state.event_time import span_on_axis, warehouse_kind
 from state.spans import describe_span, duration
 from state.final import JOIN_KINDS, JoinKind, JoinSpec
-from state.layout import GOLD_TABLE, LAYERS, Warehouse
+from state.layout import GOLD_TABLE, LAYERS, Warehouse, is_name
 from state.relations import RELATIONS, Relation, RelationSpec, default_specs, relations_named
 from state.settings import setting
 
@@ -135,7 +134,7 @@ class Config:
         if self.engine not in ENGINE_NAMES:
             raise LakejoinError(f"config: 'engine' must be one of {', '.join(ENGINE_NAMES)}, got {self.engine!r}")
         object.__setattr__(self, "layers", _layers(self.layers))
-        if not isinstance(self.gold_table, str) or not _NAME.match(self.gold_table):
+        if not isinstance(self.gold_table, str) or not is_name(self.gold_table):
             raise LakejoinError(f"config: 'gold_table' must be a name of letters, digits and _ (not starting with a digit), got {self.gold_table!r}")
 
     def _check_as_of(self) -> None:
@@ -353,9 +352,6 @@ def _relations(value: object) -> dict[str, RelationSpec]:
     specs = {**default_specs(), **given} if set(given) <= two_way else given
     relations_named(list(specs))
     return specs
-
-
-_NAME = re.compile(r"^[A-Za-z_]\w*$")
 
 
 def _layers(value: object) -> dict[str, str]:

@@ -24,7 +24,13 @@ if TYPE_CHECKING:
 # The layers a config may place on their own (``layers``): the top folders of a warehouse's tables.
 LAYERS = ("bronze", "silver", "gold", "quarantine")
 GOLD_TABLE = "join_results"
-_CATALOG_SCHEMA = re.compile(r"^[A-Za-z_]\w*\.[A-Za-z_]\w*$")
+_NAME = r"[A-Za-z_]\w*"
+_CATALOG_SCHEMA = re.compile(rf"^{_NAME}\.{_NAME}$")
+
+
+def is_name(text: str) -> bool:
+    """A table or schema name that needs no quoting in a catalog or a folder."""
+    return bool(re.fullmatch(_NAME, text))
 
 
 def is_catalog_schema(root: str) -> bool:

@@ -13,6 +13,7 @@ A table is a path or, in a Unity Catalog warehouse, a three-part name (``main.la
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import queue
 import threading
@@ -146,14 +147,11 @@ class SparkDeltaEngine:
         known = self._maxima.get((path, column))
         if known is not None and known[:2] == at:
             return known[2]
-        from_stats = None
+        from_stats = listed = None
         if known is not None and known[0] == at[0] and known[1] < at[1]:  # the commits since answer, in a table of any size
             since = itertools.takewhile(lambda commit: commit[0] <= at[1], self._log.source_commits(path, known[1]))
-            try:
+            with contextlib.suppress(LakejoinError):  # unless those commits have left the log
                 from_stats = greatest_after(known[2], (actions for _, actions in since), column)
-            except LakejoinError:  # those commits have left the log
-                from_stats = None
-        listed = None
         if from_stats is None:  # the listed files' statistics answer when the checksum lists them and they say
             listed = self._log.files(path, head, version)
             from_stats = None if listed is None else listed.maximum(column)
