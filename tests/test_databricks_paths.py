@@ -19,6 +19,7 @@ from state.errors import LakejoinError
 from state.layout import Warehouse, is_table_name
 from state.lock import is_local
 from state.relations import R
+from tests.conftest import require_spark_delta
 from tests.helpers import Pipeline
 from tests.reference import Record, batch_join
 
@@ -112,8 +113,11 @@ def test_a_run_finds_the_layers_in_the_recorded_definition_and_a_config_that_mov
         Api(tmp_path / "wh", {**placed, "gold_table": "join_results"}).run()
 
 
+@pytest.mark.spark_delta
 def test_layers_in_a_local_catalog_of_several_schemas_join_as_one_warehouse(spark, tmp_path):
     from pipelines.api import Pipeline as Api
+
+    require_spark_delta(spark)
 
     def tables(schema: str) -> set[str]:  # the schema's own: other tests' temporary views are listed too
         return {row.tableName for row in spark.sql(f"SHOW TABLES IN {schema}").collect() if not row.isTemporary}
