@@ -16,6 +16,7 @@ from great_expectations.expectations.expectation_configuration import Expectatio
 from pyspark.sql import DataFrame, SparkSession
 
 from expectations.rules import Rule
+from state.engines.delta_log import is_restricted
 
 EXAMPLES = 5  # failing row keys kept per rule in the audit's results
 
@@ -65,7 +66,10 @@ class Validator:
 
     def batch_definition(self) -> Any:
         if not self._batches:
-            asset = self.context.data_sources.add_or_update_spark(name="lakejoin_spark").add_dataframe_asset(name="rows")
+            # Great Expectations caches each batch's rows unless told not to; a session that caches nothing
+            # (Databricks serverless) refuses that.
+            source = self.context.data_sources.add_or_update_spark(name="lakejoin_spark", persist=not is_restricted(self.spark))
+            asset = source.add_dataframe_asset(name="rows")
             self._batches["spark"] = asset.add_batch_definition_whole_dataframe("whole")
         return self._batches["spark"]
 

@@ -10,7 +10,6 @@ is lent while calls are in progress and the caller's value put back after the la
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -139,7 +138,7 @@ class Pipeline:
         landed."""
 
         def land_micro_batch(batch: DataFrame, batch_id: int) -> None:
-            self._ingest_frame(relation, batch, f"foreachBatch:{relation}/{batch_id}", batch.sparkSession)
+            self._ingest_frame(relation, batch, f"foreachBatch:{relation}/{batch_id}")
 
         return land_micro_batch
 
@@ -202,7 +201,7 @@ class Pipeline:
         from pipelines.status import warehouse_status
 
         reader = self._reader()
-        with self._call("status", spark=reader is None):
+        with self._call("status"):
             opened = self._open("status", reader)
             return warehouse_status(opened.engine, opened.warehouse, opened.config)
 
@@ -229,7 +228,7 @@ class Pipeline:
         """The first ``limit`` rows of a table (named as for ``table``), on the driver as Arrow (``lakejoin show``);
         on a local warehouse read by delta-rs alone, with no Spark session started."""
         reader = self._reader()
-        with self._call("status", spark=reader is None):
+        with self._call("status"):
             opened = self._open("status", reader)
             return _existing(name, opened.engine.head(_path_of(opened.warehouse, name), limit), self.root)
 
@@ -273,30 +272,29 @@ class Pipeline:
         from state.lock import JOIN, hold
 
         reader = self._reader()
-        with self._call("reset", spark=reader is None):
+        with self._call("reset"):
             opened = self._open("reset", reader)
             with hold(opened.warehouse.root, JOIN):
                 return reset(opened.engine, opened.warehouse)
 
-    def _ingest_frame(self, relation: str, frame: DataFrame, label: str | None = None, stream_session: SparkSession | None = None) -> IngestResult:
-        """``ingest_frame`` under the ingest lock; a stream's micro-batch is written through the stream's own session
-        (``stream_session``), which gets the engine's settings too."""
+    def _ingest_frame(self, relation: str, frame: DataFrame, label: str | None = None) -> IngestResult:
+        """``ingest_frame`` under the ingest lock."""
         from pipelines.ingest import ingest_frame
 
         def ingest(opened: _Opened, rel: Relation) -> list[IngestResult]:
             return [ingest_frame(opened.engine, opened.warehouse, rel, frame, opened.config.relations, label)]
 
-        (result,) = self._ingesting(relation, ingest, *([] if stream_session is None else [stream_session]))
+        (result,) = self._ingesting(relation, ingest)
         return result
 
-    def _ingesting(self, relation: str, ingest: Callable[[_Opened, Relation], list[IngestResult]], *more_sessions: SparkSession) -> list[IngestResult]:
+    def _ingesting(self, relation: str, ingest: Callable[[_Opened, Relation], list[IngestResult]]) -> list[IngestResult]:
         """Run ``ingest`` on the opened warehouse under the ingest lock (ingests queue: each takes the next places in
         the arrival order), the definition recorded before any row lands."""
         from pipelines.definition import record
         from state.lock import INGEST, hold
         from state.relations import relation as named
 
-        with self._call("ingest", *more_sessions), hold(self.root, INGEST, wait_seconds=None):
+        with self._call("ingest"), hold(self.root, INGEST, wait_seconds=None):
             opened = self._open("ingest")
             rel = named(relation, opened.warehouse.relations)  # an unknown relation is refused before anything is recorded
             table = opened.config.spec(rel.name).table
@@ -367,61 +365,14 @@ class Pipeline:
             raise LakejoinError(f"no warehouse at {self.root}: land files there first with 'lakejoin ingest'")
 
     @contextmanager
-    def _call(self, command: str, *more_sessions: SparkSession, spark: bool = True) -> Iterator[None]:
-        """A call's frame: a warehouse folder that is not there is refused before Spark starts; the engine's settings
-        are on the session (and ``more_sessions``, a stream's) while the call runs and put back after the last call
-        in progress ends; a lakejoin error is raised without the chain of Spark errors behind it."""
+    def _call(self, command: str) -> Iterator[None]:
+        """A call's frame: a warehouse folder that is not there is refused before Spark starts; a lakejoin error is
+        raised without the chain of Spark errors behind it."""
         try:
             self._require_folder(command)
-            sessions = (self.spark, *more_sessions) if spark else ()
+            yield
         except LakejoinError as exc:
             raise exc from None
-        with _BORROWED.lent(sessions):
-            try:
-                yield
-            except LakejoinError as exc:
-                raise exc from None
-
-
-class _Borrowed:
-    """The engine's session settings (state/engines/spark_delta.py) on the sessions lakejoin borrows, while any call
-    uses them: set by the first call in progress, the caller's values put back by the last. Calls from several threads
-    (two streams' foreachBatch functions, a run) neither wait for each other nor undo each other's settings."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._lent: dict[int, tuple[int, dict[str, str | None]]] = {}  # id(session) -> calls in progress, the caller's values
-
-    @contextmanager
-    def lent(self, sessions: Sequence[SparkSession]) -> Iterator[None]:
-        from state.engines.spark_delta import SESSION_SETTINGS
-
-        distinct = list({id(session): session for session in sessions}.values())
-        with self._lock:
-            for session in distinct:
-                calls, before = self._lent.get(id(session), (0, {}))
-                if not calls:
-                    before = {name: session.conf.get(name, None) for name in SESSION_SETTINGS}
-                    for name, value in SESSION_SETTINGS.items():
-                        session.conf.set(name, value)
-                self._lent[id(session)] = (calls + 1, before)
-        try:
-            yield
-        finally:
-            with self._lock:
-                for session in distinct:
-                    calls, before = self._lent.pop(id(session))
-                    if calls > 1:
-                        self._lent[id(session)] = (calls - 1, before)
-                        continue
-                    for name, value in before.items():
-                        if value is None:
-                            session.conf.unset(name)
-                        else:
-                            session.conf.set(name, value)
-
-
-_BORROWED = _Borrowed()
 
 
 def _names_catalog_tables(config: Config) -> bool:

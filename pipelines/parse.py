@@ -19,7 +19,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StringType, StructField, StructType
 
-from state.engines.delta_log import is_connect
+from state.engines.delta_log import is_connect, is_restricted
 from state.errors import FileRefused, LakejoinError
 from state.names import column, nested_names_storable, quoted, stored_names
 
@@ -199,8 +199,13 @@ def _csv_header(path: str) -> tuple[list[str], int]:
 def _json_schema(spark: SparkSession, paths: Sequence[str]) -> StructType:
     """The files' keys and their types, inferred case-sensitively: by default Spark makes ``Amount`` and ``amount``
     one field and drops the values of the other, where lakejoin refuses the file. Inferred in a session of its own,
-    so no other work of ``spark`` (a batch lands its relations at once) sees the setting."""
-    return _case_sensitive(spark).read.json(list(paths)).schema
+    so no other work of ``spark`` (a batch lands its relations at once) sees the setting. A session that refuses the
+    setting (Databricks serverless) lists the keys first, refusing two that differ only in case as the other way does."""
+    if not is_restricted(spark):
+        return _case_sensitive(spark).read.json(list(paths)).schema
+    keys = spark.read.text(list(paths)).select(F.explode(F.json_object_keys("value")).alias("key")).distinct().collect()
+    stored_columns(sorted(row.key for row in keys))
+    return spark.read.json(list(paths)).schema
 
 
 _SENSITIVE: weakref.WeakKeyDictionary[SparkSession, SparkSession] = weakref.WeakKeyDictionary()

@@ -24,11 +24,13 @@ from collections.abc import Iterator
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
+from state.engines.delta_log import is_restricted
 from state.errors import LakejoinError
 
 MIN_JAVA = 17
 DELTA_JARS = "LAKEJOIN_DELTA_JARS"
 REMOTE = "SPARK_REMOTE"
+DATABRICKS = "DATABRICKS_RUNTIME_VERSION"  # set in every Databricks runtime's processes
 MASTER = "LAKEJOIN_MASTER"  # the master lakejoin starts its session on: local[2] by default, spark://host:7077 for a cluster
 LOCAL = "local[2]"
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
@@ -117,7 +119,7 @@ def get_spark(
     master: str | None = None, conf: dict[str, str] | None = None, app_name: str = "lakejoin", verbose: bool = False, remote: str | None = None
 ) -> SparkSession:
     """The active session if there is one (Databricks, tests), else a Spark Connect session when ``remote`` or
-    ``SPARK_REMOTE`` names a server, else one lakejoin starts on ``master`` (default ``LAKEJOIN_MASTER``, else
+    ``SPARK_REMOTE`` names a server, else, on Databricks, the runtime's session, else one lakejoin starts on ``master`` (default ``LAKEJOIN_MASTER``, else
     local[2]) tuned for small batches.
 
     A local session's JVM logs only errors unless ``verbose``, which leaves Spark's default logging (its start-up lines).
@@ -130,6 +132,8 @@ def get_spark(
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
+    if DATABRICKS in os.environ:  # a job's task: the runtime's own session (a cluster's or serverless'), never a local one
+        return SparkSession.builder.getOrCreate()
     check_java()
     master = master or os.environ.get(MASTER) or LOCAL
     settings = local_conf(conf, master)
@@ -231,7 +235,11 @@ def _first_line(exc: BaseException) -> str:
 @contextlib.contextmanager
 def held(frame: DataFrame) -> Iterator[DataFrame]:
     """``frame`` computed once for the several reads a block makes of it (kept in memory, spilling to disk), released
-    after: for a plan whose evaluation costs more than its rows (a change feed's gold rows, a DataFrame's ingest)."""
+    after: for a plan whose evaluation costs more than its rows (a change feed's gold rows, a DataFrame's ingest).
+    A session that caches nothing (Databricks serverless) computes it for each read instead."""
+    if is_restricted(frame.sparkSession):
+        yield frame
+        return
     cached = frame.persist(StorageLevel.MEMORY_AND_DISK)
     try:
         yield cached

@@ -1,7 +1,8 @@
 """Fault injection for tests: ``LAKEJOIN_CRASH_AT=before:gold`` makes a run die right before gold's write.
 
 Every write of a batch is a step (``plan``, ``gold``, each state table, ``commit``); the variable names a
-moment (``before`` or ``after``) and a step. Unset, as in production, it costs one dictionary lookup.
+moment (``before`` or ``after``) and a step, or a moment inside one a write names itself (``reached``). Unset, as in
+production, it costs one dictionary lookup.
 """
 
 from __future__ import annotations
@@ -23,12 +24,13 @@ class InjectedCrash(BaseException):
 def step(name: str) -> Iterator[None]:
     """Mark one write of a batch, so a test can crash the run right before or right after it; its seconds are the
     phase ``name`` (state/phases.py)."""
-    _crash_if(f"before:{name}")
+    reached(f"before:{name}")
     with timed(name):
         yield
-    _crash_if(f"after:{name}")
+    reached(f"after:{name}")
 
 
-def _crash_if(point: str) -> None:
+def reached(point: str) -> None:
+    """A run crashes here when the variable names ``point``."""
     if os.environ.get(CRASH_AT) == point:
         raise InjectedCrash(point)

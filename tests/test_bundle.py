@@ -86,7 +86,7 @@ def test_every_include_glob_matches_a_file(bundle):
 
 def test_every_job_validates_against_the_databricks_bundles_models(bundle):
     found = jobs(bundle)
-    assert set(found) == {"lakejoin_join", "lakejoin_join_follow"}
+    assert set(found) == {"lakejoin_join", "lakejoin_join_follow", "lakejoin_join_serverless"}
     for key, (_, job) in found.items():
         Job.from_dict(resolved(job, defaults(bundle)))  # raises on an unknown field or a missing required one
 
@@ -115,9 +115,10 @@ def test_every_task_runs_a_real_lakejoin_command_from_the_wheel(bundle):
             arguments = _parser().parse_args(wheel_task["parameters"])  # exits (SystemExit) on a bad argument
             commands.add(arguments.command)
             assert arguments.warehouse == "main.lakejoin"  # catalog.schema: a Unity Catalog warehouse
-            for library in task["libraries"]:
-                wheel = os.path.normpath(os.path.join(os.path.dirname(path), library["whl"]))
-                assert wheel == os.path.join(REPO, "dist", "*.whl")  # where the artifact's build puts it
+            # the wheel where the artifact's build puts it: a cluster's task library, or its serverless environment's
+            environments = {environment["environment_key"]: environment["spec"] for environment in job.get("environments", [])}
+            wheels = [library["whl"] for library in task.get("libraries", [])] or environments[task["environment_key"]]["dependencies"]
+            assert [os.path.normpath(os.path.join(os.path.dirname(path), wheel)) for wheel in wheels] == [os.path.join(REPO, "dist", "*.whl")]
     assert commands == {"run", "validate", "maintain"}
     assert bundle["artifacts"]["lakejoin_wheel"]["type"] == "whl"
 
@@ -176,7 +177,7 @@ def deployed_pause(job: dict[str, Any], target: dict[str, Any]) -> dict[str, str
 
 def test_every_schedule_is_a_valid_quartz_cron(bundle):
     scheduled = {key: resolved(job, defaults(bundle)) for key, (_, job) in jobs(bundle).items() if "schedule" in job}
-    assert set(scheduled) == {"lakejoin_join"}
+    assert set(scheduled) == {"lakejoin_join", "lakejoin_join_serverless"}
     for minutes in ("5", "15", "20", "30", "45", "60"):
         job = resolved(jobs(bundle)["lakejoin_join"][1], {**defaults(bundle), "join_every_minutes": minutes})
         assert quartz_valid(job["schedule"]["quartz_cron_expression"]), minutes
@@ -317,6 +318,21 @@ def test_the_following_join_is_a_paused_continuous_job_that_runs_on_the_schedule
     assert arguments.warehouse == _parser().parse_args(wheel_tasks(scheduled)["join"]["python_wheel_task"]["parameters"]).warehouse
 
 
+def test_the_serverless_join_is_the_scheduled_join_on_a_serverless_environment_paused_until_unpaused_instead(bundle):
+    serverless, scheduled = (resolved(jobs(bundle)[key][1], defaults(bundle)) for key in ("lakejoin_join_serverless", "lakejoin_join"))
+    assert serverless["schedule"]["pause_status"] == "PAUSED" and "job_clusters" not in serverless
+    [environment] = serverless["environments"]
+    assert environment["spec"]["environment_version"] == defaults(bundle)["serverless_environment"]
+    on_cluster = [{key: value for key, value in task.items() if key not in ("job_cluster_key", "libraries", "run_if")} for task in scheduled["tasks"]]
+    on_serverless = [{key: value for key, value in task.items() if key not in ("environment_key", "run_if")} for task in serverless["tasks"]]
+    assert on_serverless == on_cluster  # the same tasks, conditions and commands
+    assert [task.get("environment_key") for task in serverless["tasks"]] == [task.get("job_cluster_key") and environment["environment_key"] for task in scheduled["tasks"]]
+    assert [task.get("run_if") for task in serverless["tasks"]] == [task.get("run_if") for task in scheduled["tasks"]]
+    for part in ("health", "email_notifications", "webhook_notifications", "max_concurrent_runs", "queue"):
+        assert serverless[part] == scheduled[part], part
+    assert {**serverless["schedule"], "pause_status": "PAUSED"} == {**scheduled["schedule"], "pause_status": "PAUSED"}
+
+
 # The Databricks Runtime versions that ship Spark 4.1, as the runtime release notes name them
 # (https://docs.databricks.com/aws/en/release-notes/runtime/): version -> (Spark, support, end of support). Runtime 18
 # is the first with unified release notes: after 18.0 to 18.2, its updates ship as dated entries of "18", not as 18.3.
@@ -361,7 +377,7 @@ def test_a_failing_or_overlong_join_tells_whom_the_target_names_and_nobody_by_de
 
 def test_every_job_cluster_carries_the_tag_its_cost_is_found_by(bundle):
     for key, (_, job) in jobs(bundle).items():
-        for cluster in resolved(job, defaults(bundle))["job_clusters"]:
+        for cluster in resolved(job, defaults(bundle)).get("job_clusters", []):
             assert cluster["new_cluster"]["custom_tags"] == {"application": "lakejoin"}, key
 
 

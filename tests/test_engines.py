@@ -18,10 +18,11 @@ from pyspark.sql.types import StructType
 from pipelines.sources import APPEND, Commit
 from pipelines.spark import DELTA_JARS, delta_jars
 from state.engines import Eviction, Memberships, Merged, OnMatch, Txn, make_engine
-from state.engines.base import Aligned, applied
+from state.engines.base import Aligned, Recorded, applied
 from state.engines.delta_log import Listed, greatest_after
 from state.engines.spark_delta import SparkDeltaEngine
 from state.engines.sql_log import SqlLog
+from state.faults import CRASH_AT, InjectedCrash
 from tests.conftest import SPARK_DELTA_SKIP, require_spark_delta
 from tests.helpers import REPO
 
@@ -102,6 +103,32 @@ def test_an_append_of_no_rows_still_records_its_transaction(engine, spark, tmp_p
     assert engine.txn_version(path, "pipe:t") == 3
     assert engine.append(path, frame(spark, []), Txn("pipe:t", 3)) is None
     assert engine.read(path).count() == 1
+
+
+@pytest.mark.spark_delta
+def test_where_settings_are_refused_a_merge_is_marked_just_before_it_and_run_again_only_if_it_did_not_commit(spark, tmp_path, monkeypatch):
+    """Databricks serverless lets no MERGE carry a marker: it goes in a commit of no rows before the MERGE, and the
+    write is done once a MERGE follows that commit (a resumed batch finds out which, here in a classic session)."""
+    require_spark_delta(spark)
+    restricted, path = SparkDeltaEngine(spark, restricted=True), str(tmp_path / "t")
+
+    def operations() -> list[str]:
+        return [row.operation for row in spark.sql(f"DESCRIBE HISTORY delta.`{path}`").orderBy("version").collect()]
+
+    restricted.append(path, frame(spark, [("a", 1)]), Txn("pipe:t", 1))
+    assert restricted.merge(path, frame(spark, [("b", 2)]), "id", txn=Txn("pipe:t", 2, "plan 2")) == Merged(1, 0)
+    assert restricted.info(path, "pipe:t").recorded == Recorded(2, True, "plan 2", before_merge=True)
+    assert restricted.merge(path, frame(spark, [("b", 2)]), "id", txn=Txn("pipe:t", 2, "plan 2")) is None
+    monkeypatch.setenv(CRASH_AT, f"marked:{path}")
+    with pytest.raises(InjectedCrash):
+        restricted.merge(path, frame(spark, [("c", 3)]), "id", txn=Txn("pipe:t", 3))
+    monkeypatch.delenv(CRASH_AT)
+    assert operations() == ["WRITE", "WRITE", "MERGE", "WRITE"]
+    assert restricted.merge(path, frame(spark, [("c", 3)]), "id", txn=Txn("pipe:t", 3)) == Merged(1, 0)
+    assert make_engine(spark, "spark").merge(path, frame(spark, [("c", 3)]), "id", txn=Txn("pipe:t", 3)) is None  # a classic session reads it alike
+    assert operations() == ["WRITE", "WRITE", "MERGE", "WRITE", "MERGE"]
+    assert sorted(row.id for row in restricted.read(path).collect()) == ["a", "b", "c"]
+    assert spark.sql(f"SHOW TBLPROPERTIES delta.`{path}` ('delta.enableDeletionVectors')").first().value == "false"
 
 
 def test_merge_inserts_only_unseen_keys_and_is_idempotent(engine, spark, tmp_path):

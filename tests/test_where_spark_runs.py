@@ -68,6 +68,30 @@ def test_on_a_spark_connect_server_joins_are_exact_through_a_crash_and_the_cli_s
     assert status.returncode == 0 and json.loads(status.stdout)["last_committed_batch"] == 2, status.stderr
 
 
+def test_on_a_session_that_refuses_what_serverless_refuses_joins_are_exact_through_crashes_around_a_merge(connect_server, spark, tmp_path):
+    found = _scenarios(tmp_path, "--remote", connect_server, "--serverless")
+    assert (found["session"], found["engine"]) == ("pyspark.sql.connect.session", "spark")
+    assert found["refused"] == ["cloneSession"], "only the engine's one question to the session was refused"
+    typed = found["typed"]
+    assert len(typed["crashed"]) == 2 and typed["valid"] and typed["committed"] == 3 and typed["maintained"] > 0
+    # r's state: made by batch 1's append, then per batch a commit of no rows carrying the marker and the MERGE; the
+    # MERGE cut short by the first crash ran when resumed, the one before the second was not run again
+    assert typed["operations"] == ["WRITE", "WRITE", "MERGE", "WRITE", "MERGE"], typed["operations"]
+    assert "columns 'Note' and 'note' differ only in case" in typed["refusal"], "inferred without telling case apart, still refused"
+    _assert_join_exact(typed, spark)
+
+
+def test_a_databricks_task_gets_the_runtime_s_session_and_never_starts_a_local_one(spark, monkeypatch):
+    """A wheel task on a job cluster or serverless may have no active session on its thread; Java need not be there."""
+    import pipelines.spark as spark_module
+
+    monkeypatch.setenv(spark_module.DATABRICKS, "client.4.0")
+    monkeypatch.delenv(spark_module.REMOTE, raising=False)
+    monkeypatch.setattr(SparkSession, "getActiveSession", staticmethod(lambda: None))
+    monkeypatch.setattr(spark_module, "check_java", lambda: pytest.fail("a local session was started"))
+    assert spark_module.get_spark() is spark
+
+
 def test_on_a_standalone_cluster_joins_are_exact_and_the_cli_runs_there(standalone_cluster, spark, tmp_path):
     found = _scenarios(tmp_path, "--master", standalone_cluster)
     assert (found["session"], found["engine"]) == ("pyspark.sql.session", "spark")
@@ -102,6 +126,11 @@ def _assert_typed_join_exact(typed: dict, spark: SparkSession) -> None:
     """The typed join's gold equal to the batch SQL join of its two files, after a run that died between gold's commit
     and the state's, and a rerun that finished the batch."""
     assert typed["crashed"] and typed["rerun_batches"] == 1 and typed["valid"]
+    _assert_join_exact(typed, spark)
+
+
+def _assert_join_exact(typed: dict, spark: SparkSession) -> None:
+    """Gold equal to the batch SQL join of the two files."""
     for name, path in typed["files"].items():
         spark.read.parquet(path).createOrReplaceTempView(f"typed_{name}")
     names = TYPES.names

@@ -1,8 +1,9 @@
 """The scenarios tests/test_where_spark_runs.py checks, run in a process of their own where Spark runs: as a client of a
-Spark Connect server (``--remote URL``) or as the driver of a standalone cluster (``--master URL``), through lakejoin's
-Python API as a user's job would. Prints what the test compares, as one line of JSON.
+Spark Connect server (``--remote URL``; with ``--serverless``, a client that refuses what Databricks serverless
+refuses: tests/serverless.py) or as the driver of a standalone cluster (``--master URL``), through lakejoin's Python
+API as a user's job would. Prints what the test compares, as one line of JSON.
 
-    python -m tests.where_spark_runs WORKDIR (--remote sc://127.0.0.1:15002 | --master spark://127.0.0.1:7077)
+    python -m tests.where_spark_runs WORKDIR (--remote sc://127.0.0.1:15002 [--serverless] | --master spark://127.0.0.1:7077)
 """
 
 from __future__ import annotations
@@ -51,6 +52,9 @@ TYPED_CONFIG = {
     "relations": {"r": {"id": "id", "event_time": "at"}, "s": {"id": "id", "event_time": "at"}},
     "predicate": "r.customer = s.customer AND s.at BETWEEN r.at - INTERVAL 30 MINUTES AND r.at + INTERVAL 1 HOUR",
 }
+
+# Bounded state, so that each batch's state tables take a MERGE (their cutoffs move), not an append; nothing is late.
+SERVERLESS_CONFIG = TYPED_CONFIG | {"window": "2 hours", "allowed_lateness": "2 hours"}
 
 
 def typed_rows(relation: str, count: int) -> list[dict]:
@@ -105,16 +109,76 @@ def typed_join_with_a_crash(root: str, spark) -> dict:  # noqa: ANN001
     return {"files": files, "gold": Warehouse(warehouse).gold, "crashed": crashed, "rerun_batches": len(report.batches), "valid": audit.success}
 
 
+def serverless_join(root: str, spark) -> dict:  # noqa: ANN001
+    """Records of every type joined in three batches on a session that refuses settings, caching and clones, state
+    bounded so that each batch MERGEs: the first creates the state tables, the second lands a DataFrame and a micro-batch of ``foreach_batch`` and dies between a
+    state table's marker and its MERGE, the third dies after the MERGEs; each is finished by a new run. Then
+    ``validate``, ``maintain`` and ``status`` on the warehouse."""
+    counts = {"r": 12, "s": 15}
+    files = {relation: os.path.join(root, f"serverless-{relation}.parquet") for relation in counts}
+    parts: dict[str, list[str]] = {relation: [] for relation in counts}
+    for relation, count in counts.items():
+        rows = pa.Table.from_pylist(sorted(typed_rows(relation, count), key=lambda row: row["at"]), TYPES)  # each part raises the watermark
+        pq.write_table(rows, files[relation])
+        for part, first in enumerate(range(0, count, 5)):
+            parts[relation].append(os.path.join(root, f"serverless-{relation}-{part}.parquet"))
+            pq.write_table(rows.slice(first, min(5, count - first)), parts[relation][-1])
+    warehouse = os.path.join(root, "serverless")
+    crashes = []
+    with Pipeline(warehouse, SERVERLESS_CONFIG, spark=spark) as pipeline:
+        for relation in counts:
+            pipeline.ingest(relation, parts[relation][0])
+        pipeline.run()
+        cases = os.path.join(root, "cases.jsonl")
+        with open(cases, "w", encoding="utf-8") as handle:
+            handle.write('{"id": "x1", "customer": "c1", "at": "2026-01-01T10:00:00Z", "Note": "a"}\n{"id": "x2", "customer": "c1", "at": "2026-01-01T10:00:00Z", "note": "b"}\n')
+        [cased] = pipeline.ingest("r", cases)
+        pipeline.ingest("r", spark.read.parquet(parts["r"][1]))
+        pipeline.foreach_batch("s")(spark.read.parquet(parts["s"][1]), 7)
+        for point, rest in ((f"marked:{Warehouse(warehouse).path_of('silver/r_state')}", 1), ("after:r_state", 2)):
+            if rest == 2:
+                for relation in counts:
+                    for path in parts[relation][2:]:
+                        pipeline.ingest(relation, path)
+            os.environ[CRASH_AT] = point
+            try:
+                pipeline.run()
+            except InjectedCrash:
+                crashes.append(point)
+            finally:
+                del os.environ[CRASH_AT]
+            with Pipeline(warehouse, spark=spark) as resumed:
+                resumed.run()
+        history = spark.sql(f"DESCRIBE HISTORY delta.`{Warehouse(warehouse).path_of('silver/r_state')}`")
+        operations = [row.operation for row in history.orderBy("version").collect()]
+        audit = pipeline.validate()
+        maintained = pipeline.maintain()
+        status = pipeline.status()
+    return {
+        "files": files, "gold": Warehouse(warehouse).gold, "crashed": crashes, "valid": audit.success, "maintained": len(maintained),
+        "committed": status["last_committed_batch"], "operations": operations, "refusal": cased.refused,
+    }  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("workdir")
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--remote")
     where.add_argument("--master")
+    parser.add_argument("--serverless", action="store_true")
     args = parser.parse_args()
     spark = get_spark(master=args.master, remote=args.remote)
     from state.engines import make_engine
 
+    if args.serverless:
+        from tests.serverless import refuse_what_serverless_refuses
+
+        refused = refuse_what_serverless_refuses()
+        found = {"session": type(spark).__module__, "engine": make_engine(spark).name}
+        found["typed"] = serverless_join(args.workdir, spark)
+        print(json.dumps(found | {"refused": refused}))
+        return
     found = {"session": type(spark).__module__, "engine": make_engine(spark).name}
     if args.remote:  # the crash path is the same driver code on a cluster as locally; over Connect its reads are not
         found["typed"] = typed_join_with_a_crash(args.workdir, spark)

@@ -122,9 +122,16 @@ class Recorded:
     version: int | None
     in_commits: bool
     plan: str | None = None
+    # Written before a MERGE that could not carry it (a session that refuses settings: ``marker``): the write it
+    # records is done only if a MERGE commit follows it, which the engine that wrote it checks.
+    before_merge: bool = False
 
     def covers(self, txn: Txn) -> bool:
-        return covers(self.version, txn)
+        return not self.before_merge and covers(self.version, txn)
+
+    def marks_merge_of(self, txn: Txn) -> bool:
+        """A marker of ``txn`` (or a later write) made before its MERGE, which may or may not have followed."""
+        return self.before_merge and covers(self.version, txn)
 
 
 @dataclass(frozen=True)
@@ -352,12 +359,14 @@ def changes_merge(keys: Sequence[str], retraction: str) -> tuple[str, str]:
     return " AND ".join(f"target.`{key}` = source.`{key}`" for key in keys), f"NOT ({retraction})"
 
 
-def marker(txn: Txn) -> str:
+def marker(txn: Txn, before_merge: bool = False) -> str:
     """The ``userMetadata`` of the commit that writes ``txn``: it records the write where Delta's own app transaction
     would cost too much (Delta on Spark checks one by reconstructing the table's state: docs/design.md section 3.4),
-    and either engine finds it (``marked``) in the commits the log keeps; with the batch's plan when the write has one."""
-    recorded = {"txn": {"appId": txn.app_id, "version": txn.version}} | ({} if txn.plan is None else {"plan": txn.plan})
-    return json.dumps(recorded, separators=(",", ":"))
+    and either engine finds it (``marked``) in the commits the log keeps; with the batch's plan when the write has one.
+    ``before_merge``: the commit of no rows a session that refuses settings makes before a MERGE, which cannot carry
+    a marker there (``Recorded.before_merge``). The plan comes last, so a marker without it is a prefix of one with it."""
+    recorded = {"txn": {"appId": txn.app_id, "version": txn.version}} | ({"beforeMerge": True} if before_merge else {})
+    return json.dumps(recorded | ({} if txn.plan is None else {"plan": txn.plan}), separators=(",", ":"))
 
 
 def marked(user_metadata: object, app_id: str) -> Recorded | None:
@@ -365,7 +374,9 @@ def marked(user_metadata: object, app_id: str) -> Recorded | None:
     user's text."""
     try:
         found = json.loads(user_metadata)  # type: ignore[arg-type] - anything but lakejoin's text fails here
-        return Recorded(int(found["txn"]["version"]), True, found.get("plan")) if found["txn"]["appId"] == app_id else None
+        if found["txn"]["appId"] != app_id:
+            return None
+        return Recorded(int(found["txn"]["version"]), True, found.get("plan"), before_merge=found.get("beforeMerge") is True)
     except (ValueError, TypeError, KeyError, AttributeError):
         return None
 

@@ -14,6 +14,8 @@ readers behind one interface:
 from __future__ import annotations
 
 import json
+import threading
+import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -126,6 +128,30 @@ class DeltaLogReader(Protocol):
 def is_connect(spark: SparkSession) -> bool:
     """A Spark Connect client session: no JVM on this side."""
     return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+# The setting a MERGE's marker needs (state/engines/spark_delta.py): what a restricted session refuses first.
+USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
+_RESTRICTED: weakref.WeakKeyDictionary[SparkSession, bool] = weakref.WeakKeyDictionary()
+_RESTRICTED_LOCK = threading.Lock()
+
+
+def is_restricted(spark: SparkSession) -> bool:
+    """A session that refuses what Databricks serverless and standard access mode refuse: most Spark settings, a
+    clone of the session, caching. Asked once per session, of a Connect session only (a classic one has a JVM of
+    its own, where nothing is refused): can a clone of it take the setting a MERGE's marker needs?"""
+    if not is_connect(spark):
+        return False
+    with _RESTRICTED_LOCK:
+        known = _RESTRICTED.get(spark)
+        if known is None:
+            try:
+                spark.cloneSession().conf.set(USER_METADATA, "")
+                known = False
+            except Exception:  # noqa: BLE001 - serverless refuses with errors of several types; any refusal counts
+                known = True
+            _RESTRICTED[spark] = known
+        return known
 
 
 def sql_name(table: str) -> str:

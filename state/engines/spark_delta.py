@@ -8,6 +8,9 @@ is written only where no kept commit records the app (a table's first write, or 
 so the state holds the app's version where the commits no longer do.
 Writes are Spark SQL and the DataFrame API (a MERGE is a ``MERGE INTO`` statement), so the engine runs in a classic
 session and as a Spark Connect client alike; what it reads of a table's log goes through ``log_reader``.
+A session that refuses settings (Databricks serverless, standard access mode: ``is_restricted``) cannot give a MERGE
+its marker: there the marker goes in a commit of no rows just before the MERGE (``before_merge``), and that write is
+done once a MERGE commit follows it (docs/design.md section 3.4).
 A table is a path or, in a Unity Catalog warehouse, a three-part name (``main.lakejoin.gold_join_results``).
 """
 
@@ -29,22 +32,21 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from state.engines.base import Actions, Aligned, Data, Memberships, Merged, OnMatch, Recorded, TableInfo, Txn, as_frame, changes_merge, marker, match_condition, no_change_feed, one_of
-from state.engines.delta_log import DeltaLogReader, Head, Listed, greatest_after, is_connect, sql_name
+from state.engines.delta_log import USER_METADATA, DeltaLogReader, Head, Listed, greatest_after, is_connect, is_restricted, sql_name
 from state.errors import LakejoinError
+from state.faults import reached
 from state.layout import is_table_name
 
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"
-USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 # _recording's names: a writer's options, and the session confs a MERGE takes them as.
 WRITER_OPTIONS = {"app_id": "txnAppId", "version": "txnVersion", "marker": "userMetadata"}
 SESSION_CONFS = {"app_id": TXN_APP_ID, "version": TXN_VERSION, "marker": USER_METADATA}
 SORT_WITHIN_FILES = "spark.databricks.io.skipping.mdc.sortWithinFiles"
 MATERIALIZE_SOURCE = "spark.databricks.delta.merge.materializeSource"
-# Tables must stay writable by delta-rs too (docs/design.md section 5): no deletion vectors.
-NO_DELETION_VECTORS = "spark.databricks.delta.properties.defaults.enableDeletionVectors"
-# What the engine sets on the session it is given (pipelines/api.py puts a caller's values back once its calls end).
-SESSION_SETTINGS = {NO_DELETION_VECTORS: "false"}
+# Tables must stay writable by delta-rs too (docs/design.md section 5): no deletion vectors, a property of each table
+# the engine creates (a session's default would be a setting, which serverless refuses, and the caller's to keep).
+NEW_TABLE = {"delta.enableDeletionVectors": "false"}
 # The settings one command may need: a session lent to it has each either set for it or unset.
 COMMAND_CONFS = (TXN_APP_ID, TXN_VERSION, USER_METADATA, SORT_WITHIN_FILES, MATERIALIZE_SOURCE)
 GLOBAL_VIEWS = "spark.sql.globalTempDatabase"
@@ -70,15 +72,14 @@ class SparkDeltaEngine:
     name = "spark"
     driver_writes = False
 
-    def __init__(self, spark: SparkSession, log: DeltaLogReader | None = None) -> None:
+    def __init__(self, spark: SparkSession, log: DeltaLogReader | None = None, restricted: bool | None = None) -> None:
         self.spark = spark
         self._log = log or log_reader(spark)
         self._sessions = _command_sessions(spark)
         # (table, column) -> (stamp, version, maximum): the last aggregate asked of each table. A snapshot never
         # changes, so asking again at the same version (each batch's plan, each ingest) needs no Spark job.
         self._maxima: dict[tuple[str, str], tuple[str, int, int | None]] = {}
-        for name, value in SESSION_SETTINGS.items():
-            spark.conf.set(name, value)
+        self._restricted = is_restricted(spark) if restricted is None else restricted  # a test forces it in a classic session
 
     def version(self, path: str) -> int | None:
         head = self._log.head(path)
@@ -216,7 +217,7 @@ class SparkDeltaEngine:
         if recorded is not None and recorded.covers(txn):  # type: ignore[arg-type] - a record needs a txn
             return None
         frame = as_frame(self.spark, df)
-        creating = properties if head is None and properties else {}  # a writer's ``delta.*`` options set a new table's properties
+        creating = NEW_TABLE | (properties or {}) if head is None else {}  # a writer's ``delta.*`` options set a new table's properties
         if head is None and is_table_name(path):
             # A write that creates a catalog table runs as CREATE TABLE AS SELECT, which reports none of the metrics
             # observed on ``frame`` (ingest counts its rows that way): the table is made empty first, then appended to.
@@ -251,31 +252,52 @@ class SparkDeltaEngine:
             written = self.append(path, df, txn)
             return None if written is None else Merged(written, 0)
         recorded = self._check(path, head, txn)
-        if recorded is not None and recorded.covers(txn):  # type: ignore[arg-type] - a record needs a txn
+        if self._written(path, recorded, txn):
             return None
-        counts = self._merge(df, txn, recorded, lambda source: merge_statement(sql_name(path), source, match_condition(key, aligned), evict, on_match))
+        counts = self._merge(path, df, txn, recorded, lambda source: merge_statement(sql_name(path), source, match_condition(key, aligned), evict, on_match))
         return Merged(int(counts["num_inserted_rows"]), int(counts["num_deleted_rows"]))
 
     def apply_changes(self, path: str, df: Data, keys: Sequence[str], retraction: str, txn: Txn | None = None) -> int | None:
         head = self._log.head(path)
         recorded = self._check(path, head, txn)
-        if recorded is not None and recorded.covers(txn):  # type: ignore[arg-type] - a record needs a txn
+        if self._written(path, recorded, txn):
             return None
         condition, kept = changes_merge(keys, retraction)
         clauses = f"WHEN MATCHED AND {retraction} THEN DELETE WHEN MATCHED AND {kept} THEN UPDATE SET * WHEN NOT MATCHED AND {kept} THEN INSERT *"
-        counts = self._merge(df, txn, recorded, lambda source: f"MERGE WITH SCHEMA EVOLUTION INTO {sql_name(path)} AS target USING {source} AS source ON {condition} {clauses}")
+        counts = self._merge(path, df, txn, recorded, lambda source: f"MERGE WITH SCHEMA EVOLUTION INTO {sql_name(path)} AS target USING {source} AS source ON {condition} {clauses}")
         return int(counts["num_affected_rows"])
 
-    def _merge(self, df: Data, txn: Txn | None, recorded: Recorded | None, statement: Callable[[str], str]):  # noqa: ANN202 - a Row
-        """Run the MERGE ``statement`` names for a source view of ``df``, on a session of its own recording ``txn``;
+    def _written(self, path: str, recorded: Recorded | None, txn: Txn | None) -> bool:
+        """Whether the table already has the MERGE ``txn``: its marker's commit, or, where the marker went in a
+        commit before the MERGE (``before_merge``), a MERGE commit after that one."""
+        if recorded is None or txn is None:
+            return False
+        return recorded.covers(txn) or (recorded.marks_merge_of(txn) and self._merged_after_marker(path, txn))
+
+    def _merged_after_marker(self, path: str, txn: Txn) -> bool:
+        """A MERGE committed after the newest commit of no rows that marks ``txn`` before its MERGE: one look at the
+        table's history, made only when a batch is resumed."""
+        prefix = marker(Txn(txn.app_id, txn.version), before_merge=True)[:-1]  # the plan, when there is one, follows
+        history = self.spark.sql(f"DESCRIBE HISTORY {sql_name(path)}")
+        last = history.agg(
+            F.max(F.when(F.col("userMetadata").startswith(prefix), F.col("version"))).alias("marked"),
+            F.max(F.when(F.col("operation") == "MERGE", F.col("version"))).alias("merged"),
+        ).first()
+        return last["marked"] is not None and last["merged"] is not None and last["merged"] > last["marked"]
+
+    def _merge(self, path: str, df: Data, txn: Txn | None, recorded: Recorded | None, statement: Callable[[str], str]):  # noqa: ANN202 - a Row
+        """Run the MERGE ``statement`` names for a source view of ``df``, recording ``txn``: on a session of its own
+        with the marker as its setting, or, where settings are refused, after a commit of no rows that carries it;
         the MERGE's own counts (a MERGE that changes nothing commits nothing, so the history's latest entry would
         be an earlier commit's)."""
+        if self._restricted:
+            return self._merge_after_marker(path, df, txn, recorded, statement)
         # A source built from rows on the driver is an immutable local relation: MERGE need not copy it first.
         confs = ({MATERIALIZE_SOURCE: "none"} if isinstance(df, pa.Table) else {}) | _recording(txn, recorded, SESSION_CONFS)
         view = f"lakejoin_merge_{uuid.uuid4().hex}"
         with self._session(confs) as session:
             # The source is a view of the session the MERGE runs in: rows built there, or (a DataFrame of another
-            # session) a global view, which every session of the application sees (Databricks serverless has none).
+            # session) a global view, which every session of the application sees.
             if isinstance(df, pa.Table):
                 as_frame(session, df).createOrReplaceTempView(view)
                 source, drop = view, lambda: session.catalog.dropTempView(view)
@@ -286,6 +308,23 @@ class SparkDeltaEngine:
                 return session.sql(statement(source)).first()
             finally:
                 drop()
+
+    def _merge_after_marker(self, path: str, df: Data, txn: Txn | None, recorded: Recorded | None, statement: Callable[[str], str]):  # noqa: ANN202 - a Row
+        """The MERGE on a session that refuses settings: the marker first, in a commit of no rows with the table's own
+        schema (unless a run this one resumes made it), then the MERGE, on the source's own session."""
+        if txn is not None and not (recorded is not None and recorded.marks_merge_of(txn)):
+            schema = self._log.schema(path, self._log.head(path))  # type: ignore[arg-type] - a MERGE's table exists
+            # Delta commits nothing for no rows without an app transaction of its own
+            _append_to(path, self.spark.createDataFrame([], schema), _recording(txn, None, WRITER_OPTIONS, before_merge=True))
+        reached(f"marked:{path}")
+        frame = as_frame(self.spark, df)
+        session = frame.sparkSession
+        view = f"lakejoin_merge_{uuid.uuid4().hex}"
+        frame.createOrReplaceTempView(view)
+        try:
+            return session.sql(statement(view)).first()
+        finally:
+            session.catalog.dropTempView(view)
 
     def optimize(self, path: str, order_by: str | None = None) -> None:
         if self.version(path) is None:
@@ -303,12 +342,13 @@ class SparkDeltaEngine:
     @contextmanager
     def _session(self, confs: dict[str, str]) -> Iterator[SparkSession]:
         """A session of the engine's own for one command, with ``confs`` set and the other command settings unset."""
+        if self._restricted:  # no session of its own and no settings: a command runs without them (maintain's sort)
+            yield self.spark
+            return
         try:
             session = self._sessions.get_nowait()
         except queue.Empty:
             session = self.spark.cloneSession() if is_connect(self.spark) else _cloned(self.spark)
-            for name, value in SESSION_SETTINGS.items():
-                session.conf.set(name, value)
         for name in COMMAND_CONFS:
             if name in confs:
                 session.conf.set(name, confs[name])
@@ -363,12 +403,12 @@ def _append_to(table: str, frame: DataFrame, options: dict[str, str]) -> None:
         writer.save(table)
 
 
-def _recording(txn: Txn | None, recorded: Recorded | None, names: dict[str, str]) -> dict[str, str]:
+def _recording(txn: Txn | None, recorded: Recorded | None, names: dict[str, str], before_merge: bool = False) -> dict[str, str]:
     """The writer options (or session confs) that record ``txn``, named by ``names``: always its marker, and Delta's
     app transaction too where no kept commit records the app (see the module's docstring)."""
     if txn is None:
         return {}
-    settings = {names["marker"]: marker(txn)}
+    settings = {names["marker"]: marker(txn, before_merge)}
     if recorded is None or not recorded.in_commits:
         settings |= {names["app_id"]: txn.app_id, names["version"]: str(txn.version)}
     return settings

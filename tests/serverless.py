@@ -1,0 +1,76 @@
+"""A Spark Connect client that refuses what Databricks serverless refuses, so lakejoin's Connect path can be run as it
+would be there: every Spark setting but the six serverless lets a session set, caching and checkpointing a DataFrame,
+cloning the session, global temporary views. Connect itself has no ``sparkContext`` and no JVM on the client's side.
+
+Refused in the client (the calls never reach the server), which is where lakejoin makes them; the server is a plain
+local Spark Connect server with Delta. A refusal raises ``RefusedOnServerless``, which lakejoin never catches by name.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+# The settings a serverless session takes (Databricks, "Supported Spark configuration parameters").
+ALLOWED_SETTINGS = frozenset(
+    {
+        "spark.sql.shuffle.partitions",
+        "spark.sql.session.timeZone",
+        "spark.sql.ansi.enabled",
+        "spark.sql.files.maxPartitionBytes",
+        "spark.sql.legacy.timeParserPolicy",
+        "spark.databricks.execution.timeout",
+    }
+)
+_REFUSED_SQL = re.compile(r"^\s*(SET\s+(?!(?:" + "|".join(map(re.escape, ALLOWED_SETTINGS)) + r")\s*=)\S|RESET\b|(UN)?CACHE\b)|\bglobal_temp\.", re.I)
+REFUSED_DATAFRAME_CALLS = ("cache", "persist", "checkpoint", "localCheckpoint", "createGlobalTempView", "createOrReplaceGlobalTempView")
+
+
+class RefusedOnServerless(Exception):
+    """What the refused call would raise on serverless (there an ``AnalysisException`` or ``NOT_SUPPORTED`` error)."""
+
+
+def refuse_what_serverless_refuses() -> list[str]:
+    """Patch the Spark Connect client's classes for the rest of the process; the calls refused so far, as they are
+    made (a test asserts none was)."""
+    from pyspark.sql.connect.catalog import Catalog
+    from pyspark.sql.connect.conf import RuntimeConf
+    from pyspark.sql.connect.dataframe import DataFrame
+    from pyspark.sql.connect.session import SparkSession
+
+    refused: list[str] = []
+
+    def refuse(what: str) -> RefusedOnServerless:
+        refused.append(what)
+        return RefusedOnServerless(f"[NOT_SUPPORTED_WITH_SERVERLESS] {what} is not supported on serverless compute")
+
+    def refusing(name: str) -> Any:
+        def call(*_: object, **__: object) -> None:
+            raise refuse(name)
+
+        return call
+
+    set_setting, unset_setting, run_sql = RuntimeConf.set, RuntimeConf.unset, SparkSession.sql
+
+    def set_(self: RuntimeConf, key: str, value: object) -> None:
+        if key not in ALLOWED_SETTINGS:
+            raise refuse(f"setting {key}")
+        set_setting(self, key, value)
+
+    def unset(self: RuntimeConf, key: str) -> None:
+        if key not in ALLOWED_SETTINGS:
+            raise refuse(f"setting {key}")
+        unset_setting(self, key)
+
+    def sql(self: SparkSession, query: str, *args: object, **kwargs: object) -> DataFrame:
+        if _REFUSED_SQL.search(query):
+            raise refuse(f"SQL {query[:60]!r}")
+        return run_sql(self, query, *args, **kwargs)
+
+    RuntimeConf.set, RuntimeConf.unset, SparkSession.sql = set_, unset, sql  # type: ignore[method-assign]
+    SparkSession.cloneSession = refusing("cloneSession")  # type: ignore[method-assign]
+    for name in REFUSED_DATAFRAME_CALLS:
+        setattr(DataFrame, name, refusing(name))
+    Catalog.cacheTable = refusing("cacheTable")  # type: ignore[method-assign]
+    Catalog.dropGlobalTempView = refusing("dropGlobalTempView")  # type: ignore[method-assign]
+    return refused
