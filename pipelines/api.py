@@ -3,8 +3,8 @@ command does in a session of its own. The CLI is a thin layer over it.
 
 Every method opens the warehouse afresh, as a command does: it checks the given config against the warehouse's
 recorded definition (pipelines/definition.py), picks the engine, then works. Errors are ``LakejoinError``: one line
-saying what is wrong and what to do, with nothing written. With a caller's session, the one setting the engine needs
-is lent while calls are in progress and the caller's value put back after the last.
+saying what is wrong and what to do, with nothing written. A caller's session is used as it is: lakejoin sets none
+of its settings.
 """
 
 from __future__ import annotations

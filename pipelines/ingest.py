@@ -232,7 +232,8 @@ def ingest_frame(
 
     ``label`` is the source bronze and the quarantine record for its rows (default ``dataframe:<ingest id>``). The
     frame is cached for the ingest, so its rows are fingerprinted, numbered and classified once whatever its source
-    computes: it should be a batch's worth, as a stream's micro-batch is."""
+    computes: it should be a batch's worth, as a stream's micro-batch is. A session that caches nothing (Databricks
+    serverless) reads it once per job instead: there it must give the same rows in the same order each time."""
     columns = frame.columns
     with held(frame) as cached:
         stored_columns(columns)  # a reserved or repeated name is refused before the frame is read

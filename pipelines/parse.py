@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import DataType, StringType, StructField, StructType
+from pyspark.sql.types import AtomicType, DataType, StringType, StructField, StructType
 
 from state.engines.delta_log import is_connect, is_restricted
 from state.errors import FileRefused, LakejoinError
@@ -200,12 +200,15 @@ def _json_schema(spark: SparkSession, paths: Sequence[str]) -> StructType:
     """The files' keys and their types, inferred case-sensitively: by default Spark makes ``Amount`` and ``amount``
     one field and drops the values of the other, where lakejoin refuses the file. Inferred in a session of its own,
     so no other work of ``spark`` (a batch lands its relations at once) sees the setting. A session that refuses the
-    setting (Databricks serverless) lists the keys first, refusing two that differ only in case as the other way does."""
+    setting (Databricks serverless) lists the top-level keys first, refusing two that differ only in case as the other
+    way does, and keeps each nested value as its JSON text: below the top level, case-blind inference would merge two
+    such keys and lose one's values."""
     if not is_restricted(spark):
         return _case_sensitive(spark).read.json(list(paths)).schema
     keys = spark.read.text(list(paths)).select(F.explode(F.json_object_keys("value")).alias("key")).distinct().collect()
     stored_columns(sorted(row.key for row in keys))
-    return spark.read.json(list(paths)).schema
+    inferred = spark.read.json(list(paths)).schema
+    return StructType([field if isinstance(field.dataType, AtomicType) else StructField(field.name, StringType()) for field in inferred.fields])
 
 
 _SENSITIVE: weakref.WeakKeyDictionary[SparkSession, SparkSession] = weakref.WeakKeyDictionary()

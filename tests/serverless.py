@@ -9,6 +9,7 @@ local Spark Connect server with Delta. A refusal raises ``RefusedOnServerless``,
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from typing import Any
 
 # The settings a serverless session takes (Databricks, "Supported Spark configuration parameters").
@@ -30,18 +31,25 @@ class RefusedOnServerless(Exception):
     """What the refused call would raise on serverless (there an ``AnalysisException`` or ``NOT_SUPPORTED`` error)."""
 
 
-def refuse_what_serverless_refuses() -> list[str]:
-    """Patch the Spark Connect client's classes for the rest of the process; the calls refused so far, as they are
-    made (a test asserts none was)."""
+@dataclass
+class Calls:
+    """What the client saw, as it happens: the calls it refused, and the MERGE statements it ran."""
+
+    refused: list[str] = field(default_factory=list)
+    merges: list[str] = field(default_factory=list)
+
+
+def refuse_what_serverless_refuses() -> Calls:
+    """Patch the Spark Connect client's classes for the rest of the process."""
     from pyspark.sql.connect.catalog import Catalog
     from pyspark.sql.connect.conf import RuntimeConf
     from pyspark.sql.connect.dataframe import DataFrame
     from pyspark.sql.connect.session import SparkSession
 
-    refused: list[str] = []
+    calls = Calls()
 
     def refuse(what: str) -> RefusedOnServerless:
-        refused.append(what)
+        calls.refused.append(what)
         return RefusedOnServerless(f"[NOT_SUPPORTED_WITH_SERVERLESS] {what} is not supported on serverless compute")
 
     def refusing(name: str) -> Any:
@@ -65,6 +73,8 @@ def refuse_what_serverless_refuses() -> list[str]:
     def sql(self: SparkSession, query: str, *args: object, **kwargs: object) -> DataFrame:
         if _REFUSED_SQL.search(query):
             raise refuse(f"SQL {query[:60]!r}")
+        if query.lstrip().upper().startswith("MERGE"):
+            calls.merges.append(query)
         return run_sql(self, query, *args, **kwargs)
 
     RuntimeConf.set, RuntimeConf.unset, SparkSession.sql = set_, unset, sql  # type: ignore[method-assign]
@@ -73,4 +83,4 @@ def refuse_what_serverless_refuses() -> list[str]:
         setattr(DataFrame, name, refusing(name))
     Catalog.cacheTable = refusing("cacheTable")  # type: ignore[method-assign]
     Catalog.dropGlobalTempView = refusing("dropGlobalTempView")  # type: ignore[method-assign]
-    return refused
+    return calls

@@ -77,6 +77,7 @@ def test_on_a_session_that_refuses_what_serverless_refuses_joins_are_exact_throu
     # r's state: made by batch 1's append, then per batch a commit of no rows carrying the marker and the MERGE; the
     # MERGE cut short by the first crash ran when resumed, the one before the second was not run again
     assert typed["operations"] == ["WRITE", "WRITE", "MERGE", "WRITE", "MERGE"], typed["operations"]
+    assert found["r_state_merges"] == 2, "a MERGE run again would commit nothing, so the statements are counted too"
     assert "columns 'Note' and 'note' differ only in case" in typed["refusal"], "inferred without telling case apart, still refused"
     _assert_join_exact(typed, spark)
 

@@ -174,10 +174,11 @@ def main() -> None:
     if args.serverless:
         from tests.serverless import refuse_what_serverless_refuses
 
-        refused = refuse_what_serverless_refuses()
+        calls = refuse_what_serverless_refuses()
         found = {"session": type(spark).__module__, "engine": make_engine(spark).name}
         found["typed"] = serverless_join(args.workdir, spark)
-        print(json.dumps(found | {"refused": refused}))
+        state = Warehouse(os.path.join(args.workdir, "serverless")).path_of("silver/r_state")
+        print(json.dumps(found | {"refused": calls.refused, "r_state_merges": sum(f"`{state}`" in merge for merge in calls.merges)}))
         return
     found = {"session": type(spark).__module__, "engine": make_engine(spark).name}
     if args.remote:  # the crash path is the same driver code on a cluster as locally; over Connect its reads are not
