@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import reduce
 
 from pyspark.sql import Column, DataFrame
@@ -30,6 +30,8 @@ EVALUATED = "_dq_evaluated"
 BROKE = "lakejoin: a fail rule broke on "  # the text a fail rule's guard stops a write with
 NULL_KEY = "<null>"
 ROW_KEY = "_dq_row_key"
+UNIQUE = ("expect_column_values_to_be_unique", "expect_compound_columns_to_be_unique")
+NOT_NULL = "expect_column_values_to_not_be_null"
 
 
 class ExpectationFailed(LakejoinError):
@@ -66,6 +68,28 @@ class TableChecks:
     @property
     def row_checks(self) -> tuple[Check, ...]:
         return tuple(check for check in self.checks if check.row_level)
+
+    def kept_unique(self, key: str, results: Sequence[RuleCount]) -> bool:
+        """Whether the rows these rules keep hold each ``key`` once and never null, as their ``results`` in a batch that
+        went on say: a unique and a not-null rule on ``key`` that broke on no row, or whose policy set aside (or
+        stopped at) the rows they broke on; ``warn`` keeps them."""
+        failed = {result.rule: result.failed for result in results}
+        guards = [check for check in self.row_checks if check.columns == (key,) and (check.rule.expectation in UNIQUE or check.rule.expectation == NOT_NULL)]
+        kinds = {check.rule.expectation in UNIQUE for check in guards}
+        return kinds == {True, False} and all(check.policy != "warn" or not failed.get(check.rule.name) for check in guards)
+
+    def stops_repeats(self, key: str) -> bool:
+        """Whether a ``fail`` rule keeps ``key`` unique among the rows written."""
+        return any(check.policy == "fail" and check.rule.expectation in UNIQUE and check.columns == (key,) for check in self.row_checks)
+
+    def proven_unique(self, columns: Sequence[str]) -> TableChecks:
+        """These rules with the one that ``columns`` are unique together taken as proven for the batch's rows, so not
+        recounted: the count is a window that shuffles every column of the rows (all of gold's), where what proves it
+        is already counted (pipelines/batch/emit.py)."""
+        proven = tuple(
+            replace(check, proven=True) if check.rule.expectation in UNIQUE and set(check.columns) == set(columns) else check for check in self.checks
+        )
+        return replace(self, checks=proven)
 
     def flagged(self, rows: DataFrame) -> DataFrame:
         """``rows`` with each row rule's flag."""

@@ -77,6 +77,7 @@ class Check:
     kwargs: dict[str, Any]
     policy: str
     table: str  # e.g. bronze/r
+    proven: bool = False  # the batch's inputs prove the rule holds on its rows: no row is recounted (TableChecks.proven_unique)
 
     @property
     def row_level(self) -> bool:
@@ -87,9 +88,14 @@ class Check:
         """The column true on the rows that break the rule."""
         return f"_dq_fails_{self.rule.name}"
 
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The columns a rule on one column or on a list of them reads (empty for the others)."""
+        return tuple(self.kwargs.get("column_list") or ([self.kwargs["column"]] if "column" in self.kwargs else []))
+
     def fails(self) -> str:
         """True on a row that breaks the rule (never null), as Spark SQL."""
-        return f"coalesce({ROW_TESTS[self.rule.expectation](self.kwargs)}, false)"
+        return "false" if self.proven else f"coalesce({ROW_TESTS[self.rule.expectation](self.kwargs)}, false)"
 
     def fails_on(self, schema: StructType) -> bool:
         """A table rule's verdict on the rows' schema."""

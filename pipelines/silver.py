@@ -32,6 +32,7 @@ from state.checks import check_consistency
 from state.config import Config
 from state.engines import DeltaEngine
 from state.faults import step
+from state.joiner import BROADCAST_ROWS
 from state.layout import Warehouse
 from state.lock import INGEST, hold
 from state.phases import take, timed
@@ -189,7 +190,7 @@ def _execute(
     with timed("read"):
         arrived = read(batch, states)
     with timed("measure"):
-        measured = measure(arrived, plan.watermarks)
+        measured = measure(arrived, plan.watermarks, plan.bound <= BROADCAST_ROWS)
     for rel in batch.relations:
         missing = measured.pointers.get(rel.name)
         if missing is not None and (error := missing_rows(batch.config.spec(rel.name).table, missing, measured.rows[rel.name])):  # type: ignore[arg-type] - a source table's

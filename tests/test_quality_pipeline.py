@@ -15,6 +15,7 @@ from deltalake import DeltaTable, write_deltalake
 import pipelines
 from expectations.audit import audit
 from expectations.batch import ExpectationFailed
+from pipelines import bronze
 from pipelines.batch import emit
 from state.config import Config
 from state.engines import DeltaEngine, make_engine
@@ -139,16 +140,51 @@ def test_validation_beside_a_run_under_way_reconciles_gold_as_of_the_last_commit
 
 
 
-def test_a_batch_that_would_commit_a_repeated_pair_stops_on_its_fail_rule(deltars, tmp_path, monkeypatch):
-    """A fault that doubles a batch's pairs: gold_pair_unique (fail) stops the batch before gold commits, and the
-    batch, resumed without the fault, joins exactly."""
+def landing_blind_to_what_is_held(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fault in landing: a record already held (in state, or ingested before) is taken as new."""
+    classify = bronze.outcomes
+    monkeypatch.setattr(bronze, "outcomes", lambda rows, known, changes: classify(rows, None, changes))
+
+
+@pytest.fixture
+def proofs(monkeypatch) -> list[bool]:
+    """Whether each batch's rows were proven unique (not counted), in the order of the batches."""
+    found: list[bool] = []
+    rows_unique = emit._rows_unique
+    monkeypatch.setattr(emit, "_rows_unique", lambda *args: found.append(rows_unique(*args)) or found[-1])
+    return found
+
+
+def test_a_batch_whose_arrival_is_held_already_recounts_its_pairs_and_stops_at_a_repeat(deltars, tmp_path, monkeypatch, proofs):
+    """gold_pair_unique is counted only when the batch's inputs do not prove it: r1, delivered again past landing's
+    check, is in state and among the arrivals, so s2 pairs with both copies; the fail rule stops the batch before gold
+    commits."""
     pipeline = Pipeline(deltars, str(tmp_path))
     pipeline.land(PLAUSIBLE)
-    pairs = emit._pairs
-    monkeypatch.setattr(emit, "_pairs", lambda *args: (found := pairs(*args)).unionByName(found))
-    with pytest.raises(ExpectationFailed, match="rule gold_pair_unique"):
-        pipeline.run()
-    assert pipeline.gold_pairs() == Counter()
-    monkeypatch.undo()
     pipeline.run()
+    landing_blind_to_what_is_held(monkeypatch)
+    pipeline.land([Record("r", "r1", 1, "a"), Record("s", "s2", 4, "a")])
+    with pytest.raises(ExpectationFailed, match=r"rule gold_pair_unique .* e\.g\. _r_id=r1, _s_id=s2"):
+        pipeline.run()
     assert pipeline.gold_pairs() == Counter(batch_join(PLAUSIBLE))
+    assert proofs == [True, False]  # the first batch's rows proven unique, the second's counted
+
+
+@pytest.mark.parametrize("policy", ["warn", "quarantine"])
+def test_arrivals_repeating_an_id_are_set_aside_or_counted(deltars, tmp_path, monkeypatch, proofs, policy):
+    """r3 twice in one batch (past landing's check): bronze_id_unique sets both copies aside by default, so the batch's
+    rows are still proven unique and gold holds what the rest joins; kept with ``warn``, both copies pair with s1 and go
+    to r's state, so the batch's rows are counted, and a fail rule stops it."""
+    pipeline = Pipeline(deltars, str(tmp_path), Config(expectations={"policies": {"bronze_id_unique": policy}}))
+    landing_blind_to_what_is_held(monkeypatch)
+    pipeline.land([*PLAUSIBLE, Record("r", "r3", 2, "a")])
+    pipeline.land([Record("r", "r3", 2, "a", "sent again")])  # another file: a copy of a landed file is skipped whole
+    if policy == "quarantine":
+        pipeline.run()
+        assert pipeline.gold_pairs() == Counter(batch_join(PLAUSIBLE))
+        assert proofs == [True]
+    else:
+        with pytest.raises(ExpectationFailed, match=r"rule (gold_pair_unique|state_id_unique) .* e\.g\. _(r_|)id=r3"):
+            pipeline.run()
+        assert pipeline.gold_pairs() == Counter()
+        assert proofs == [False]

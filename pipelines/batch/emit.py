@@ -7,6 +7,7 @@ arrivals a quarantine rule took out. Nothing runs here: each frame is computed b
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from collections.abc import Iterable
 from functools import reduce
 
 from pyspark.errors import AnalysisException
@@ -83,17 +84,35 @@ def emit(batch: Batch, kind: str | None, arrived: dict[Relation, Arrived], measu
         name: replace(update, rows=with_state_checks(update.rows, _is_late(plan, update.table.relation, update.table.relation in changes), update.eviction))
         for name, update in updates.items()
     }
+    state_checks = {name: TableChecks.of(config, "state", warehouse.name_of(update.table.path), [ID]) for name, update in updates.items()}
+    gold_checks = TableChecks.of(config, "gold", warehouse.name_of(warehouse.gold), [identity_column(rel, ID) for rel in members])
+    if _rows_unique(arrived, measured, state_checks.values()):
+        gold_checks = gold_checks.proven_unique(spec.kind.row_keys(members))
+        state_checks = {name: checks.proven_unique([ID]) for name, checks in state_checks.items()}
     return Outputs(
         gold=gold,
-        gold_checks=TableChecks.of(config, "gold", warehouse.name_of(warehouse.gold), [identity_column(rel, ID) for rel in members]),
+        gold_checks=gold_checks,
         retraction=Retraction.of(engine, warehouse.gold, plan, {rel: c.retracted for rel, c in changes.items()}, spec.kind.row_keys(members)),
         updates=checked,
-        state_checks={name: TableChecks.of(config, "state", warehouse.name_of(update.table.path), [ID]) for name, update in updates.items()},
+        state_checks=state_checks,
         late=_late(config, kind, plan, late, changes, measured),
         set_aside=_set_aside(arrived, measured, plan.batch_id),
         watermarks=after,
         raised=raised_why,
     )
+
+
+def _rows_unique(arrived: dict[Relation, Arrived], measured: Measured, state_checks: Iterable[TableChecks]) -> bool:
+    """Whether the batch's gold rows and the rows it gives each state table are unique by what identifies them, without
+    counting them: each relation's records that a batch joins are distinct when its arrivals the rules keep have
+    distinct ids (bronze's rules, as measured), none held already (measured), and its state holds each id once (kept so
+    by every batch: its arrivals are new and distinct, or its state rows are counted by a ``fail`` rule). The join gives
+    each tuple of distinct records once, from the store of its oldest member, and each final row and each mark of a
+    stored record comes from one stored record (docs/design.md, section 6.2). A change feed's rows name records held
+    already, so its batches count their rows instead."""
+    return all(
+        part.resolved is None and not measured.held.get(rel.name) and part.checks.kept_unique(ID, measured.rules[rel.name]) for rel, part in arrived.items()
+    ) and all(checks.stops_repeats(ID) for checks in state_checks)
 
 
 def _is_late(plan: BatchPlan, rel: Relation, changes: bool) -> str:

@@ -4,7 +4,8 @@ and what becomes final), the span of event times its state write touches, its br
 stops the batch here, before gold or state is written), and a change feed's counts.
 
 Every relation's rows are narrowed to the few columns the counts need and unioned, then counted in one aggregate: a
-small part of the batch's work, whatever its size.
+small part of the batch's work, whatever its size. The same job counts the state rows that already hold an arrival's
+id (the state's ids only, found by the arrivals' ids): none, when the batch's tuples can repeat nowhere.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from expectations.batch import EVALUATED
 from pipelines.batch.read import CURRENT, Arrived
 from state.batch_log import RuleCount
 from state.engines.base import Aligned
-from state.relations import DELETE, OP, TS, Relation
+from state.relations import DELETE, ID, OP, TS, Relation
 
 PART = "_part"
 
@@ -36,6 +37,7 @@ class Measured:
     quarantined: dict[str, list[str]] = field(default_factory=dict)  # the flags of the quarantine rules that broke
     changes: dict[str, dict[str, int]] = field(default_factory=dict)  # a change feed's: inserted, updated, deleted, ignored, late
     pointers: dict[str, int] = field(default_factory=dict)  # a source table's pointers, each naming one row
+    held: dict[str, int] = field(default_factory=dict)  # state rows whose id an arrival has too (not counted for a change feed)
 
     def changed(self) -> dict[str, int]:
         """The change feeds' counts, summed over relations."""
@@ -56,14 +58,18 @@ def set_aside(flags: list[str]) -> Column:
     return reduce(Column.__or__, [F.col(flag) for flag in flags], F.lit(False))
 
 
-def measure(arrived: dict[Relation, Arrived], watermarks: dict[str, int]) -> Measured:
+def measure(arrived: dict[Relation, Arrived], watermarks: dict[str, int], broadcast: bool) -> Measured:
     """The one job: every relation's narrowed rows, and its other parts (a change feed's raw and ignored rows, a
-    source table's pointers), unioned and counted by part."""
+    source table's pointers, the state rows an arrival's id is held in), unioned and counted by part. ``broadcast``:
+    the batch is small enough to broadcast its arrivals' ids to the state's."""
     parts = []
     for rel, part in arrived.items():
         parts.append(_narrowed(rel, part, watermarks.get(rel.name)))
         if part.resolved is not None:
             parts += [part.rows.select(F.lit(f"{rel.name}:rows").alias(PART)), part.resolved.ignored.select(F.lit(f"{rel.name}:ignored").alias(PART))]
+        elif part.state is not None:
+            ids = part.rows.select(ID)
+            parts.append(part.state.select(ID).join(F.broadcast(ids) if broadcast else ids, ID, "left_semi").select(F.lit(f"{rel.name}:held").alias(PART)))
         if part.pointers is not None:
             parts.append(part.pointers.select(F.lit(f"{rel.name}:pointers").alias(PART)))
     narrowed = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
@@ -97,7 +103,7 @@ def _narrowed(rel: Relation, part: Arrived, watermark: int | None) -> DataFrame:
 
 
 def _measured(arrived: dict[Relation, Arrived], found: dict[str, dict]) -> Measured:
-    rows, lates, newest, spans, rules, quarantined, changes, pointers = {}, {}, {}, {}, {}, {}, {}, {}
+    rows, lates, newest, spans, rules, quarantined, changes, pointers, held = {}, {}, {}, {}, {}, {}, {}, {}, {}
     for rel, part in arrived.items():
         values = found.get(rel.name) or {EVALUATED: 0, "late": 0}
         changing = part.resolved is not None
@@ -111,7 +117,9 @@ def _measured(arrived: dict[Relation, Arrived], found: dict[str, dict]) -> Measu
             changes[rel.name] = {**{name: values.get(name) or 0 for name in ("inserted", "updated", "deleted")}, "ignored": _count(found, f"{rel.name}:ignored"), "late": values["late"]}
         if part.pointers is not None:
             pointers[rel.name] = _count(found, f"{rel.name}:pointers")
-    return Measured(rows, lates, newest, spans, rules, quarantined, changes, pointers)
+        if not changing:
+            held[rel.name] = _count(found, f"{rel.name}:held")
+    return Measured(rows, lates, newest, spans, rules, quarantined, changes, pointers, held)
 
 
 def _count(found: dict[str, dict], part: str) -> int:
