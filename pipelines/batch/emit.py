@@ -6,8 +6,8 @@ arrivals a quarantine rule took out. Nothing runs here: each frame is computed b
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
 from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from functools import reduce
 
 from pyspark.errors import AnalysisException
@@ -106,7 +106,7 @@ def _rows_unique(arrived: dict[Relation, Arrived], measured: Measured, state_che
     """Whether the batch's gold rows and the rows it gives each state table are unique by what identifies them, without
     counting them: each relation's records that a batch joins are distinct when its arrivals the rules keep have
     distinct ids (bronze's rules, as measured), none held already (measured), and its state holds each id once (kept so
-    by every batch: its arrivals are new and distinct, or its state rows are counted by a ``fail`` rule). The join gives
+    by the batches before: their arrivals new and distinct, or their state rows counted by a ``fail`` rule). The join gives
     each tuple of distinct records once, from the store of its oldest member, and each final row and each mark of a
     stored record comes from one stored record (docs/design.md, section 6.2). A change feed's rows name records held
     already, so its batches count their rows instead."""
