@@ -10,8 +10,8 @@ never taken by anything else.
 
 One landing of one relation: its files parsed kind by kind (pipelines/parse.py), every row typed and classified
 together (pipelines/classify.py) against the records already held, and appended to bronze in one commit. The job that
-writes them counts each input's rows by outcome as it writes (an observation), so a road reports per input without a
-job of its own. The rows set aside come back as one frame, for the caller's one quarantine commit. A file whose form
+writes them counts the rows by outcome as it writes (an observation), each input's or the landing's as the road
+needs, so a road reports without a job of its own. The rows set aside come back as one frame, for the caller's one quarantine commit. A file whose form
 is wrong is refused before anything is written; a file Spark fails to read while the rows are written is left out
 (refused for now) and the rest written again without it.
 """
@@ -34,7 +34,7 @@ from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType
 
-from pipelines.classify import configured_types, outcomes, typed
+from pipelines.classify import DIGEST, configured_types, held_digests, outcomes, typed
 from pipelines.parse import Parsed, csv_header, format_of, parse_files
 from state.batch_log import BatchPlan
 from state.clock import now
@@ -48,6 +48,8 @@ from state.relations import ID, OP, SEQ, TS, Relation, RelationSpec
 
 OUTCOMES = ("accepted", "quarantined", "duplicate")
 TALLY = "_tally"  # a row's input and outcome, as the write's observation counts them
+QUARANTINED = OUTCOMES.index("quarantined")
+SET_ASIDE = "_set_aside"  # the inputs with rows set aside, when the outcomes are counted for the landing as a whole
 INGESTED_AT = pa.timestamp("us", tz="UTC")
 
 QUARANTINE_SCHEMA = pa.schema(
@@ -103,8 +105,9 @@ class Tally:
 
 @dataclass(frozen=True)
 class Landed:
-    """What one landing put into one relation's bronze: each input's tally, the files refused as a whole, and the rows
-    set aside (as ``quarantine/ingest`` keeps them; None when none)."""
+    """What one landing put into one relation's bronze: each input's tally (or, counted as a whole, one tally under the
+    relation's name), the files refused as a whole, and the rows set aside (as ``quarantine/ingest`` keeps them; None
+    when none)."""
 
     relation: str
     tallies: dict[str, Tally] = field(default_factory=dict)
@@ -119,7 +122,7 @@ class Landed:
 @dataclass(frozen=True)
 class Lander:
     """Where and as what a landing writes: the warehouse, its relations' columns, the ``_ingest_id`` its rows carry and
-    when they came; ``known`` gives a relation's records held already (``_id``, ``_content_hash``), ``txn`` bronze's
+    when they came; ``known`` gives a relation's records held already (``held_digests``), ``txn`` bronze's
     application transaction (a batch's), and ``left_out`` hears of a file refused for now while the rows are written
     (a batch records it before it writes the rest, so a resumed batch leaves it out too)."""
 
@@ -158,19 +161,21 @@ class Provenance:
     named: Column | None = None  # what quarantine/ingest names a row's file by (None: ``path``)
 
 
-def land_files(lander: Lander, rel: Relation, files: Sequence[Placed]) -> Landed:
+def land_files(lander: Lander, rel: Relation, files: Sequence[Placed], by_file: bool = True) -> Landed:
     """``files`` of ``rel`` (each at its places) parsed kind by kind, typed and classified together, and appended to
     bronze in one commit. A file that cannot be read as a whole is refused alone: before the write when its form is
-    wrong, during it when Spark cannot read it (then the rest is written again without it)."""
+    wrong, during it when Spark cannot read it (then the rest is written again without it). ``by_file``: whether the
+    caller needs each file's tally (an ingest logs each file), or the landing's total alone (a batch), which the
+    write counts with three counts whatever the files' number, where each file's takes three of its own."""
     typed_rows, refused = _typed_files(lander, rel, files)
     kept = [file for file in files if file.name not in refused]
 
     def without(failed: str, why: FileRefused) -> Landed:
         lander.left_out(rel, failed, str(why))
-        again = land_files(lander, rel, [file for file in files if file.name != failed])
+        again = land_files(lander, rel, [file for file in files if file.name != failed], by_file)
         return replace(again, refused={**refused, **again.refused, failed: why})
 
-    landed = _land(lander, rel, typed_rows, kept, lander.provenance(rel), without)
+    landed = _land(lander, rel, typed_rows, kept, lander.provenance(rel), without, by_file)
     return replace(landed, refused={**refused, **landed.refused})
 
 
@@ -189,45 +194,56 @@ def _land(
     inputs: Sequence[Placed],
     source: Provenance,
     without: Callable[[str, FileRefused], Landed] | None,
+    by_input: bool = True,
 ) -> Landed:
-    """Classify ``typed_rows`` and append the accepted ones, counting each input's outcomes in the write's own job.
-    ``without``: how to land the rest when Spark fails to read one of the files (None: the failure raises)."""
+    """Classify ``typed_rows`` and append the accepted ones, counting the outcomes in the write's own job: each
+    input's, or (``by_input`` false) the landing's, with the inputs that set rows aside. ``without``: how to land the
+    rest when Spark fails to read one of the files (None: the failure raises)."""
     if typed_rows is None:
         return Landed(rel.name)
     classified = outcomes(typed_rows, lander.known(rel), lander.specs[rel.name].changes is not None)
-    tallied = classified.withColumn(TALLY, _tally(inputs))
+    each = by_input or len(inputs) == 1  # each input's tally, or the landing's (with the inputs setting rows aside)
+    tallied = classified.withColumn(TALLY, 3 * _input_index(inputs) + _outcome_code() if each else _outcome_code())
+    metrics = _tallies(len(inputs) if each else 1) + ([] if each else [F.collect_set(F.when(F.col(TALLY) == QUARANTINED, _input_index(inputs))).alias(SET_ASIDE)])
     observation = Observation()
     try:
         with step(f"bronze_{rel.name}"):
-            written = lander.engine.append(lander.warehouse.bronze(rel), bronze_rows(tallied.observe(observation, *_tallies(inputs)), source), lander.txn(lander.warehouse.bronze(rel)))
+            written = lander.engine.append(lander.warehouse.bronze(rel), bronze_rows(tallied.observe(observation, *metrics), source), lander.txn(lander.warehouse.bronze(rel)))
     except UNREADABLE as exc:
         failed = next((placed for placed in inputs if _names(exc, placed.name)), None)
         if without is None or failed is None:
             raise
         return without(failed.name, refusal(failed.called, exc))
-    counts = observation.get if written is not None else tallied.agg(*_tallies(inputs)).first().asDict()
-    tallies = {placed.name: Tally(*(counts[outcome][index] for outcome in OUTCOMES)) for index, placed in enumerate(inputs)}
-    bad = [placed for placed in inputs if tallies[placed.name].quarantined]
+    counts = observation.get if written is not None else tallied.agg(*metrics).first().asDict()
+    if each:
+        tallies = {placed.name: Tally(*(counts[outcome][index] for outcome in OUTCOMES)) for index, placed in enumerate(inputs)}
+        bad = [placed for placed in inputs if tallies[placed.name].quarantined]
+    else:
+        tallies = {rel.name: Tally(*(counts[outcome][0] for outcome in OUTCOMES))}
+        bad = [inputs[index] for index in sorted(counts[SET_ASIDE])]
     quarantined = None
     if bad:  # read again only the inputs that set rows aside
         quarantined = quarantine_rows(classified.where(" OR ".join(placed.rows for placed in bad)), source)
     return Landed(rel.name, tallies, {}, quarantined)
 
 
-def _tally(inputs: Sequence[Placed]) -> Column:
-    """A row's input and outcome as one number (``3 * input + outcome``), computed once per row: counting each input's
-    outcomes then compares one integer per count, where comparing places and outcome texts cost several."""
-    outcome = f"CASE _outcome {' '.join(f'WHEN {name!r} THEN {code}' for code, name in enumerate(OUTCOMES))} END"
+def _outcome_code() -> Column:
+    return F.expr(f"CASE _outcome {' '.join(f'WHEN {name!r} THEN {code}' for code, name in enumerate(OUTCOMES))} END")
+
+
+def _input_index(inputs: Sequence[Placed]) -> Column:
+    """A row's input as its index in ``inputs`` (by its file's name)."""
     if len(inputs) == 1:
-        return F.expr(outcome)
+        return F.lit(0)
     index = ", ".join(f"{literal(placed.name)}, {number}" for number, placed in enumerate(inputs))
-    return F.expr(f"3 * element_at(map({index}), _source_file) + {outcome}")
+    return F.expr(f"element_at(map({index}), _source_file)")
 
 
-def _tallies(inputs: Sequence[Placed]) -> list[Column]:
-    """Per outcome, an array of each input's rows with it: SQL text, so one expression whatever the inputs' number."""
+def _tallies(inputs: int) -> list[Column]:
+    """Per outcome, an array of each input's rows with it (``3 * input + outcome`` is a row's ``_tally``): SQL text,
+    so one expression whatever the inputs' number."""
     return [
-        F.expr(f"array({', '.join(f'count_if({TALLY} = {3 * number + code})' for number in range(len(inputs)))})").alias(outcome)
+        F.expr(f"array({', '.join(f'count_if({TALLY} = {3 * number + code})' for number in range(inputs))})").alias(outcome)
         for code, outcome in enumerate(OUTCOMES)
     ]
 
@@ -299,7 +315,7 @@ def bronze_rows(classified: DataFrame, source: Provenance) -> DataFrame:
         *table_version,
         F.lit(source.ingest_id).alias("_ingest_id"),
         F.lit(source.ingested_at).alias("_ingested_at"),
-        "_content_hash",
+        DIGEST,
     )
 
 
@@ -346,13 +362,13 @@ def first_line(exc: BaseException) -> str:
 
 
 def held_records(engine: DeltaEngine, warehouse: Warehouse, rel: Relation) -> DataFrame | None:
-    """The records a call's new arrivals of ``rel`` are checked against (``_id``, ``_content_hash``): those its state
+    """The records a call's new arrivals of ``rel`` are checked against (``held_digests``): those its state
     table holds (each until it is below its relation's watermark: a copy arriving later is late anyway), and those
     ingested and not joined yet. Bounded by the lateness, not by bronze's history."""
     joined_to = engine.max_value(warehouse.batches, "seq_to") or 0
     frames = (engine.read(warehouse.state(rel)), engine.read(warehouse.bronze(rel), where=f"_arrival_seq > {joined_to}"))
-    parts = [frame.select(ID, "_content_hash") for frame in frames if frame is not None and "_content_hash" in frame.columns]
-    return reduce(DataFrame.unionByName, parts) if parts else None
+    parts = [held for held in map(held_digests, frames) if held is not None]
+    return reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts) if parts else None
 
 
 def last_arrival_seq(engine: DeltaReader, warehouse: Warehouse) -> int:

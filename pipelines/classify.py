@@ -6,7 +6,6 @@ accepted, a duplicate (skipped) or quarantined with a reason.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import reduce
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
@@ -158,6 +157,9 @@ def _typed(parsed: Parsed, layout: _Layout) -> list[tuple[str, Column, Column | 
     for name, declared in parsed.types.items():
         given = StringType() if parsed.text else declared  # text formats hold every value as its text until here
         value, wanted = column(name), layout.types[name]
+        if name == layout.spec.event_time and kind_of(given) == layout.kind:  # of its kind already: nothing to parse
+            typed.append((name, value.cast(STORED_TYPE[layout.kind]), None))
+            continue
         if name == layout.spec.event_time:
             converted = as_event_time(value, layout.kind)
             description = f"{'an' if layout.kind == INTEGER else 'a'} {layout.kind}"
@@ -190,7 +192,7 @@ def _normalize(parsed: Parsed, layout: _Layout) -> DataFrame:
         record_id = present_ids[0] if len(spec.id) == 1 else F.to_json(F.array(*present_ids))
     reason = F.coalesce(
         F.when(F.col("_unparsable"), F.lit("unparsable line")),
-        *[_missing(name, present) for name in spec.record_columns],
+        *[_missing(name, parsed) for name in spec.record_columns],
         *[misfit for name, _, misfit in typed if misfit is not None and name == spec.event_time],
         *[misfit for name, _, misfit in typed if misfit is not None and name != spec.event_time],
     )
@@ -240,59 +242,104 @@ def _change_columns(changes: ChangeSpec, values: dict[str, Column], types: dict[
     }
 
 
-def _missing(name: str, present: set[str]) -> Column:
-    if name not in present:
+def _missing(name: str, parsed: Parsed) -> Column:
+    """Why a record column's value is missing: absent from the input, null, or (held as text) blank."""
+    if name not in parsed.types:
         return F.lit(f"missing column {name}")
     value = column(name)
-    return F.when(value.isNull() | (F.trim(value.cast("string")) == ""), F.lit(f"missing {name}"))
+    blank = F.trim(value.cast("string")) == "" if parsed.text or isinstance(parsed.types[name], StringType) else F.lit(False)
+    return F.when(value.isNull() | blank, F.lit(f"missing {name}"))
+
+
+DIGEST = "_digest"  # a record's content as one number (``digest``), kept in bronze and state to find copies by
+EARLIER_DIGEST = "_content_hash"  # what warehouses landed before ``_digest`` kept: SHA-256 of the content as JSON
+
+
+def content_columns(frame: DataFrame) -> list[str]:
+    """What a record's content is: its data columns in name order, then a change's ``_op`` and ``_seq``."""
+    return sorted(name for name in frame.columns if not name.startswith("_")) + [name for name in (OP, SEQ) if name in frame.columns]
+
+
+def digest(frame: DataFrame, columns: list[str]) -> Column:
+    """``columns`` as xxhash64, each value followed by whether it is null: Spark's hash skips a null, so without the
+    marker ``(a, null)`` and ``(null, a)`` would hash alike. A value holding a map (which Spark does not hash) is hashed
+    as its JSON. Only rows of one id are ever compared, so a 64-bit digest is as good as a cryptographic one here."""
+    parts = []
+    for name in columns:
+        value = column(name)
+        parts += [F.to_json(value) if _holds_map(frame.schema[name].dataType) else value, value.isNull()]
+    return F.xxhash64(*parts) if parts else F.lit(42).cast("long")  # no column: xxhash64's seed, the digest of nothing
+
+
+def _holds_map(data_type: DataType) -> bool:
+    if isinstance(data_type, MapType):
+        return True
+    if isinstance(data_type, StructType):
+        return any(_holds_map(field.dataType) for field in data_type.fields)
+    return isinstance(data_type, ArrayType) and _holds_map(data_type.elementType)
+
+
+def earlier_digest(columns: list[str]) -> Column:
+    """The digest warehouses landed before ``_digest`` kept (``_content_hash``): compared with their rows only."""
+    return F.sha2(F.to_json(F.struct(*[column(name) for name in columns])), 256)
+
+
+def held_digests(frame: DataFrame | None) -> DataFrame | None:
+    """A state or bronze table's records as ``known`` takes them: ``_id`` and its digests (None when it has neither)."""
+    kept = [name for name in (DIGEST, EARLIER_DIGEST) if frame is not None and name in frame.columns]
+    return frame.select(ID, *kept) if kept and frame is not None else None
 
 
 def outcomes(normalized: DataFrame, known: DataFrame | None, changes: bool) -> DataFrame:
     """Each row's outcome. A record's id names it once, so an id seen before with other content is a conflict; in a
     change feed an id names every change of its record, and only a row seen before whole (same content) is skipped.
-    ``known``: the records held already (``_id``, ``_content_hash``); rows come in the order of ``_arrival_seq`` where
-    they have one (a batch's landed files), else of ``_source_line``."""
-    data_columns = sorted(name for name in normalized.columns if not name.startswith("_"))
-    hashed = normalized.withColumn("_content_hash", F.sha2(F.to_json(F.struct(*[column(name) for name in data_columns], *[c for c in (OP, SEQ) if c in normalized.columns])), 256))
+    ``known``: the records held already (``held_digests``); rows come in the order of ``_arrival_seq`` where they have
+    one (a batch's landed files), else of ``_source_line``."""
+    content = content_columns(normalized)
+    hashed = normalized.withColumn(DIGEST, digest(normalized, content))
     valid = F.col("_reason").isNull()
-    identity = [ID, "_content_hash"] if changes else [ID]
+    identity = [ID, DIGEST] if changes else [ID]
     order = "_arrival_seq" if "_arrival_seq" in normalized.columns else "_source_line"
     by_id = Window.partitionBy(valid, *identity).orderBy(order)
     files = "_source_file" in normalized.columns
     ranked = hashed.withColumns(
         {
             "_nth": F.when(valid, F.row_number().over(by_id)),
-            "_first_hash": F.when(valid, F.first("_content_hash").over(by_id)),
+            "_first_hash": F.when(valid, F.first(DIGEST).over(by_id)),
             "_first_line": F.when(valid, F.first("_source_line").over(by_id)),
             **({"_first_file": F.when(valid, F.first("_source_file").over(by_id))} if files else {}),
         }
     )
     if known is None:
-        ranked = ranked.withColumn("_existing_hash", F.lit(None).cast("string"))
+        ranked = ranked.withColumns({"_held": F.lit(False), "_same": F.lit(None).cast("boolean")})
     else:
         # What is held outgrows any input: find the input's ids in it with the ids broadcast (a scan, no shuffle of
         # what is held), then join back the few it holds.
-        keys = {ID: "_existing_id", "_content_hash": "_existing_hash"}
         ids = F.broadcast(normalized.select(F.col(ID).alias("_existing_id")).where(F.col("_existing_id").isNotNull()).distinct())
-        existing = known.select(*[F.col(name).alias(keys[name]) for name in keys])
+        existing = known.select(
+            F.col(ID).alias("_existing_id"),
+            *[(F.col(name) if name in known.columns else F.lit(None).cast(kind)).alias(f"_existing{name}") for name, kind in ((DIGEST, "long"), (EARLIER_DIGEST, "string"))],
+        )
         held = existing.join(ids, "_existing_id", "left_semi")  # each (id, content) once: a record is in state, or pending
-        matches = reduce(Column.__and__, [F.col(name) == F.col(keys[name]) for name in identity])
-        ranked = ranked.join(F.broadcast(held), valid & matches, "left").drop("_existing_id")
+        # A row of an earlier layout has only its SHA-256: the arrival's is computed for it alone.
+        same = F.when(F.col(f"_existing{DIGEST}").isNotNull(), F.col(f"_existing{DIGEST}") == F.col(DIGEST))
+        if EARLIER_DIGEST in known.columns:
+            same = same.when(F.col(f"_existing{EARLIER_DIGEST}").isNotNull(), F.col(f"_existing{EARLIER_DIGEST}") == earlier_digest(content))
+        matches = (F.col(ID) == F.col("_existing_id")) & (same if changes else F.lit(True))
+        ranked = ranked.join(F.broadcast(held), valid & matches, "left")
+        ranked = ranked.withColumns({"_held": F.col("_existing_id").isNotNull(), "_same": same}).drop("_existing_id", f"_existing{DIGEST}", f"_existing{EARLIER_DIGEST}")
     seen = F.col("_nth") > 1
     elsewhere = F.concat(F.lit(" of "), F.col("_first_file")) if files else F.lit("")
     where_first = F.concat(F.col("_first_line").cast("string"), F.when(F.col("_first_file") != F.col("_source_file"), elsewhere).otherwise(F.lit(""))) if files else F.col("_first_line").cast("string")
     reason = F.coalesce(
         F.col("_reason"),
         F.when(
-            seen & (F.col("_content_hash") != F.col("_first_hash")),
+            seen & (F.col(DIGEST) != F.col("_first_hash")),
             F.concat(F.lit("id conflict: same id with other content at line "), where_first),
         ),
-        F.when(
-            F.col("_existing_hash").isNotNull() & (F.col("_existing_hash") != F.col("_content_hash")),
-            F.lit("id conflict: id already in bronze with other content"),
-        ),
+        F.when(F.col("_held") & ~F.col("_same"), F.lit("id conflict: id already in bronze with other content")),
     )
-    duplicate = seen | (F.col("_existing_hash") == F.col("_content_hash"))
+    duplicate = seen | (F.col("_held") & F.col("_same"))
     outcome = F.when(reason.isNotNull(), "quarantined").when(duplicate, "duplicate").otherwise("accepted")
     return ranked.select(
         *[column(name) for name in hashed.columns if name != "_reason"],

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from deltalake import write_deltalake
 from chispa import assert_df_equality
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -116,7 +119,7 @@ def test_bookkeeping_columns_have_their_documented_types(pipeline):
     pipeline.ingest("r", pipeline.write_file([{"id": "r1", "ts": 5, "key": "k"}, "garbage"]))
     types = {field.name: field.dataType.simpleString() for field in pipeline.engine.schema(pipeline.warehouse.bronze(pipeline_relation("r")))}
     assert types["_arrival_seq"] == "bigint" and types["_source_line"] == "bigint"  # a place in the order can pass 2**31
-    assert types["_ingested_at"] == "timestamp" and types["_content_hash"] == "string"
+    assert types["_ingested_at"] == "timestamp" and types["_digest"] == "bigint"
     quarantine = {field.name: field.dataType.simpleString() for field in pipeline.engine.schema(pipeline.warehouse.quarantine)}
     assert quarantine["source_line"] == "bigint" and quarantine["ingested_at"] == "timestamp"
 
@@ -165,6 +168,59 @@ def test_repeated_records_are_skipped_and_conflicting_ids_quarantined(pipeline):
     assert (result.landed, result.quarantined, result.duplicates) == (1, 2, 2)
     assert quarantined(pipeline) == [(2, "id conflict: id already in bronze with other content"), (5, "id conflict: same id with other content at line 3")]
     assert sorted(row.id for row in bronze(pipeline, "r").collect()) == ["a", "b", "c"]
+
+
+def test_a_value_moved_to_another_column_is_other_content(pipeline):
+    """The digest marks each null: a record whose one value moves from one column to another is not its copy."""
+    result = pipeline.ingest(
+        "r", pipeline.write_file([{"id": "a", "ts": 1, "key": "k", "p": None, "q": "v"}, {"id": "a", "ts": 1, "key": "k", "p": "v", "q": None}])
+    )
+    assert (result.landed, result.quarantined, result.duplicates) == (1, 1, 0)
+
+
+def landed_before_the_digest(pipeline: Pipeline, table: str) -> None:
+    """``table`` rewritten as warehouses kept it before ``_digest``: each row's SHA-256 of its content as JSON (what
+    Spark's ``to_json`` gives for its columns in name order), computed here by hashlib."""
+    held = pipeline.engine.rows(table)
+    digests = []
+    for row in held.to_pylist():
+        content = {name: row[name] for name in sorted(row) if not name.startswith("_") and row[name] is not None}
+        digests.append(hashlib.sha256(json.dumps(content, separators=(",", ":")).encode()).hexdigest())
+    earlier = held.drop_columns(["_digest"]).append_column("_content_hash", pa.array(digests, pa.string()))
+    write_deltalake(table, earlier, mode="overwrite", schema_mode="overwrite")
+    pipeline.engine.refresh()
+
+
+def test_a_warehouse_landed_before_the_digest_finds_copies_and_conflicts_of_its_records(engine, tmp_path):
+    """Rows kept before ``_digest`` hold only their SHA-256: an arrival of one of their ids is compared by it, in state
+    and in what is pending, and rows landed since sit beside them (the state's MERGE adds their column)."""
+    pipeline = Pipeline(engine, str(tmp_path))
+    pipeline.ingest("r", pipeline.write_file([{"id": "a", "ts": 1, "key": "k"}, {"id": "b", "ts": 2, "key": "k"}]))
+    pipeline.run()
+    pipeline.ingest("r", pipeline.write_file([{"id": "c", "ts": 3, "key": "k"}]))
+    rel = pipeline_relation("r")
+    for table in (pipeline.warehouse.bronze(rel), pipeline.warehouse.state(rel)):
+        landed_before_the_digest(pipeline, table)
+
+    again = pipeline.ingest(
+        "r",
+        pipeline.write_file(
+            [
+                {"id": "a", "ts": 1, "key": "k"},  # held in state, the same: a duplicate
+                {"id": "b", "ts": 99, "key": "k"},  # held in state, other content: a conflict
+                {"id": "c", "ts": 4, "key": "k"},  # pending, other content: a conflict
+                {"id": "d", "ts": 5, "key": "k"},
+            ]
+        ),
+    )
+    last = pipeline.ingest("r", pipeline.write_file([{"id": "c", "ts": 3, "key": "k"}, {"id": "d", "ts": 5, "key": "k"}]))
+
+    assert (again.landed, again.quarantined, again.duplicates) == (1, 2, 1)
+    assert (last.landed, last.duplicates) == (0, 2)  # c by its SHA-256, d by its digest
+    pipeline.run()
+    assert sorted((row.id, row._content_hash is None, row._digest is None) for row in pipeline.engine.read(pipeline.warehouse.state(rel)).collect()) == [
+        ("a", False, True), ("b", False, True), ("c", False, True), ("d", True, False)
+    ]
 
 
 def test_csv_and_parquet_land_like_json_and_keep_other_columns(pipeline, spark, tmp_path):

@@ -86,12 +86,14 @@ def test_a_run_lands_the_new_files_of_every_folder_in_the_batch_that_joins_them_
 def test_bad_rows_of_a_landing_file_are_quarantined_with_file_and_line_and_the_rest_joins(deltars, tmp_path):
     pipeline = landed(deltars, tmp_path)
     path = jsonl(pipeline, "r", "a.jsonl", RECORDS[:1], "{not json", json.dumps({"id": "r9", "ts": 9}))
+    jsonl(pipeline, "r", "b.jsonl", RECORDS[1:2])  # no bad row: not read again for the rows set aside
+    other = jsonl(pipeline, "r", "c.jsonl", [RECORDS[4]], json.dumps({"id": "r8", "key": "a"}))
     jsonl(pipeline, "s", "b.jsonl", RECORDS[2:3])
     (batch,), said = heard(pipeline)
     quarantined = sorted((row["source_file"], row["source_line"], row["reason"]) for row in pipeline.engine.read(pipeline.warehouse.quarantine).collect())
-    assert quarantined == [(path, 2, "unparsable line"), (path, 3, "missing key")]
-    assert [(landing.relation, landing.landed, landing.quarantined) for landing in said] == [("r", 1, 2), ("s", 1, 0)]
-    assert pipeline.gold_pairs() == Counter(batch_join([RECORDS[0], RECORDS[2]]))
+    assert quarantined == [(path, 2, "unparsable line"), (path, 3, "missing key"), (other, 2, "missing ts")]
+    assert [(landing.relation, landing.landed, landing.quarantined) for landing in said] == [("r", 3, 3), ("s", 1, 0)]
+    assert pipeline.gold_pairs() == Counter(batch_join([RECORDS[0], RECORDS[1], RECORDS[2], RECORDS[4]]))
 
 
 def test_a_file_refused_for_good_is_recorded_once_and_the_others_land(deltars, tmp_path):

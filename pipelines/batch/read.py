@@ -11,6 +11,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from expectations.batch import TableChecks
+from pipelines.classify import held_digests
 from pipelines.batch.context import Batch
 from state.buffers import held_versions, snapshot
 from state.changes import DELETED, Resolved, resolve
@@ -47,14 +48,14 @@ def tables_at_plan(batch: Batch) -> dict[Relation, DataFrame | None]:
 
 
 def known_records(batch: Batch, rel: Relation, state: DataFrame | None) -> DataFrame | None:
-    """The records a batch's landed files of ``rel`` are checked against (``_id``, ``_content_hash``): those its state
+    """The records a batch's landed files of ``rel`` are checked against (``held_digests``): those its state
     holds, and those ingested before the batch that it joins."""
     plan = batch.plan
     ingested = batch.engine.read(batch.warehouse.bronze(rel), where=plan.ingested) if rel.name in plan.bronze_versions and plan.ingested_to != plan.seq_from else None
-    parts = [frame.select(ID, "_content_hash") for frame in (state, ingested) if frame is not None and "_content_hash" in frame.columns]
+    parts = [held for held in map(held_digests, (state, ingested)) if held is not None]
     if not parts:
         return None
-    return parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
+    return parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1], allowMissingColumns=True)
 
 
 def read(batch: Batch, states: dict[Relation, DataFrame | None]) -> dict[Relation, Arrived]:
