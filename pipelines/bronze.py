@@ -11,9 +11,9 @@ never taken by anything else.
 One landing of one relation: its files parsed kind by kind (pipelines/parse.py), every row typed and classified
 together (pipelines/classify.py) against the records already held, and appended to bronze in one commit. The job that
 writes them counts the rows by outcome as it writes (an observation), each input's or the landing's as the road
-needs, so a road reports without a job of its own. The rows set aside come back as one frame, for the caller's one quarantine commit. A file whose form
-is wrong is refused before anything is written; a file Spark fails to read while the rows are written is left out
-(refused for now) and the rest written again without it.
+needs, so a road reports without a job of its own. The rows set aside come back as one frame, for the caller's one
+quarantine commit. A file whose form is wrong is refused before anything is written; a file Spark fails to read while
+the rows are written is left out (refused for now) and the rest written again without it.
 """
 
 from __future__ import annotations
@@ -367,8 +367,7 @@ def held_records(engine: DeltaEngine, warehouse: Warehouse, rel: Relation) -> Da
     ingested and not joined yet. Bounded by the lateness, not by bronze's history."""
     joined_to = engine.max_value(warehouse.batches, "seq_to") or 0
     frames = (engine.read(warehouse.state(rel)), engine.read(warehouse.bronze(rel), where=f"_arrival_seq > {joined_to}"))
-    parts = [held for held in map(held_digests, frames) if held is not None]
-    return reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts) if parts else None
+    return held_digests(*frames)
 
 
 def last_arrival_seq(engine: DeltaReader, warehouse: Warehouse) -> int:

@@ -6,6 +6,7 @@ accepted, a duplicate (skipped) or quarantined with a reason.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import reduce
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
@@ -284,10 +285,11 @@ def earlier_digest(columns: list[str]) -> Column:
     return F.sha2(F.to_json(F.struct(*[column(name) for name in columns])), 256)
 
 
-def held_digests(frame: DataFrame | None) -> DataFrame | None:
-    """A state or bronze table's records as ``known`` takes them: ``_id`` and its digests (None when it has neither)."""
-    kept = [name for name in (DIGEST, EARLIER_DIGEST) if frame is not None and name in frame.columns]
-    return frame.select(ID, *kept) if kept and frame is not None else None
+def held_digests(*tables: DataFrame | None) -> DataFrame | None:
+    """The records ``tables`` hold (a state table, bronze's pending rows) as ``outcomes`` checks arrivals against
+    them: ``_id`` and its digests, the tables together (None when none holds any)."""
+    parts = [table.select(ID, *[name for name in (DIGEST, EARLIER_DIGEST) if name in table.columns]) for table in tables if table is not None and {DIGEST, EARLIER_DIGEST} & set(table.columns)]
+    return reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts) if parts else None
 
 
 def outcomes(normalized: DataFrame, known: DataFrame | None, changes: bool) -> DataFrame:

@@ -11,8 +11,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from expectations.batch import TableChecks
-from pipelines.classify import held_digests
 from pipelines.batch.context import Batch
+from pipelines.classify import held_digests
 from state.buffers import held_versions, snapshot
 from state.changes import DELETED, Resolved, resolve
 from state.engines import as_frame
@@ -52,10 +52,7 @@ def known_records(batch: Batch, rel: Relation, state: DataFrame | None) -> DataF
     holds, and those ingested before the batch that it joins."""
     plan = batch.plan
     ingested = batch.engine.read(batch.warehouse.bronze(rel), where=plan.ingested) if rel.name in plan.bronze_versions and plan.ingested_to != plan.seq_from else None
-    parts = [held for held in map(held_digests, (state, ingested)) if held is not None]
-    if not parts:
-        return None
-    return parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1], allowMissingColumns=True)
+    return held_digests(state, ingested)
 
 
 def read(batch: Batch, states: dict[Relation, DataFrame | None]) -> dict[Relation, Arrived]:
