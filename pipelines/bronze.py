@@ -161,10 +161,10 @@ class Provenance:
     named: Column | None = None  # what quarantine/ingest names a row's file by (None: ``path``)
 
 
-def land_files(lander: Lander, rel: Relation, files: Sequence[Placed], by_file: bool = True) -> Landed:
+def land_files(lander: Lander, rel: Relation, files: Sequence[Placed], by_input: bool = True) -> Landed:
     """``files`` of ``rel`` (each at its places) parsed kind by kind, typed and classified together, and appended to
     bronze in one commit. A file that cannot be read as a whole is refused alone: before the write when its form is
-    wrong, during it when Spark cannot read it (then the rest is written again without it). ``by_file``: whether the
+    wrong, during it when Spark cannot read it (then the rest is written again without it). ``by_input``: whether the
     caller needs each file's tally (an ingest logs each file), or the landing's total alone (a batch), which the
     write counts with three counts whatever the files' number, where each file's takes three of its own."""
     typed_rows, refused = _typed_files(lander, rel, files)
@@ -172,10 +172,10 @@ def land_files(lander: Lander, rel: Relation, files: Sequence[Placed], by_file: 
 
     def without(failed: str, why: FileRefused) -> Landed:
         lander.left_out(rel, failed, str(why))
-        again = land_files(lander, rel, [file for file in files if file.name != failed], by_file)
+        again = land_files(lander, rel, [file for file in files if file.name != failed], by_input)
         return replace(again, refused={**refused, **again.refused, failed: why})
 
-    landed = _land(lander, rel, typed_rows, kept, lander.provenance(rel), without, by_file)
+    landed = _land(lander, rel, typed_rows, kept, lander.provenance(rel), without, by_input)
     return replace(landed, refused={**refused, **landed.refused})
 
 

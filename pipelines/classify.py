@@ -288,7 +288,8 @@ def earlier_digest(columns: list[str]) -> Column:
 def held_digests(*tables: DataFrame | None) -> DataFrame | None:
     """The records ``tables`` hold (a state table, bronze's pending rows) as ``outcomes`` checks arrivals against
     them: ``_id`` and its digests, the tables together (None when none holds any)."""
-    parts = [table.select(ID, *[name for name in (DIGEST, EARLIER_DIGEST) if name in table.columns]) for table in tables if table is not None and {DIGEST, EARLIER_DIGEST} & set(table.columns)]
+    holding = [table for table in tables if table is not None and {DIGEST, EARLIER_DIGEST} & set(table.columns)]
+    parts = [table.select(ID, *[name for name in (DIGEST, EARLIER_DIGEST) if name in table.columns]) for table in holding]
     return reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts) if parts else None
 
 

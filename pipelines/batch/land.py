@@ -93,7 +93,7 @@ def _land(lander: Lander, plan: BatchPlan, rel: Relation, retried: dict[str, str
     one refused for now are left out (their refusal is recorded)."""
     files = [file for file in plan.landing(rel.name) if file.path not in retried]
     before = tuple(FileRefused(reason, lasting=False) for path, reason in retried.items() if any(file.path == path for file in plan.landing(rel.name)))
-    landed: Landed = land_files(lander, rel, [Placed(file.path, file.first, file.bound) for file in files], by_file=False)
+    landed: Landed = land_files(lander, rel, [Placed(file.path, file.first, file.bound) for file in files], by_input=False)
     total = landed.total
     lasting = tuple(replace(file, refused=str(landed.refused[file.path])) for file in files if file.path in landed.refused and landed.refused[file.path].lasting)
     for_now = tuple(why for why in landed.refused.values() if not why.lasting)
