@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from chispa import assert_df_equality
 from deltalake import DeltaTable
@@ -18,7 +17,7 @@ from pyspark.sql.types import StructType
 
 from pipelines.sources import APPEND, Commit
 from pipelines.spark import DELTA_JARS, delta_jars
-from state.engines import Eviction, Memberships, Merged, OnMatch, Txn, deltars, make_engine
+from state.engines import Eviction, Memberships, Merged, OnMatch, Txn, make_engine
 from state.engines.base import Aligned, Recorded, applied
 from state.engines.delta_log import Listed, greatest_after
 from state.engines.spark_delta import SparkDeltaEngine
@@ -326,24 +325,6 @@ def test_info_is_version_schema_and_transaction_from_one_look_at_the_table(engin
     info = engine.info(path, "pipe:t")
     assert (info.version, info.schema.fieldNames(), info.txn_version) == (engine.version(path), ["id", "ts"], 4)
     assert engine.info(path, "other-app").txn_version is None
-
-
-def test_delta_rs_writes_row_groups_so_spark_reads_a_file_in_several_tasks(spark, tmp_path, monkeypatch):
-    monkeypatch.setattr(deltars, "ROW_GROUP_ROWS", 10)
-    engine = make_engine(spark, "delta-rs")
-    path = tmp_path / "t"
-    engine.append(str(path), frame(spark, [(f"a{i}", i) for i in range(30)]))
-    engine.merge(str(path), frame(spark, [(f"b{i}", i) for i in range(30)]), "id")
-    engine.optimize(str(path))
-    for file in path.glob("*.parquet"):  # the append's, the merge's and the compaction's files
-        groups = pq.ParquetFile(file).metadata
-        assert [groups.row_group(i).num_rows for i in range(groups.num_row_groups)] in ([10, 10, 10], [10] * 6)
-    spark.conf.set("spark.sql.files.maxPartitionBytes", "1000")
-    try:
-        tasks = engine.read(str(path)).select(F.spark_partition_id().alias("task")).distinct().count()
-    finally:
-        spark.conf.unset("spark.sql.files.maxPartitionBytes")
-    assert len(engine.read(str(path)).inputFiles()) == 1 and tasks > 1
 
 
 def test_drop_deletes_the_table(engine, spark, tmp_path):

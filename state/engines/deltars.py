@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 from pyarrow import fs
-from deltalake import CommitProperties, DeltaTable, QueryBuilder, Transaction, WriterProperties, write_deltalake
+from deltalake import CommitProperties, DeltaTable, QueryBuilder, Transaction, write_deltalake
 from deltalake.exceptions import DeltaError, TableNotFoundError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
@@ -23,16 +23,6 @@ from pyspark.sql.types import StructType
 
 from state.engines.base import Actions, Aligned, Data, Memberships, Merged, OnMatch, Recorded, TableInfo, Txn, as_frame, changes_merge, marked, marker, match_condition, no_change_feed, one_of
 from state.errors import LakejoinError
-
-# Rows per Parquet row group of every file delta-rs writes. Its default (1,048,576) puts a batch's 500,000 rows in
-# one row group, and Spark splits a file's reading between tasks only at row groups: every read of such a table was
-# one task, whatever the cores. 100,000 rows keep groups of a few MB, as Spark's own writer makes them.
-ROW_GROUP_ROWS = 100_000
-
-
-def writer_properties() -> WriterProperties:
-    """How delta-rs writes Parquet for lakejoin: row groups of ``ROW_GROUP_ROWS``, so Spark reads a file in parallel."""
-    return WriterProperties(max_row_group_size=ROW_GROUP_ROWS)
 
 
 def to_arrow(df: Data) -> pa.Table:
@@ -184,13 +174,7 @@ class DeltaRsReader:
         data = to_arrow(df)
         try:
             write_deltalake(
-                table or path,
-                data,
-                mode="append",
-                schema_mode="merge",
-                writer_properties=writer_properties(),
-                commit_properties=_commit(txn),
-                configuration=None if table else properties,
+                table or path, data, mode="append", schema_mode="merge", commit_properties=_commit(txn), configuration=None if table else properties
             )
         except DeltaError as exc:
             raise LakejoinError(f"cannot append to {path}: {_first_line(exc)}") from exc
@@ -241,8 +225,7 @@ class DeltaRsEngine(DeltaRsReader):
     def optimize(self, path: str, order_by: str | None = None) -> None:
         table = self._table(path)
         if table is not None:
-            written = writer_properties()
-            table.optimize.z_order([order_by], writer_properties=written) if order_by else table.optimize.compact(writer_properties=written)
+            table.optimize.z_order([order_by]) if order_by else table.optimize.compact()
 
     def vacuum(self, path: str, retention_hours: int) -> None:
         table = self._table(path)
@@ -256,15 +239,7 @@ class DeltaRsEngine(DeltaRsReader):
         condition, kept = changes_merge(keys, retraction)
         try:
             metrics = (
-                table.merge(
-                    to_arrow(df),
-                    predicate=condition,
-                    source_alias="source",
-                    target_alias="target",
-                    merge_schema=True,
-                    writer_properties=writer_properties(),
-                    commit_properties=_commit(txn),
-                )
+                table.merge(to_arrow(df), predicate=condition, source_alias="source", target_alias="target", merge_schema=True, commit_properties=_commit(txn))
                 .when_matched_delete(predicate=retraction)
                 .when_matched_update_all(predicate=kept)
                 .when_not_matched_insert_all(predicate=kept)
@@ -297,7 +272,6 @@ class DeltaRsEngine(DeltaRsReader):
                 source_alias="source",
                 target_alias="target",
                 merge_schema=True,
-                writer_properties=writer_properties(),
                 commit_properties=_commit(txn),
             ).when_not_matched_insert_all()
             if on_match is not None and on_match.delete:
