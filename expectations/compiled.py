@@ -93,6 +93,11 @@ class Check:
         """The columns a rule on one column or on a list of them reads (empty for the others)."""
         return tuple(self.kwargs.get("column_list") or ([self.kwargs["column"]] if "column" in self.kwargs else []))
 
+    @property
+    def reads(self) -> tuple[str, ...]:
+        """Every column a row rule reads."""
+        return self.columns + tuple(self.kwargs[name] for name in ("column_A", "column_B") if name in self.kwargs)
+
     def fails(self) -> str:
         """True on a row that breaks the rule (never null), as Spark SQL."""
         return "false" if self.proven else f"coalesce({ROW_TESTS[self.rule.expectation](self.kwargs)}, false)"

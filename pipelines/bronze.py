@@ -104,15 +104,26 @@ class Tally:
 
 
 @dataclass(frozen=True)
+class Watch:
+    """What else a landing's write counts of the rows it writes, for its caller (a batch's measure,
+    pipelines/batch/measure.py): ``signals`` adds the columns the ``counts`` read to bronze's rows, and they go again
+    before the rows are written."""
+
+    signals: Callable[[DataFrame], DataFrame]
+    counts: list[Column]
+
+
+@dataclass(frozen=True)
 class Landed:
     """What one landing put into one relation's bronze: each input's tally (or, counted as a whole, one tally under the
-    relation's name), the files refused as a whole, and the rows set aside (as ``quarantine/ingest`` keeps them; None
-    when none)."""
+    relation's name), the files refused as a whole, the rows set aside (as ``quarantine/ingest`` keeps them; None
+    when none), and the watch's counts (None: no watch, or the rows were written before and nothing was counted)."""
 
     relation: str
     tallies: dict[str, Tally] = field(default_factory=dict)
     refused: dict[str, FileRefused] = field(default_factory=dict)
     quarantined: DataFrame | None = None
+    watched: dict | None = None
 
     @property
     def total(self) -> Tally:
@@ -123,8 +134,9 @@ class Landed:
 class Lander:
     """Where and as what a landing writes: the warehouse, its relations' columns, the ``_ingest_id`` its rows carry and
     when they came; ``known`` gives a relation's records held already (``held_digests``), ``txn`` bronze's
-    application transaction (a batch's), and ``left_out`` hears of a file refused for now while the rows are written
-    (a batch records it before it writes the rest, so a resumed batch leaves it out too)."""
+    application transaction (a batch's), ``left_out`` hears of a file refused for now while the rows are written
+    (a batch records it before it writes the rest, so a resumed batch leaves it out too), and ``watch`` what else the
+    write counts of a relation's rows (given the rows it writes)."""
 
     engine: DeltaEngine
     warehouse: Warehouse
@@ -134,6 +146,7 @@ class Lander:
     known: Callable[[Relation], DataFrame | None]
     txn: Callable[[str], Txn | None] = lambda _: None
     left_out: Callable[[Relation, str, str], None] = lambda *_: None
+    watch: Callable[[Relation, DataFrame], Watch | None] = lambda *_: None
 
     @classmethod
     def for_call(cls, engine: DeltaEngine, warehouse: Warehouse, specs: dict[str, RelationSpec]) -> Lander:
@@ -205,10 +218,14 @@ def _land(
     each = by_input or len(inputs) == 1  # each input's tally, or the landing's (with the inputs setting rows aside)
     tallied = classified.withColumn(TALLY, 3 * _input_index(inputs) + _outcome_code() if each else _outcome_code())
     metrics = _tallies(len(inputs) if each else 1) + ([] if each else [F.collect_set(F.when(F.col(TALLY) == QUARANTINED, _input_index(inputs))).alias(SET_ASIDE)])
-    observation = Observation()
+    observation, watching = Observation(), Observation()
+    rows = bronze_rows(tallied.observe(observation, *metrics), source)
+    watch = lander.watch(rel, rows)
+    if watch is not None:
+        rows = watch.signals(rows).observe(watching, *watch.counts).select(*[column(name) for name in rows.columns])
     try:
         with step(f"bronze_{rel.name}"):
-            written = lander.engine.append(lander.warehouse.bronze(rel), bronze_rows(tallied.observe(observation, *metrics), source), lander.txn(lander.warehouse.bronze(rel)))
+            written = lander.engine.append(lander.warehouse.bronze(rel), rows, lander.txn(lander.warehouse.bronze(rel)))
     except UNREADABLE as exc:
         failed = next((placed for placed in inputs if _names(exc, placed.name)), None)
         if without is None or failed is None:
@@ -224,7 +241,7 @@ def _land(
     quarantined = None
     if bad:  # read again only the inputs that set rows aside
         quarantined = quarantine_rows(classified.where(" OR ".join(placed.rows for placed in bad)), source)
-    return Landed(rel.name, tallies, {}, quarantined)
+    return Landed(rel.name, tallies, {}, quarantined, watching.get if watch is not None and written is not None else None)
 
 
 def _outcome_code() -> Column:

@@ -2,10 +2,10 @@
 in the relations' landing folders.
 
 A batch is a short pipeline of named steps (docs/design.md section 3): plan (pipelines/batch/plan.py) → land its files
-in bronze (land.py) → read its arrivals back, and the state at the plan's versions (read.py) → measure them in one job
-(measure.py) → emit every table's rows (emit.py) → write them (write.py), each commit carrying the batch's
-transaction and plan → log the batch, its one bookkeeping commit, last. A batch that died after some of its writes is
-resumed with the plan they carry.
+in bronze (land.py) → read its arrivals back, and the state at the plan's versions (read.py) → measure them in one job,
+or take what the bronze writes counted of the rows they landed (measure.py) → emit every table's rows (emit.py) →
+write them (write.py), each commit carrying the batch's transaction and plan → log the batch, its one bookkeeping
+commit, last. A batch that died after some of its writes is resumed with the plan they carry.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from expectations.batch import stopped
 from pipelines.batch.context import Batch, Run
 from pipelines.batch.emit import emit
 from pipelines.batch.land import Landing, land
-from pipelines.batch.measure import measure
+from pipelines.batch.measure import measure, watch, watched
 from pipelines.batch.plan import plan_next
 from pipelines.batch.read import known_records, read, tables_at_plan
 from pipelines.batch.write import write
@@ -177,7 +177,7 @@ def _landed(batch: Batch, states: dict[Relation, DataFrame | None], before_writi
     if not batch.plan.files:
         return []
     before_writing()
-    return land(batch, lambda rel: known_records(batch, rel, states[rel]))
+    return land(batch, lambda rel: known_records(batch, rel, states[rel]), watch(batch, states))
 
 
 def _execute(
@@ -190,7 +190,7 @@ def _execute(
     with timed("read"):
         arrived = read(batch, states)
     with timed("measure"):
-        measured = measure(arrived, plan.watermarks, plan.bound <= BROADCAST_ROWS)
+        measured = watched(arrived, landed) or measure(arrived, plan.watermarks, plan.bound <= BROADCAST_ROWS)
     for rel in batch.relations:
         missing = measured.pointers.get(rel.name)
         if missing is not None and (error := missing_rows(batch.config.spec(rel.name).table, missing, measured.rows[rel.name])):  # type: ignore[arg-type] - a source table's

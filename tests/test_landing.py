@@ -14,6 +14,7 @@ import pytest
 
 from pipelines.ingest import IngestResult, ingest_files
 from pipelines.reset import reset
+from pipelines import silver
 from pipelines.silver import run
 from state.config import Config
 from state.faults import CRASH_AT, InjectedCrash
@@ -81,6 +82,34 @@ def test_a_run_lands_the_new_files_of_every_folder_in_the_batch_that_joins_them_
     assert batch.arrivals == {"r": 0, "s": 1}
     assert [item.describe() for item in said if isinstance(item, IngestResult)] == [f"{folder(pipeline, 'r')}/copy-of-a.jsonl: already ingested into bronze/r, nothing added"]
     assert len(bronze(pipeline)) == 3 and pipeline.gold_pairs() == Counter(batch_join([*RECORDS, Record("s", "s6", 6, "a")]))
+
+
+def test_a_landing_batch_is_measured_by_its_bronze_writes_as_a_job_reading_its_arrivals_back_would(deltars, tmp_path, monkeypatch):
+    """The second batch lands a late row and one a ``warn`` rule flags: what the bronze writes count for the batch
+    (no measuring job runs) is what the measuring job counts when the writes do not."""
+    settings = {"allowed_lateness": {"r": 0, "s": 0}, "expectations": {"ts_max": 50, "policies": {"bronze_ts_plausible": "warn"}}}
+
+    def logged(root, by_writes: bool) -> list[dict]:
+        pipeline = landed(deltars, root, **settings)
+        with monkeypatch.context() as patched:
+            patched.setattr(silver, *("measure", unexpected) if by_writes else ("watched", lambda *_: None))
+            jsonl(pipeline, "r", "a.jsonl", [Record("r", "r1", 10, "a"), Record("r", "r2", 20, "b")])
+            jsonl(pipeline, "s", "b.jsonl", [Record("s", "s3", 15, "a")])
+            pipeline.run()
+            jsonl(pipeline, "r", "c.jsonl", [Record("r", "r4", 5, "a"), Record("r", "r5", 99, "a")])
+            pipeline.run()
+        keys = ("arrivals", "late", "watermarks", "pairs")
+        rows = pipeline.engine.read(pipeline.warehouse.batches).orderBy("batch_id").collect()
+        return [{**{key: row[key] for key in keys}, "rules": sorted(row["rules"], key=lambda rule: (rule["table"], rule["rule"]))} for row in rows]  # the tables' writes end in any order
+
+    def unexpected(*_):
+        raise AssertionError("a landing batch ran the measuring job")
+
+    by_writes = logged(tmp_path / "writes", by_writes=True)
+    assert by_writes == logged(tmp_path / "job", by_writes=False)
+    second = by_writes[1]
+    assert (dict(second["arrivals"]), dict(second["late"]), dict(second["watermarks"])) == ({"r": 2, "s": 0}, {"r": 1, "s": 0}, {"r": 99, "s": 15})
+    assert [(rule["rule"], rule["evaluated"], rule["failed"]) for rule in second["rules"] if rule["table"].endswith("/r") and rule["failed"]] == [("bronze_ts_plausible", 2, 1)]
 
 
 def test_bad_rows_of_a_landing_file_are_quarantined_with_file_and_line_and_the_rest_joins(deltars, tmp_path):

@@ -19,7 +19,7 @@ from functools import reduce
 from pyspark.sql import DataFrame
 
 from pipelines.batch.context import Batch
-from pipelines.bronze import Lander, Landed, Placed, land_files, refusal_rows
+from pipelines.bronze import Lander, Landed, Placed, Watch, land_files, refusal_rows
 from state.batch_log import BatchPlan, LandedFile
 from state.clock import now
 from state.engines import Txn, as_frame
@@ -41,6 +41,7 @@ class Landing:
     duplicates: int
     files: tuple[LandedFile, ...]  # the files landed, and those refused for good (so as not to be read again)
     retried: tuple[FileRefused, ...] = ()  # refused for now: a later batch tries them again
+    watched: dict | None = None  # what the bronze write counted for the batch's measure (pipelines/batch/measure.py ``watch``)
 
     def describe(self) -> str:
         taken = sum(file.lands for file in self.files)
@@ -55,9 +56,10 @@ def batch_tag(batch_id: int) -> str:
     return f"batch {batch_id}"
 
 
-def land(batch: Batch, known: Callable[[Relation], DataFrame | None]) -> list[Landing]:
+def land(batch: Batch, known: Callable[[Relation], DataFrame | None], watch: Callable[[Relation, DataFrame], Watch | None]) -> list[Landing]:
     """Land the plan's files of every relation (the bronze commits at once), then set aside, in one commit, the rows
-    they quarantine and the files refused. ``known``: a relation's records already held (``held_digests``)."""
+    they quarantine and the files refused. ``known``: a relation's records already held (``held_digests``); ``watch``:
+    what else each bronze write counts."""
     engine, warehouse, plan = batch.engine, batch.warehouse, batch.plan
     retried = retried_files(engine, warehouse, plan.batch_id) if plan.files else {}
 
@@ -67,7 +69,7 @@ def land(batch: Batch, known: Callable[[Relation], DataFrame | None]) -> list[La
         rows = refusal_rows([(rel.name, path, reason, False)], batch_tag(plan.batch_id), now())
         engine.append(warehouse.quarantine, rows, Txn(f"{batch.run.app_id(warehouse.quarantine)}:{sha256}", plan.batch_id))
 
-    lander = Lander(engine, warehouse, batch.config.relations, batch_tag(plan.batch_id), now(), known, batch.txn, left_out)
+    lander = Lander(engine, warehouse, batch.config.relations, batch_tag(plan.batch_id), now(), known, batch.txn, left_out, watch)
     relations = [rel for rel in batch.relations if plan.landing(rel.name)]
     with ThreadPoolExecutor(max_workers=max(1, len(relations))) as pool:
         futures = [pool.submit(_land, lander, plan, rel, retried) for rel in relations]
@@ -98,7 +100,7 @@ def _land(lander: Lander, plan: BatchPlan, rel: Relation, retried: dict[str, str
     lasting = tuple(replace(file, refused=str(landed.refused[file.path])) for file in files if file.path in landed.refused and landed.refused[file.path].lasting)
     for_now = tuple(why for why in landed.refused.values() if not why.lasting)
     kept = tuple(file for file in files if file.path not in landed.refused)
-    landing = Landing(rel.name, plan.batch_id, total.landed, total.quarantined, total.duplicates, (*kept, *lasting), before + for_now)
+    landing = Landing(rel.name, plan.batch_id, total.landed, total.quarantined, total.duplicates, (*kept, *lasting), before + for_now, landed.watched)
     return landing, landed.quarantined
 
 

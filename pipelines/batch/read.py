@@ -55,6 +55,11 @@ def known_records(batch: Batch, rel: Relation, state: DataFrame | None) -> DataF
     return held_digests(state, ingested)
 
 
+def bronze_checks(batch: Batch, rel: Relation) -> TableChecks:
+    """The rules of ``rel``'s arrivals (its bronze rows) in a batch."""
+    return TableChecks.of(batch.config, "bronze", batch.warehouse.name_of(batch.warehouse.bronze(rel)), [ID], rel.name)
+
+
 def read(batch: Batch, states: dict[Relation, DataFrame | None]) -> dict[Relation, Arrived]:
     """Every relation's arrivals in the plan's slice, with what checks and resolves them."""
     return {rel: _arrived(batch, rel, states[rel]) for rel in batch.relations}
@@ -74,7 +79,7 @@ def _arrived(batch: Batch, rel: Relation, state: DataFrame | None) -> Arrived:
     rows = bronze if in_place is None else arrivals_with_source_columns(engine, in_place, bronze)
     if in_place is not None and small:
         rows = as_frame(engine.spark, rows.toArrow())
-    checks = TableChecks.of(config, "bronze", warehouse.name_of(warehouse.bronze(rel)), [ID], rel.name)
+    checks = bronze_checks(batch, rel)
     if spec.changes is None:
         return Arrived(rel, rows, checks, rows, checks.flagged(rows), state, pointers=None if in_place is None else bronze)
     held = held_versions(state, rows)
