@@ -137,6 +137,8 @@ def test_two_streams_land_through_foreach_batch_exactly_once_across_kill_9(delta
         mine = rows(records, side)
         for part in range(6):
             (folder / f"{part:02d}.json").write_text("\n".join(json.dumps(row) for row in mine[part * 4 : part * 4 + 4]))
+    (tmp_path / "checkpoints" / "r" / "offsets").mkdir(parents=True)
+    (tmp_path / "checkpoints" / "r" / "offsets" / ".0.killed.tmp").write_text("{")  # killed while writing its first offset
     command = [sys.executable, "-m", "tests.stream_feeder", str(tmp_path / "wh"), str(tmp_path / "landing"), str(tmp_path / "checkpoints")]
     env = helpers._env("delta-rs")
 
