@@ -285,10 +285,15 @@ def earlier_digest(columns: list[str]) -> Column:
     return F.sha2(F.to_json(F.struct(*[column(name) for name in columns])), 256)
 
 
+def holds_digests(table: DataFrame) -> bool:
+    """Whether ``table``'s rows carry a digest, so arrivals are checked against them (``held_digests``)."""
+    return bool({DIGEST, EARLIER_DIGEST} & set(table.columns))
+
+
 def held_digests(*tables: DataFrame | None) -> DataFrame | None:
     """The records ``tables`` hold (a state table, bronze's pending rows) as ``outcomes`` checks arrivals against
     them: ``_id`` and its digests, the tables together (None when none holds any)."""
-    holding = [table for table in tables if table is not None and {DIGEST, EARLIER_DIGEST} & set(table.columns)]
+    holding = [table for table in tables if table is not None and holds_digests(table)]
     parts = [table.select(ID, *[name for name in (DIGEST, EARLIER_DIGEST) if name in table.columns]) for table in holding]
     return reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts) if parts else None
 

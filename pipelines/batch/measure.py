@@ -25,7 +25,7 @@ from pipelines.batch.context import Batch
 from pipelines.batch.land import Landing
 from pipelines.batch.read import CURRENT, Arrived, bronze_checks
 from pipelines.bronze import Watch
-from pipelines.classify import DIGEST, EARLIER_DIGEST
+from pipelines.classify import holds_digests
 from state.batch_log import RuleCount
 from state.engines.base import Aligned
 from state.relations import DELETE, ID, OP, TS, Relation
@@ -133,7 +133,7 @@ def watch(batch: Batch, states: dict[Relation, DataFrame | None]) -> Callable[[R
 
     def counted(rel: Relation, rows: DataFrame) -> Watch | None:
         spec, state = batch.config.spec(rel.name), states[rel]
-        if not lands_only or spec.changes is not None or spec.table is not None or (state is not None and not {DIGEST, EARLIER_DIGEST} & set(state.columns)):
+        if not lands_only or spec.changes is not None or spec.table is not None or (state is not None and not holds_digests(state)):
             return None
         checks = bronze_checks(batch, rel).proven_unique([ID])
         present = {name.lower() for name in rows.columns}
