@@ -42,7 +42,7 @@ from state.engines import DeltaEngine, Txn
 from state.engines.base import DeltaReader
 from state.errors import FileRefused, LakejoinError
 from state.faults import step
-from state.layout import Warehouse
+from state.layout import BRONZE_STATISTICS, Warehouse, statistics_of
 from state.names import column, literal
 from state.relations import ID, OP, SEQ, TS, Relation, RelationSpec
 
@@ -225,7 +225,8 @@ def _land(
         rows = watch.signals(rows).observe(watching, *watch.counts).select(*[column(name) for name in rows.columns])
     try:
         with step(f"bronze_{rel.name}"):
-            written = lander.engine.append(lander.warehouse.bronze(rel), rows, lander.txn(lander.warehouse.bronze(rel)))
+            bronze = lander.warehouse.bronze(rel)
+            written = lander.engine.append(bronze, rows, lander.txn(bronze), statistics_of(rows.columns, BRONZE_STATISTICS))
     except UNREADABLE as exc:
         failed = next((placed for placed in inputs if _names(exc, placed.name)), None)
         if without is None or failed is None:

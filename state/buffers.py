@@ -24,7 +24,7 @@ from state.engines import DeltaEngine, Eviction, Memberships, Merged, OnMatch, T
 from state.engines.base import Aligned
 from state.faults import step
 from state.joiner import Side
-from state.layout import IN_STORE, Buffer, Warehouse
+from state.layout import IN_STORE, STATE_STATISTICS, Buffer, Warehouse, statistics_of
 from state.relations import ID, TS, Relation, others
 
 BUFFER_KEY = ID
@@ -213,8 +213,8 @@ def _update_buffer(engine: DeltaEngine, plan: BatchPlan, name: str, update: Buff
         aligned = update.span if update.on_match is None else None
 
         def write(rows: DataFrame) -> Merged | None:
-            if update.inserts_only:  # an append: one write, where a MERGE also scans the table for the keys
-                written = engine.append(update.table.path, rows, txn)
+            if update.inserts_only or not update.exists:  # an append: one write, where a MERGE also scans the table for the keys
+                written = engine.append(update.table.path, rows, txn, statistics_of(rows.columns, STATE_STATISTICS))
                 return None if written is None else Merged(written, 0)
             return engine.merge(update.table.path, rows, BUFFER_KEY, update.eviction, txn, aligned, update.on_match)
 

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import TYPE_CHECKING
 
 from state.errors import LakejoinError
-from state.relations import RELATIONS, Relation, others
+from state.relations import ID, RELATIONS, TS, Relation, others
 
 if TYPE_CHECKING:
     from state.config import Config
@@ -64,6 +65,18 @@ class Buffer:
 
 
 IN_STORE = "_in_store"
+
+# The columns lakejoin reads Delta's file statistics of: a batch's slice of bronze and the last place taken
+# (``_arrival_seq``), a source table's last version pointed at (``_source_version``), the span a state MERGE looks in
+# (``_ts``), and ids. Bronze and state tables keep statistics of these alone: of every column, they cost Delta on
+# Spark about a quarter of a write of these wide rows (docs/benchmarks.md), for columns nothing prunes by.
+BRONZE_STATISTICS = ("_arrival_seq", TS, ID, "_source_version")
+STATE_STATISTICS = ("_arrival_seq", TS, ID)
+
+
+def statistics_of(columns: Sequence[str], kept: Sequence[str]) -> dict[str, str]:
+    """A new table's property keeping file statistics of the columns of ``kept`` among its ``columns``."""
+    return {"delta.dataSkippingStatsColumns": ",".join(name for name in kept if name in columns)}
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 from collections import Counter
 
 import pytest
@@ -51,6 +53,29 @@ def test_worked_example_one_record_at_a_time(engine, tmp_path, order_name):
     assert {(row["r_id"], row["s_id"], row["owner"], row["batch_id"]) for row in rows} == expected
     assert len(rows) == 6
     assert Counter(pipeline.gold_pairs()) == Counter(join_in_arrival_order(order))
+
+
+@pytest.mark.parametrize("engine", ["delta-rs", pytest.param("spark", marks=pytest.mark.spark_delta)], indirect=True)
+def test_bronze_and_state_keep_file_statistics_of_the_columns_lakejoin_reads_them_of(engine, tmp_path):
+    pipeline = Pipeline(engine, str(tmp_path))
+    pipeline.land([S1, R2])
+    pipeline.run()
+    pipeline.land([R4, S7])  # the tables written again keep their property
+    pipeline.run()
+    warehouse = pipeline.warehouse
+    for rel in warehouse.relations:
+        for path in (warehouse.bronze(rel), warehouse.state(rel)):
+            assert {frozenset(stats["minValues"]) for stats in file_statistics(path)} == {frozenset({"_arrival_seq", "_ts", "_id"})}, path
+    assert engine.max_value(warehouse.bronze(warehouse.relations[0]), "_arrival_seq") == 3
+    assert Counter(pipeline.gold_pairs()) == Counter(join_in_arrival_order([S1, R2, R4, S7]))
+
+
+def file_statistics(path: str) -> list[dict]:
+    """The statistics of every file the table's commits added (Delta's JSON)."""
+    log = os.path.join(path, "_delta_log")
+    commits = sorted(name for name in os.listdir(log) if name.endswith(".json"))
+    actions = [json.loads(line) for name in commits for line in open(os.path.join(log, name)) if line.strip()]
+    return [json.loads(action["add"]["stats"]) for action in actions if "add" in action and action["add"].get("stats")]
 
 
 def test_gold_rows_carry_both_records(deltars, tmp_path):
