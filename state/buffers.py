@@ -24,7 +24,7 @@ from state.engines import DeltaEngine, Eviction, Memberships, Merged, OnMatch, T
 from state.engines.base import Aligned
 from state.faults import step
 from state.joiner import Side
-from state.layout import IN_STORE, STATE_STATISTICS, Buffer, Warehouse, statistics_of
+from state.layout import IN_STORE, PROVENANCE, STATE_STATISTICS, Buffer, Warehouse, statistics_of
 from state.relations import ID, TS, Relation, others
 
 BUFFER_KEY = ID
@@ -234,6 +234,12 @@ def replacing(updates: dict[str, BufferUpdate], relations: Sequence[Relation]) -
         name: replace(update, on_match=OnMatch(None, replace=True)) if update.table.relation in relations else update
         for name, update in updates.items()
     }
+
+
+def stored_rows(arrivals: DataFrame, state: DataFrame | None) -> DataFrame:
+    """A relation's arrivals as its state table keeps them: without bronze's provenance, which no batch reads from
+    state, unless the table holds it (made so by an earlier lakejoin: it keeps getting it, so its rows stay alike)."""
+    return arrivals.drop(*[name for name in PROVENANCE if state is None or name not in state.columns])
 
 
 def kept_by_buffers(arrivals: DataFrame, eviction: Memberships) -> DataFrame:

@@ -82,10 +82,10 @@ def test_a_file_read_in_many_pieces_keeps_its_line_order_and_no_task_holds_all_o
     plans = []
     append = pipeline.engine.append
 
-    def recording_append(table, df, txn=None):
+    def recording_append(table, df, txn=None, properties=None):
         if isinstance(df, DataFrame):
             plans.append(df._jdf.queryExecution().executedPlan().toString())
-        return append(table, df, txn)
+        return append(table, df, txn, properties)
 
     monkeypatch.setattr(pipeline.engine, "append", recording_append)
     monkeypatch.setattr(parse, "WHOLE_FILE_BYTES", 0)

@@ -7,6 +7,7 @@ import os
 from collections import Counter
 
 import pytest
+from deltalake import write_deltalake
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import DataFrame
@@ -14,6 +15,7 @@ from pyspark.sql import DataFrame
 from state.config import Config
 from pipelines.silver import run
 from state.engines.deltars import DeltaRsEngine
+from state.layout import PROVENANCE
 from tests.helpers import Pipeline
 from tests.reference import Pair, Record, batch_join, join_in_arrival_order
 from tests.strategies import split
@@ -68,6 +70,35 @@ def test_bronze_and_state_keep_file_statistics_of_the_columns_lakejoin_reads_the
             assert {frozenset(stats["minValues"]) for stats in file_statistics(path)} == {frozenset({"_arrival_seq", "_ts", "_id"})}, path
     assert engine.max_value(warehouse.bronze(warehouse.relations[0]), "_arrival_seq") == 3
     assert Counter(pipeline.gold_pairs()) == Counter(join_in_arrival_order([S1, R2, R4, S7]))
+
+
+def test_state_keeps_no_provenance_and_a_state_table_made_holding_it_keeps_getting_it(deltars, tmp_path):
+    """Where bronze got a record (its file, line and ingest) stays in bronze; a state table an earlier lakejoin made
+    with those columns gets them for its new rows too, so the layout needs no migration."""
+    pipeline = Pipeline(deltars, str(tmp_path))
+    pipeline.land([S1, R2])
+    pipeline.run()
+    warehouse = pipeline.warehouse
+    r, s = warehouse.relations
+    assert not set(PROVENANCE) & set(deltars.schema(warehouse.state(r)).fieldNames())
+    assert set(PROVENANCE) <= set(deltars.schema(warehouse.bronze(r)).fieldNames())
+
+    made_before(deltars, warehouse.state(s), warehouse.bronze(s))
+    pipeline.land([R4, S7])
+    pipeline.run()
+    held = {row["_id"]: row for row in deltars.rows(warehouse.state(s)).to_pylist()}
+    bronze = {row["_id"]: row for row in deltars.rows(warehouse.bronze(s)).to_pylist()}
+    assert {(id_, name): held[id_][name] for id_ in held for name in PROVENANCE} == {(id_, name): bronze[id_][name] for id_ in held for name in PROVENANCE}
+    assert held.keys() == {"s1", "s7"}
+    assert not set(PROVENANCE) & set(deltars.schema(warehouse.state(r)).fieldNames())
+    assert pipeline.gold_pairs() == Counter(join_in_arrival_order([S1, R2, R4, S7]))
+
+
+def made_before(engine: DeltaRsEngine, state: str, bronze: str) -> None:
+    """``state`` rewritten as lakejoin kept state tables before: each row with its bronze row's provenance."""
+    provenance = engine.rows(bronze).select(["_id", *PROVENANCE])
+    write_deltalake(state, engine.rows(state).join(provenance, "_id"), mode="overwrite", schema_mode="overwrite")
+    engine.refresh()
 
 
 def file_statistics(path: str) -> list[dict]:
