@@ -74,8 +74,10 @@ def read_sides(
     """Each relation's arrivals with its buffers as they were before the batch (``snapshots``, each state table read
     once at the plan's version): each buffer a filter on its column (empty where the table keeps no such buffer),
     without the ids a change feed's batch ``replaced``. A table written before its relation gained a column (bronze
-    evolves additively) reads it as null."""
+    evolves additively) reads it as null. Neither side carries bronze's provenance, which state tables need not hold
+    (``stored_rows``): a predicate naming it fails to resolve rather than meet nulls."""
     replaced = replaced or {}
+    arrivals = {rel: rows.drop(*PROVENANCE) for rel, rows in arrivals.items()}
 
     def widened(table: StateTable) -> DataFrame | None:
         state, like = snapshots[table.relation], arrivals[table.relation]
@@ -90,7 +92,7 @@ def read_sides(
         state = widest[buffer.holds]
         if state is None or buffer.column not in state.columns:
             return arrivals[buffer.holds].limit(0)
-        held = state.where(F.col(buffer.column)).drop(*membership[buffer.holds])
+        held = state.where(F.col(buffer.column)).drop(*membership[buffer.holds], *PROVENANCE)
         gone = replaced.get(buffer.holds)
         return held if gone is None else held.join(gone, ID, "left_anti")
 

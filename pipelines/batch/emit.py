@@ -76,7 +76,7 @@ def emit(batch: Batch, kind: str | None, arrived: dict[Relation, Arrived], measu
         gold = with_pair_checks(gold, config.join_condition, projection, members, lambda: _members(sides), spec.kind.preserves(relations), spec.kind.owned_by(relations))
     else:
         gold = with_nothing_to_check(gold)
-    stored = {rel: changes[rel].state_rows() if rel in changes else stored_rows(rows, arrived[rel].state) for rel, rows in on_time.items()}
+    stored = {rel: stored_rows(changes[rel].state_rows() if rel in changes else rows, arrived[rel].state) for rel, rows in on_time.items()}
     spans = {rel: measured.spans[rel.name] for rel in relations}
     updates = replacing(state_updates(spec, list(tables.values()), plan, stored, (plan.watermarks, after), emitted, spans), list(changes))
     late = {rel: parts[1] for rel, parts in split.items()}
