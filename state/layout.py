@@ -66,12 +66,12 @@ class Buffer:
 
 IN_STORE = "_in_store"
 
+# Where and when bronze got a row. No batch reads it from state, so state tables made since keep none of it.
+PROVENANCE = ("_source_file", "_source_line", "_ingest_id", "_ingested_at")
 # The columns lakejoin reads Delta's file statistics of: a batch's slice of bronze and the last place taken
 # (``_arrival_seq``), a source table's last version pointed at (``_source_version``), the span a state MERGE looks in
 # (``_ts``), and ids. Bronze and state tables keep statistics of these alone: Delta on Spark computes them row by
 # row as it writes, and of every column they cost each write for columns nothing prunes by (docs/benchmarks.md).
-# Where and when bronze got a row. No batch reads it from state, so state tables made since keep none of it.
-PROVENANCE = ("_source_file", "_source_line", "_ingest_id", "_ingested_at")
 BRONZE_STATISTICS = ("_arrival_seq", TS, ID, "_source_version")
 STATE_STATISTICS = ("_arrival_seq", TS, ID)
 
