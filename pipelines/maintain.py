@@ -1,8 +1,10 @@
-"""``lakejoin maintain``: compact every table and delete the data files old versions no longer need.
+"""``lakejoin maintain``: compact every table, delete the data files old versions no longer need, and write each
+table's checkpoint.
 
 Bronze is rewritten sorted on ``_arrival_seq`` so each file keeps a narrow range and a batch still reads
 only the files of its slice; the other tables are compacted. VACUUM keeps at least a week of history:
-a batch resumed after a crash reads the versions its plan pinned, and readers may time travel.
+a batch resumed after a crash reads the versions its plan pinned, and readers may time travel. Batches seldom write
+checkpoints (``NEW_TABLE_LOG``), so the checkpoint written here keeps the log a reader replays short.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ SAFE_RETENTION_HOURS = 168
 
 
 def maintain(engine: DeltaEngine, warehouse: Warehouse, retention_hours: int = SAFE_RETENTION_HOURS) -> list[str]:
-    """OPTIMIZE then VACUUM each existing table; returns the names of the tables maintained."""
+    """OPTIMIZE, VACUUM, then a checkpoint of each existing table; returns the names of the tables maintained."""
     if retention_hours < SAFE_RETENTION_HOURS:
         raise LakejoinError(
             f"a VACUUM retention of {retention_hours} hours could delete files a resumed batch or a time-travel "
@@ -28,5 +30,6 @@ def maintain(engine: DeltaEngine, warehouse: Warehouse, retention_hours: int = S
             continue
         engine.optimize(table, "_arrival_seq" if table in bronze else None)
         engine.vacuum(table, retention_hours)
+        engine.checkpoint(table)
         maintained.append(warehouse.name_of(table))
     return maintained

@@ -76,6 +76,12 @@ BRONZE_STATISTICS = ("_arrival_seq", TS, ID, "_source_version")
 STATE_STATISTICS = ("_arrival_seq", TS, ID)
 
 
+# Delta writes a table's checkpoint in the commit that reaches a multiple of its ``delta.checkpointInterval``, and that
+# commit waits for it (Delta on Spark's default interval is 10). Tables lakejoin creates take 100 (delta-rs's default),
+# so a batch seldom pays one, and ``maintain`` writes each table's checkpoint, so readers replay few commits after it.
+NEW_TABLE_LOG = {"delta.checkpointInterval": "100"}
+
+
 def statistics_of(columns: Sequence[str], kept: Sequence[str]) -> dict[str, str]:
     """A new table's property keeping file statistics of the columns of ``kept`` among its ``columns``."""
     return {"delta.dataSkippingStatsColumns": ",".join(name for name in kept if name in columns)}

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from pyspark.sql import DataFrame
 
 from state.config import Config
+from pipelines.maintain import maintain
 from pipelines.silver import run
 from state.engines.deltars import DeltaRsEngine
 from state.layout import PROVENANCE
@@ -70,6 +71,39 @@ def test_bronze_and_state_keep_file_statistics_of_the_columns_lakejoin_reads_the
             assert {frozenset(stats["minValues"]) for stats in file_statistics(path)} == {frozenset({"_arrival_seq", "_ts", "_id"})}, path
     assert engine.max_value(warehouse.bronze(warehouse.relations[0]), "_arrival_seq") == 3
     assert Counter(pipeline.gold_pairs()) == Counter(join_in_arrival_order([S1, R2, R4, S7]))
+
+
+@pytest.mark.parametrize("engine", ["delta-rs", pytest.param("spark", marks=pytest.mark.spark_delta)], indirect=True)
+def test_batches_leave_checkpoints_to_maintain_which_writes_every_tables_at_its_latest_version(engine, tmp_path):
+    """Tables lakejoin makes take a checkpoint interval of 100 commits (Delta on Spark's default, 10, makes every tenth
+    commit of a batch wait for one); ``maintain`` writes each table's checkpoint, and the warehouse reads on from it."""
+    pipeline = Pipeline(engine, str(tmp_path))
+    pipeline.land([S1, R2])
+    pipeline.run()
+    warehouse = pipeline.warehouse
+    tables = [table for table in warehouse.tables() if engine.version(table) is not None]
+    assert {warehouse.name_of(table): log_configuration(table).get("delta.checkpointInterval") for table in tables} == {
+        warehouse.name_of(table): "100" for table in tables
+    }
+    assert maintain(engine, warehouse)
+    assert {warehouse.name_of(table): last_checkpoint(table) for table in tables} == {warehouse.name_of(table): engine.version(table) for table in tables}
+    pipeline.land([R4, S7])
+    pipeline.run()
+    assert Counter(pipeline.gold_pairs()) == Counter(join_in_arrival_order([S1, R2, R4, S7]))
+
+
+def log_configuration(path: str) -> dict[str, str]:
+    """The table properties of the newest ``metaData`` action among the table's commits."""
+    log = os.path.join(path, "_delta_log")
+    commits = sorted(name for name in os.listdir(log) if name.endswith(".json"))
+    actions = [json.loads(line) for name in commits for line in open(os.path.join(log, name)) if line.strip()]
+    return [action["metaData"] for action in actions if "metaData" in action][-1].get("configuration", {})
+
+
+def last_checkpoint(path: str) -> int | None:
+    """The version ``_last_checkpoint`` points at; None when the table has no checkpoint."""
+    pointer = os.path.join(path, "_delta_log", "_last_checkpoint")
+    return json.load(open(pointer))["version"] if os.path.exists(pointer) else None
 
 
 def test_state_keeps_no_provenance_and_a_state_table_made_holding_it_keeps_getting_it(deltars, tmp_path):

@@ -309,6 +309,12 @@ class DeltaEngine(DeltaReader, Protocol):
         """Delete data files no version younger than ``retention_hours`` needs (time travel stays possible within it)."""
         ...
 
+    def checkpoint(self, path: str) -> None:
+        """Write the table's checkpoint at its latest version and drop the log entries older than the table's log
+        retention, so that opening it replays few commits. Over Spark Connect, nothing: the client cannot ask Delta for
+        one, and Delta writes one itself every ``delta.checkpointInterval`` commits."""
+        ...
+
 
 def as_frame(spark: SparkSession, data: Data) -> DataFrame:
     """``data`` as a DataFrame of ``spark``: an Arrow table's rows, with its schema even when it holds none (a Spark

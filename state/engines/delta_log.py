@@ -124,6 +124,9 @@ class DeltaLogReader(Protocol):
     def remove(self, path: str) -> None:
         """Delete a path table's folder, so that a table created there again starts at version 0."""
 
+    def checkpoint(self, table: str) -> None:
+        """Write the table's checkpoint at its latest version and clean up its expired log entries, where the reader can."""
+
 
 def is_connect(spark: SparkSession) -> bool:
     """A Spark Connect client session: no JVM on this side."""

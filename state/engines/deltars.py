@@ -23,6 +23,7 @@ from pyspark.sql.types import StructType
 
 from state.engines.base import Actions, Aligned, Data, Memberships, Merged, OnMatch, Recorded, TableInfo, Txn, as_frame, changes_merge, marked, marker, match_condition, no_change_feed, one_of
 from state.errors import LakejoinError
+from state.layout import NEW_TABLE_LOG
 
 
 def to_arrow(df: Data) -> pa.Table:
@@ -174,7 +175,7 @@ class DeltaRsReader:
         data = to_arrow(df)
         try:
             write_deltalake(
-                table or path, data, mode="append", schema_mode="merge", commit_properties=_commit(txn), configuration=None if table else properties
+                table or path, data, mode="append", schema_mode="merge", commit_properties=_commit(txn), configuration=None if table else NEW_TABLE_LOG | (properties or {})
             )
         except DeltaError as exc:
             raise LakejoinError(f"cannot append to {path}: {_first_line(exc)}") from exc
@@ -231,6 +232,12 @@ class DeltaRsEngine(DeltaRsReader):
         table = self._table(path)
         if table is not None:
             table.vacuum(retention_hours=retention_hours, dry_run=False, enforce_retention_duration=True)
+
+    def checkpoint(self, path: str) -> None:
+        table = self._table(path)
+        if table is not None:
+            table.create_checkpoint()
+            table.cleanup_metadata()
 
     def apply_changes(self, path: str, df: Data, keys: Sequence[str], retraction: str, txn: Txn | None = None) -> int | None:
         table = _opened(self._table(path), path)

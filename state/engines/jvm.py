@@ -195,6 +195,10 @@ class JvmLog:
             reason = str(exc.java_exception.toString()).splitlines()[0]
             raise LakejoinError(f"source table {table} no longer has the versions after {after} in its log ({reason})") from exc
 
+    def checkpoint(self, table: str) -> None:
+        log = self._log(table)
+        log.checkpointAndCleanUpDeltaLog(log.update(False, self._none, self._none), self._none)
+
     def remove(self, path: str) -> None:
         hadoop_path = self._jvm.org.apache.hadoop.fs.Path(path)
         hadoop_path.getFileSystem(self.spark._jsc.hadoopConfiguration()).delete(hadoop_path, True)  # type: ignore[union-attr]

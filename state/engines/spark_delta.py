@@ -35,7 +35,7 @@ from state.engines.base import Actions, Aligned, Data, Memberships, Merged, OnMa
 from state.engines.delta_log import USER_METADATA, DeltaLogReader, Head, Listed, greatest_after, is_connect, is_restricted, sql_name
 from state.errors import LakejoinError
 from state.faults import reached
-from state.layout import is_table_name
+from state.layout import NEW_TABLE_LOG, is_table_name
 
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"
@@ -46,7 +46,7 @@ SORT_WITHIN_FILES = "spark.databricks.io.skipping.mdc.sortWithinFiles"
 MATERIALIZE_SOURCE = "spark.databricks.delta.merge.materializeSource"
 # Tables must stay writable by delta-rs too (docs/design.md section 5): no deletion vectors, a property of each table
 # the engine creates (a session's default would be a setting, which serverless refuses, and the caller's to keep).
-NEW_TABLE = {"delta.enableDeletionVectors": "false"}
+NEW_TABLE = {"delta.enableDeletionVectors": "false"} | NEW_TABLE_LOG
 # The settings one command may need: a session lent to it has each either set for it or unset.
 COMMAND_CONFS = (TXN_APP_ID, TXN_VERSION, USER_METADATA, SORT_WITHIN_FILES, MATERIALIZE_SOURCE)
 GLOBAL_VIEWS = "spark.sql.globalTempDatabase"
@@ -338,6 +338,10 @@ class SparkDeltaEngine:
     def vacuum(self, path: str, retention_hours: int) -> None:
         if self.version(path) is not None:
             self.spark.sql(f"VACUUM {sql_name(path)} RETAIN {retention_hours} HOURS").collect()
+
+    def checkpoint(self, path: str) -> None:
+        if self.version(path) is not None:
+            self._log.checkpoint(path)
 
     @contextmanager
     def _session(self, confs: dict[str, str]) -> Iterator[SparkSession]:

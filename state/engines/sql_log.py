@@ -114,6 +114,9 @@ class SqlLog:
             return iter(())
         return iter(self._commits(table, self._log_folder(table), after + 1, head.version))
 
+    def checkpoint(self, table: str) -> None:
+        """Nothing: SQL has no statement that writes a checkpoint, so Delta writes them at its interval alone."""
+
     def remove(self, path: str) -> None:
         """Only where this machine sees the folder (a local server): SQL cannot delete a path table's files. Checked
         with the server afterwards, so a folder the client does not see is never taken as deleted."""
