@@ -311,8 +311,8 @@ class DeltaEngine(DeltaReader, Protocol):
 
     def checkpoint(self, path: str) -> None:
         """Write the table's checkpoint at its latest version and drop the log entries older than the table's log
-        retention, so that opening it replays few commits. Over Spark Connect, nothing: the client cannot ask Delta for
-        one, and Delta writes one itself every ``delta.checkpointInterval`` commits."""
+        retention, so that opening it replays few commits. Delta on Spark over Spark Connect, and a catalog's table,
+        nothing: there Delta writes one itself every ``delta.checkpointInterval`` commits."""
         ...
 
 

@@ -237,7 +237,8 @@ class DeltaRsEngine(DeltaRsReader):
         table = self._table(path)
         if table is not None:
             table.create_checkpoint()
-            table.cleanup_metadata()
+            if table.metadata().configuration.get("delta.enableExpiredLogCleanup", "true") != "false":  # as Delta on Spark honours it
+                table.cleanup_metadata()
 
     def apply_changes(self, path: str, df: Data, keys: Sequence[str], retraction: str, txn: Txn | None = None) -> int | None:
         table = _opened(self._table(path), path)

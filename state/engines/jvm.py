@@ -196,8 +196,16 @@ class JvmLog:
             raise LakejoinError(f"source table {table} no longer has the versions after {after} in its log ({reason})") from exc
 
     def checkpoint(self, table: str) -> None:
+        """A path table's only: a catalog's table is checkpointed with its catalog entry, which Delta's own commits
+        pass and this call would not, so Delta writes those at its interval."""
+        if is_table_name(table):
+            return
         log = self._log(table)
-        log.checkpointAndCleanUpDeltaLog(log.update(False, self._none, self._none), self._none)
+        try:
+            log.checkpointAndCleanUpDeltaLog(log.update(False, self._none, self._none), self._none)
+        except Py4JJavaError as exc:
+            reason = str(exc.java_exception.toString()).splitlines()[0]
+            raise LakejoinError(f"cannot write the checkpoint of {table} ({reason}); its data is unchanged: run maintain again") from exc
 
     def remove(self, path: str) -> None:
         hadoop_path = self._jvm.org.apache.hadoop.fs.Path(path)
