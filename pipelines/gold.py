@@ -19,6 +19,7 @@ from state.engines import DeltaEngine, Txn
 from state.faults import step
 from state.joiner import identity_column
 from state.layout import Warehouse
+from state.names import quoted
 from state.relations import ID, Relation
 
 GOLD = "gold"  # the name a plan pins gold's version under (with change feeds: retractions read it)
@@ -63,12 +64,28 @@ def write_gold(
     # feeds resolved against state, the stores' join terms) cost seconds to evaluate whatever their size, so once.
     with held(rows) as added, held(retraction.rows) as retracted:
         with step("gold"):
-            taken = retracted.join(added.select(*retraction.keys), list(retraction.keys), "left_anti")  # a row written again replaces its old version
-            source = added.unionByName(taken.withColumn("batch_id", F.lit(None).cast("long")), allowMissingColumns=True)
-            changed = engine.apply_changes(warehouse.gold, source, retraction.keys, RETRACTION, txn(warehouse.gold))
+            changed = engine.apply_changes(warehouse.gold, merge_source(added, retracted, retraction.keys), retraction.keys, RETRACTION, txn(warehouse.gold))
             done = None if changed is None else _counted(added, retracted)
         _log_changes(engine, warehouse, [added, retracted.withColumns({"batch_id": F.lit(plan.batch_id).cast("long"), "produced_at": F.lit(now())})], txn)
     return done
+
+
+def merge_source(added: DataFrame, retracted: DataFrame, keys: Sequence[str]) -> DataFrame:
+    """The MERGE's source: each added row (replacing the gold row of its key, if any), and each retracted row no added
+    row replaces, with a null ``batch_id`` (``RETRACTION``). One full outer join on the keys, so the batch's rows are
+    reached once in the plan: their rules' observation reached twice fails a Spark Connect client."""
+    extra = [name for name in retracted.columns if name not in added.columns]
+    present = "a.batch_id IS NOT NULL"  # every added row has its batch's id
+
+    def chosen(name: str) -> str:
+        if name in keys:
+            return quoted(name)  # the join's USING column: one per key
+        if name == "batch_id" or name not in retracted.columns:
+            return f"a.{quoted(name)} AS {quoted(name)}"
+        return f"CASE WHEN {present} THEN a.{quoted(name)} ELSE r.{quoted(name)} END AS {quoted(name)}"
+
+    joined = added.alias("a").join(retracted.alias("r"), list(keys), "full_outer")
+    return joined.selectExpr(*[chosen(name) for name in added.columns], *[f"CASE WHEN {present} THEN NULL ELSE r.{quoted(name)} END AS {quoted(name)}" for name in extra])
 
 
 def _log_changes(engine: DeltaEngine, warehouse: Warehouse, signed: list[DataFrame], txn: Callable[[str], Txn]) -> None:

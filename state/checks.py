@@ -148,6 +148,14 @@ def _check_batches(engine: DeltaReader, warehouse: Warehouse, path: str, pipelin
     return {path: info.recorded}  # type: ignore[union-attr] - a batch was found
 
 
+def _left_unchanged(engine: DeltaReader, warehouse: Warehouse, batch: int) -> bool:
+    """Whether the batch log shows that every batch after ``batch`` added no gold row and took none out: gold is then
+    what they left it, though it lacks their marks (earlier versions left none for a change feed's MERGE that changed
+    nothing). A gold restored to before a batch that changed it is still refused."""
+    after = engine.rows(warehouse.batches, where=f"batch_id > {batch}")
+    return after is not None and all(not row.get("pairs") and not dict(row.get("changes") or {}).get("retracted") for row in after.to_pylist())
+
+
 def _check_output(
     engine: DeltaReader,
     warehouse: Warehouse,
@@ -171,7 +179,7 @@ def _check_output(
         raise LakejoinError(
             f"{name} was not written by pipeline '{pipeline}' (no Delta transaction of {app_id!r}): move it away, or {fix}"
         )
-    if written_every_batch and info.txn_version < tail.committed_batch_id:
+    if written_every_batch and info.txn_version < tail.committed_batch_id and not _left_unchanged(engine, warehouse, info.txn_version):
         raise LakejoinError(
             f"{name} ends at batch {info.txn_version}, but the batch log has committed batch {tail.committed_batch_id} "
             f"(was it restored to an older version?): {fix}"

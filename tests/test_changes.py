@@ -7,12 +7,14 @@ added and took out; an older change arriving later changes nothing, and a delete
 from __future__ import annotations
 
 import itertools
+import os
+import shutil
 from collections import Counter
 
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from expectations.reconcile import check_gold
@@ -133,43 +135,103 @@ def reference_gold(events: list[tuple[str, dict]]) -> Counter:
     return Counter((r["id"], s["id"], r["amount"], s["amount"]) for r in current["r"].values() for s in current["s"].values() if r["key"] == s["key"])
 
 
+# A schedule a user might follow: ("ingest", relation, rows) lands one file, ("run", n) runs batches of up to n rows.
+Step = tuple
+
+
 @st.composite
-def change_streams(draw: st.DrawFn) -> tuple[list[tuple[str, dict]], int]:
-    """Inserts, updates and deletes of a few records of r and s, keys and event times changing, sequences in a
-    random order (so older changes arrive later), and a batch size."""
-    count = draw(st.integers(3, 12))
-    sequences = draw(st.permutations(range(1, count + 1)))
+def change_schedules(draw: st.DrawFn) -> list[Step]:
+    """Changes of a few records of r and s (each relation numbering its own sequence), shuffled, landed in files of
+    one relation each, with runs of random batch sizes after random ingests and a last run."""
     events = []
-    for seq in sequences:
-        relation = draw(st.sampled_from("rs"))
-        events.append(
-            (
-                relation,
-                change(
-                    draw(st.sampled_from("cud")), seq, f"{relation}{draw(st.integers(1, 3))}", draw(st.integers(0, 20)),
-                    draw(st.sampled_from(["k1", "k2"])), float(draw(st.integers(1, 3))),
-                ),
-            )
-        )
-    return events, draw(st.integers(1, 5))
+    for relation in "rs":
+        seq = 0
+        for number in range(draw(st.integers(1, 3))):
+            for op in ["c", *["u"] * draw(st.integers(0, 2)), *(["d"] if draw(st.booleans()) else [])]:
+                seq += 1
+                events.append((relation, change(op, seq, f"{relation}{number}", draw(st.integers(0, 20)), draw(st.sampled_from(["k1", "k2"])), float(seq))))
+    steps: list[Step] = []
+    for relation, run_of in itertools.groupby(draw(st.permutations(events)), key=lambda event: event[0]):
+        steps.append(("ingest", relation, [row for _, row in run_of]))
+        if draw(st.booleans()):
+            steps.append(("run", draw(st.integers(1, 4))))
+    return [*steps, ("run", 100)]
 
 
-@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(stream=change_streams())
-def test_gold_is_the_join_of_the_current_records_after_every_batch(tmp_path_factory, deltars, stream) -> None:
-    events, batch_rows = stream
-    pipeline = Pipeline(deltars, str(tmp_path_factory.mktemp("changes")), Config(**CONFIG))
-    for relation, run_of in itertools.groupby(events, key=lambda event: event[0]):
-        pipeline.ingest(relation, pipeline.write_file([row for _, row in run_of]))
-    seen = []
+# A batch that changes no gold row (an update of a record with no partner: its MERGE changes nothing), then one that
+# changes no state row either (an older change arriving after a newer one of its record), then runs that go on.
+UNCHANGED = [
+    ("ingest", "r", [change("c", 1, "o1", 1, "k1")]), ("run", 5),
+    ("ingest", "r", [change("u", 3, "o1", 2, "k2")]), ("run", 5),
+    ("ingest", "r", [change("u", 2, "o1", 4, "k1")]), ("run", 5),
+    ("ingest", "s", [change("c", 1, "p1", 3, "k2"), change("c", 2, "p2", 3, "k1")]), ("run", 5),
+]  # fmt: skip
+
+
+def follow(pipeline: Pipeline, schedule: list[Step], arrived: list[tuple[str, dict]] | None = None) -> list[tuple[str, dict]]:
+    """``schedule`` carried out after the changes ``arrived`` before it, gold checked against the reference after every
+    batch; returns every change arrived."""
+    arrived = list(arrived or [])
 
     def check(report: BatchReport) -> None:
-        seen.append(report.batch_id)
         (upto,) = pipeline.engine.rows(pipeline.warehouse.batches, where=f"batch_id = {report.batch_id}").column("seq_to").to_pylist()
-        assert current_gold(pipeline) == reference_gold(events[:upto]), f"after batch {report.batch_id}"
+        assert current_gold(pipeline) == reference_gold(arrived[:upto]), f"after batch {report.batch_id}"
 
-    run(pipeline.engine, pipeline.warehouse, pipeline.config.with_overrides(max_batch_rows=batch_rows), progress=check)
-    assert seen and changes_sum(pipeline) == current_gold(pipeline) == reference_gold(events)
+    for step in schedule:
+        if step[0] == "ingest":
+            pipeline.ingest(step[1], pipeline.write_file(step[2]))
+            arrived += [(step[1], row) for row in step[2]]
+        else:
+            run(pipeline.engine, pipeline.warehouse, pipeline.config.with_overrides(max_batch_rows=step[1]), progress=check)
+    assert changes_sum(pipeline) == current_gold(pipeline) == reference_gold(arrived)
+    return arrived
+
+
+CHANGE_PROPERTY = settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+
+
+@settings(CHANGE_PROPERTY, max_examples=3)
+@example(schedule=UNCHANGED)
+@given(schedule=change_schedules())
+def test_runs_after_any_ingests_keep_gold_the_join_of_the_current_records_after_every_batch(tmp_path_factory, deltars, schedule) -> None:
+    """Every batch leaves its mark in gold, also one whose MERGE changes nothing there, so every later run goes on."""
+    follow(Pipeline(deltars, str(tmp_path_factory.mktemp("changes")), Config(**CONFIG)), schedule)
+
+
+@settings(CHANGE_PROPERTY, max_examples=1)  # ~15 s a batch on Delta on Spark
+@example(schedule=UNCHANGED)
+@given(schedule=change_schedules())
+def test_on_delta_spark_runs_after_any_ingests_keep_gold_the_join_of_the_current_records(tmp_path_factory, spark_engine, schedule) -> None:
+    follow(Pipeline(spark_engine, str(tmp_path_factory.mktemp("changes")), Config(**CONFIG)), schedule)
+
+
+def test_a_warehouse_whose_gold_lacks_the_marks_of_batches_that_changed_nothing_there_runs_on(tmp_path_factory, deltars) -> None:
+    """Earlier versions left no mark in gold for a batch whose MERGE changed nothing there, and refused every later run;
+    the batch log shows such a batch changed nothing in gold, so the next run goes on. A gold restored to before a
+    batch that did change it is still refused, however many batches that changed nothing follow it."""
+    stuck = Pipeline(deltars, str(tmp_path_factory.mktemp("stuck")), Config(**CONFIG))
+    arrived = follow(stuck, UNCHANGED[:4])  # batch 2 updates o1, which has no partner: gold unchanged
+    assert [row["operation"] for row in DeltaTable(stuck.warehouse.gold).history(1)] == ["WRITE"], "a commit of no rows marks batch 2"
+    drop_last_commit(stuck.warehouse.gold)  # as earlier versions left it
+    before = str(tmp_path_factory.mktemp("backup") / "gold")
+    shutil.copytree(stuck.warehouse.gold, before)
+    arrived = follow(stuck, UNCHANGED[4:], arrived)  # batch 3 changes nothing in gold, batch 4 adds (o1, p1)
+    follow(stuck, [("ingest", "s", [change("d", 3, "p2", 3, "k1")]), ("run", 5)], arrived)  # p2 has no partner
+    assert stuck.engine.txn_version(stuck.warehouse.gold, stuck.warehouse.app_id("lakejoin", stuck.warehouse.gold)) == 5
+    shutil.rmtree(stuck.warehouse.gold)
+    shutil.copytree(before, stuck.warehouse.gold)  # restored from a copy made before batch 4
+    stuck.ingest("r", stuck.write_file([change("c", 5, "o3", 5, "k1")]))
+    with pytest.raises(LakejoinError, match=r"gold/join_results ends at batch 1, but the batch log has committed batch 5 \(was it restored"):
+        stuck.run()
+
+
+def drop_last_commit(table: str) -> None:
+    """The table as if its newest commit had never been made: its log entry, and Delta on Spark's checksums of it."""
+    log = os.path.join(table, "_delta_log")
+    newest = max(name for name in os.listdir(log) if name.endswith(".json") and not name.startswith("."))
+    for name in (newest, newest.replace(".json", ".crc"), f".{newest}.crc", f".{newest.replace('.json', '.crc')}.crc"):
+        if os.path.exists(os.path.join(log, name)):
+            os.remove(os.path.join(log, name))
 
 
 def change_source(engine, table: str, statement: str, rows: list[dict] | None = None) -> None:

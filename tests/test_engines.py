@@ -105,6 +105,20 @@ def test_an_append_of_no_rows_still_records_its_transaction(engine, spark, tmp_p
     assert engine.read(path).count() == 1
 
 
+def test_applying_changes_that_change_no_row_still_records_its_transaction(engine, spark, tmp_path):
+    """A change feed's gold MERGE that changes nothing (a delete of a row gold does not hold) commits nothing by
+    itself: the table records the batch all the same, and a replay is skipped."""
+    path = str(tmp_path / "t")
+    rows = spark.createDataFrame([("a", 1, 1)], "id string, ts bigint, batch_id bigint")
+    engine.append(path, rows, Txn("pipe:t", 1))
+    retraction = spark.createDataFrame([("z", 9, None)], "id string, ts bigint, batch_id bigint")
+    assert engine.apply_changes(path, retraction, ["id"], "source.batch_id IS NULL", Txn("pipe:t", 2)) == 0
+    assert engine.txn_version(path, "pipe:t") == 2
+    assert engine.apply_changes(path, retraction, ["id"], "source.batch_id IS NULL", Txn("pipe:t", 2)) is None
+    assert engine.apply_changes(path, spark.createDataFrame([("a", 1, None)], "id string, ts bigint, batch_id bigint"), ["id"], "source.batch_id IS NULL", Txn("pipe:t", 3)) == 1
+    assert engine.read(path).count() == 0 and engine.txn_version(path, "pipe:t") == 3
+
+
 @pytest.mark.spark_delta
 def test_where_settings_are_refused_a_merge_is_marked_just_before_it_and_run_again_only_if_it_did_not_commit(spark, tmp_path, monkeypatch):
     """Databricks serverless lets no MERGE carry a marker: it goes in a commit of no rows before the MERGE, and the

@@ -13,11 +13,13 @@ from collections import Counter
 from collections.abc import Iterator
 
 import pytest
+import yaml
 
 from pipelines import server
 from pipelines.spark import DELTA_JARS
 from tests.helpers import LAKEJOIN, REPO, Pipeline, lakejoin, lakejoin_here
 from tests.reference import Record, batch_join
+from tests.test_changes import CONFIG as CHANGE_CONFIG, change
 
 # The server has Delta's jars when the tests do, and a command's must match its server's: both engines are chosen
 # by each warehouse's config (engine: delta-rs or spark), the session being the same.
@@ -88,6 +90,24 @@ def test_with_a_server_up_commands_start_no_jvm_and_join_exactly(served, deltars
     assert pipeline.gold_pairs() == Counter(batch_join(arrivals))
     status = lakejoin("status", "--warehouse", pipeline.warehouse.root, "--json", cwd=pipeline.root, engine=SESSION_ENGINE, env=env)
     assert json.loads(status.stdout)["server"]["pid"] == server_pid(served)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_through_the_server_a_change_feed_join_runs_on_after_a_batch_that_changes_nothing_in_gold(served, deltars, tmp_path, engine):
+    """Commands on the server are Spark Connect clients: a change feed's gold MERGE reaches the rules' observation once,
+    and its batch leaves its mark in gold though it changes nothing there (an update of a record with no partner)."""
+    pipeline = Pipeline(deltars, str(tmp_path))
+    config = configured(pipeline, engine)
+    with open(config, "a") as more:
+        more.write(yaml.safe_dump(CHANGE_CONFIG))
+    schedule = [("r", change("c", 1, "o1", 1, "k1")), ("r", change("u", 2, "o1", 2, "k2")), ("s", change("c", 1, "p1", 3, "k2"))]
+    for relation, record in schedule:
+        path = pipeline.write_file([record])
+        ingested = lakejoin("ingest", "--warehouse", pipeline.warehouse.root, "--config", config, "--relation", relation, path,
+                            cwd=pipeline.root, engine=SESSION_ENGINE, env=served)
+        ran = lakejoin("run", "--warehouse", pipeline.warehouse.root, cwd=pipeline.root, engine=SESSION_ENGINE, env=served)
+        assert ingested.returncode == ran.returncode == 0, ingested.stderr[-2000:] + ran.stderr[-2000:]
+    assert [(row["_r_id"], row["_s_id"]) for row in pipeline.gold_rows()] == [("o1", "p1")]
 
 
 def test_a_server_of_another_lakejoin_or_delta_set_up_is_refused_in_one_line_and_nothing_changes(served, deltars, tmp_path):

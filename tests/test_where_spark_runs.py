@@ -80,6 +80,9 @@ def test_on_a_session_that_refuses_what_serverless_refuses_joins_are_exact_throu
     assert found["r_state_merges"] == 2, "a MERGE run again would commit nothing, so the statements are counted too"
     assert "columns 'Note' and 'note' differ only in case" in typed["refusal"], "inferred without telling case apart, still refused"
     _assert_join_exact(typed, spark)
+    changes = found["changes"]  # change feeds: gold after each run, beside the reference's
+    assert [[tuple(row) for row in run] for run in changes["gold"]] == [[tuple(row) for row in run] for run in changes["expected"]]
+    assert changes["gold"][-1], "the last run holds pairs"
 
 
 def test_a_databricks_task_gets_the_runtime_s_session_and_never_starts_a_local_one(spark, monkeypatch):

@@ -160,6 +160,31 @@ def serverless_join(root: str, spark) -> dict:  # noqa: ANN001
     }  # fmt: skip
 
 
+def serverless_changes(root: str, spark) -> dict:  # noqa: ANN001
+    """A join of two change feeds on a session that refuses what serverless refuses, through tests/test_changes.py's
+    schedule with updates, deletes, a batch that changes no gold row and one that changes no state row: gold after
+    each run, and the reference's."""
+    from tests.test_changes import CONFIG, UNCHANGED, change, reference_gold
+
+    schedule = [*UNCHANGED, ("ingest", "s", [change("d", 3, "p1", 3, "k2")]), ("ingest", "r", [change("c", 4, "o2", 6, "k1")]), ("run", 5)]
+    arrived: list[tuple[str, dict]] = []
+    found, expected = [], []
+    with Pipeline(os.path.join(root, "changes"), CONFIG, spark=spark) as pipeline:
+        for number, step in enumerate(schedule):
+            if step[0] == "ingest":
+                path = os.path.join(root, f"change-{number}.jsonl")
+                with open(path, "w", encoding="utf-8") as handle:
+                    handle.writelines(json.dumps(row) + "\n" for row in step[2])
+                pipeline.ingest(step[1], path)
+                arrived += [(step[1], row) for row in step[2]]
+                continue
+            pipeline.run(max_batch_rows=step[1])
+            gold = [row.asDict() for row in pipeline.table("gold").collect()]  # its columns come with its first pair
+            found.append(sorted((row["_r_id"], row["_s_id"], row["r_amount"], row["s_amount"]) for row in gold))
+            expected.append(sorted(reference_gold(arrived).elements()))
+    return {"gold": found, "expected": expected}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("workdir")
@@ -177,6 +202,7 @@ def main() -> None:
         calls = refuse_what_serverless_refuses()
         found = {"session": type(spark).__module__, "engine": make_engine(spark).name}
         found["typed"] = serverless_join(args.workdir, spark)
+        found["changes"] = serverless_changes(args.workdir, spark)
         state = Warehouse(os.path.join(args.workdir, "serverless")).path_of("silver/r_state")
         print(json.dumps(found | {"refused": calls.refused, "r_state_merges": sum(f"`{state}`" in merge for merge in calls.merges)}))
         return

@@ -245,9 +245,10 @@ class DeltaRsEngine(DeltaRsReader):
         if _covered(table, txn):
             return None
         condition, kept = changes_merge(keys, retraction)
+        data = to_arrow(df)
         try:
             metrics = (
-                table.merge(to_arrow(df), predicate=condition, source_alias="source", target_alias="target", merge_schema=True, commit_properties=_commit(txn))
+                table.merge(data, predicate=condition, source_alias="source", target_alias="target", merge_schema=True, commit_properties=_commit(txn))
                 .when_matched_delete(predicate=retraction)
                 .when_matched_update_all(predicate=kept)
                 .when_not_matched_insert_all(predicate=kept)
@@ -255,7 +256,10 @@ class DeltaRsEngine(DeltaRsReader):
             )
         except DeltaError as exc:
             raise LakejoinError(f"cannot merge into {path}: {_first_line(exc)}") from exc
-        return sum(int(metrics[name]) for name in ("num_target_rows_deleted", "num_target_rows_updated", "num_target_rows_inserted"))
+        changed = sum(int(metrics[name]) for name in ("num_target_rows_deleted", "num_target_rows_updated", "num_target_rows_inserted"))
+        if changed == 0:  # a MERGE that changes nothing commits nothing: the write is recorded by a commit of no rows
+            self.append(path, data.slice(0, 0), txn)
+        return changed
 
     def merge(
         self,

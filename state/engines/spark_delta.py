@@ -218,6 +218,8 @@ class SparkDeltaEngine:
             return None
         frame = as_frame(self.spark, df)
         creating = NEW_TABLE | (properties or {}) if head is None else {}  # a writer's ``delta.*`` options set a new table's properties
+        if head is not None and isinstance(df, pa.Table) and df.num_rows == 0:
+            recorded = None  # no rows: only an app transaction, an action of its own, makes Delta commit
         if head is None and is_table_name(path):
             # A write that creates a catalog table runs as CREATE TABLE AS SELECT, which reports none of the metrics
             # observed on ``frame`` (ingest counts its rows that way): the table is made empty first, then appended to.
@@ -265,7 +267,10 @@ class SparkDeltaEngine:
         condition, kept = changes_merge(keys, retraction)
         clauses = f"WHEN MATCHED AND {retraction} THEN DELETE WHEN MATCHED AND {kept} THEN UPDATE SET * WHEN NOT MATCHED AND {kept} THEN INSERT *"
         counts = self._merge(path, df, txn, recorded, lambda source: f"MERGE WITH SCHEMA EVOLUTION INTO {sql_name(path)} AS target USING {source} AS source ON {condition} {clauses}")
-        return int(counts["num_affected_rows"])
+        changed = int(counts["num_affected_rows"])
+        if changed == 0:  # a MERGE that changes nothing commits nothing: the write is recorded by a commit of no rows
+            self.append(path, pa.Table.from_pylist([], to_arrow_schema(as_frame(self.spark, df).schema)), txn)
+        return changed
 
     def _written(self, path: str, recorded: Recorded | None, txn: Txn | None) -> bool:
         """Whether the table already has the MERGE ``txn``: its marker's commit, or, where the marker went in a
