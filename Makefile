@@ -9,7 +9,7 @@ FLINK_STAMP := $(FLINK_VENV)/.installed
 
 .PHONY: demo test bench-state bench-dq bench-peers bench-peers-bounded bench-engines bench-memory bench-commit bench-sources bench-nway bench-final bench-cli bench-changes bench-idle bench-sizing bench-backlog bench-history bench-small bench-demo sizing-day bench-suite
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is required: install it, or pass PYTHON=/path/to/python3.11"; exit 1; }
 	@command -v java >/dev/null || { echo "Java 17+ is required by Spark: install openjdk-17-jre-headless"; exit 1; }
 	@java_major=$$(java -version 2>&1 | sed -n 's/.* version "\([0-9]*\).*/\1/p' | head -1); [ "$${java_major:-0}" -ge 17 ] || \
@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 	@# pip -qq: errors only (its warnings are about this machine's pip settings, not lakejoin)
 	@$(PYTHON) -m venv $(VENV)
 	@$(VENV)/bin/pip install --quiet --quiet --upgrade pip
-	@$(VENV)/bin/pip install --quiet --quiet --editable '.[local,test,bench]'
+	@$(VENV)/bin/pip install --quiet --quiet --constraint constraints.txt --editable '.[local,test,bench]'
 	@touch $(STAMP)
 
 $(FLINK_STAMP):

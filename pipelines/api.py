@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # Spark loads when a Pipeline is made, not when the CLI parse
     from pipelines.status import WarehouseStatus
     from state.engines.base import DeltaReader
     from state.layout import Warehouse
+    from state.lock import Held
     from state.relations import Relation
 
 
@@ -172,14 +173,14 @@ class Pipeline:
             opened = self._open("run")
             record = recorder(opened.engine, opened.warehouse, opened.settled)
             config = opened.config.with_overrides(max_batch_rows=max_batch_rows)
-            with hold(opened.warehouse.root, JOIN, wait):
+            with hold(opened.warehouse.root, JOIN, wait, self._locking_spark()) as held:
                 if follow is None:
-                    _join_pending(opened, config, report, lambda: False, record)
+                    _join_pending(opened, config, report, lambda: False, record, held)
                 else:
                     with StopSignal() as stop:
                         try:
                             while True:
-                                _join_pending(opened, config, report, stop.asked, record)
+                                _join_pending(opened, config, report, stop.asked, record, held)
                                 if stop.wait(follow):
                                     break
                         except KeyboardInterrupt:  # a second signal: the work under way is abandoned
@@ -261,7 +262,7 @@ class Pipeline:
 
         with self._call("maintain"):
             opened = self._open("maintain")
-            with hold(opened.warehouse.root, JOIN, wait_seconds=None):  # a rewrite must not race a batch's MERGE
+            with hold(opened.warehouse.root, JOIN, None, self._locking_spark()):  # a rewrite must not race a batch's MERGE
                 maintained = maintain(opened.engine, opened.warehouse, retention_hours)
             record(opened.engine, opened.warehouse, opened.settled)  # a maintain that fails leaves the definition as it was
             return maintained
@@ -274,7 +275,7 @@ class Pipeline:
         reader = self._reader()
         with self._call("reset"):
             opened = self._open("reset", reader)
-            with hold(opened.warehouse.root, JOIN):
+            with hold(opened.warehouse.root, JOIN, 0.0, self._locking_spark()):
                 return reset(opened.engine, opened.warehouse)
 
     def _ingest_frame(self, relation: str, frame: DataFrame, label: str | None = None) -> IngestResult:
@@ -294,7 +295,7 @@ class Pipeline:
         from state.lock import INGEST, hold
         from state.relations import relation as named
 
-        with self._call("ingest"), hold(self.root, INGEST, wait_seconds=None):
+        with self._call("ingest"), hold(self.root, INGEST, None, self._locking_spark()):
             opened = self._open("ingest")
             rel = named(relation, opened.warehouse.relations)  # an unknown relation is refused before anything is recorded
             table = opened.config.spec(rel.name).table
@@ -302,6 +303,12 @@ class Pipeline:
                 raise LakejoinError(f"relation {rel.name} reads table {table} in place and takes no files: 'lakejoin run' joins what the table gains")
             record(opened.engine, opened.warehouse, opened.settled)  # bronze's _id and _ts are derived under it
             return ingest(opened, rel)
+
+    def _locking_spark(self) -> SparkSession | None:
+        """The session a catalog warehouse's lease is taken through (state/lease.py); a folder's lock needs none."""
+        from state.layout import is_catalog_schema
+
+        return self.spark if is_catalog_schema(self.root) else None
 
     def _reader(self) -> DeltaReader | None:
         """delta-rs alone, for a command that only reads tables or drops them, when the pipeline has no Spark to hand:
@@ -430,10 +437,11 @@ def _files(opened: _Opened, rel: Relation, files: list[str], progress: Callable[
     return ingest_files(opened.engine, opened.warehouse, rel, files, opened.config.relations, progress or (lambda _: None))
 
 
-def _join_pending(opened: _Opened, config: Config, report: Callable, stop: Callable[[], bool], record: Callable[[], None]) -> None:
+def _join_pending(opened: _Opened, config: Config, report: Callable, stop: Callable[[], bool], record: Callable[[], None], held: Held) -> None:
     """Ingest the source tables' new versions, then join every pending arrival and the files new in the landing folders
     (unless ``stop`` says so), handing ``report`` each source's result, what each batch landed and each batch;
-    ``record`` records the definition before the first write."""
+    ``record`` records the definition before the first write; ``held``, the run's lock, is proved held before each
+    batch writes and before it commits."""
     from pipelines.landing import require_landing
     from pipelines.silver import run
     from pipelines.sources import ingest_sources
@@ -444,7 +452,7 @@ def _join_pending(opened: _Opened, config: Config, report: Callable, stop: Calla
         require_landing(folder, relation(name, opened.warehouse.relations).name)  # before the definition is recorded: a refused run writes nothing
     if config.reads_tables:
         record()
-        with hold(opened.warehouse.root, INGEST, wait_seconds=None):  # new rows take places in the arrival order
+        with hold(opened.warehouse.root, INGEST, None, opened.engine.spark):  # new rows take places in the arrival order
             for result in ingest_sources(opened.engine, opened.warehouse, config.relations):
                 report(result)
-    run(opened.engine, opened.warehouse, config, progress=report, stop=stop, before_writing=record)
+    run(opened.engine, opened.warehouse, config, progress=report, stop=stop, before_writing=record, fence=held.check)

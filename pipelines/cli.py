@@ -106,6 +106,13 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, metavar="N", help="the port on 127.0.0.1 (default: a free one)")
     serve.add_argument("--verbose", action="store_true", help="the server's log (server.log) with Spark's start-up lines")
 
+    failed = commands.add_parser(
+        "failed", help="exit 1 naming the job's tasks that failed: a scheduled job's last task, so that its run ends FAILED",
+        description="exit 1 naming the tasks given as failed: the bundle's jobs end with it, run only when a task failed, so that "
+        "the run ends FAILED (Databricks judges a run by its last tasks) and its on_failure notifications are sent",
+    )
+    failed.add_argument("tasks", nargs="+", metavar="TASK=STATE", help="each task and its result state ({{tasks.TASK.result_state}})")
+
     demo = command("demo", "generate an out-of-order stream, ingest and join it as a scheduled job would, check gold", warehouse_required=False)
     demo.add_argument("--rows", type=_positive, default=20_000, metavar="N", help="records per relation (default 20000)")
     demo.add_argument("--keys", type=_positive, default=5_000, metavar="K", help="distinct join keys (default 5000)")
@@ -153,6 +160,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "serve":
         return _serve(args)
+    if args.command == "failed":
+        return _failed(args.tasks)
     if args.remote:
         os.environ["SPARK_REMOTE"] = args.remote  # where pipelines/spark.py, and PySpark itself, look for the server
     if args.master:
@@ -222,6 +231,17 @@ def _serve(args: argparse.Namespace) -> int:
     except LakejoinError as exc:
         print(f"lakejoin: error: {exc}", file=sys.stderr)
         return exc.exit_code
+
+
+SUCCEEDED = frozenset({"success", "excluded"})  # a task's result states that are no failure
+
+
+def _failed(tasks: list[str]) -> int:
+    """Fail the job's run, naming its failed tasks (those whose state is no success)."""
+    states = dict(task.partition("=")[::2] for task in tasks)
+    named = ", ".join(f"{task} ({state or 'no state'})" for task, state in states.items() if state.lower() not in SUCCEEDED)
+    print(f"lakejoin: error: this run failed at {named or ', '.join(states)}: the failed task's output says why", file=sys.stderr)
+    return 1
 
 
 def _ingest(args: argparse.Namespace, pipeline: Pipeline) -> int:

@@ -110,16 +110,23 @@ def run(
     progress: Callable[[BatchReport | Landing | IngestResult], None] = lambda _: None,
     stop: Callable[[], bool] = lambda: False,
     before_writing: Callable[[], None] = lambda: None,
+    fence: Callable[[], None] = lambda: None,
 ) -> list[BatchReport]:
     """Process every pending arrival and every file new in the landing folders, batch by batch (or until ``stop``
     says so, between batches), then return what each batch did; ``progress`` hears of what each batch landed and of
     each batch as it commits, ``before_writing`` is called before each batch's first write (the CLI records the
-    definition there, once)."""
+    definition there, once), ``fence`` before each batch's first write and before its log row: it raises when the
+    run no longer holds the warehouse (a catalog warehouse's lease taken by another run: state/lease.py)."""
     engine.refresh()
-    return _batches(Run.of(engine, warehouse, config), progress, stop, before_writing)
+
+    def fenced() -> None:
+        before_writing()
+        fence()
+
+    return _batches(Run.of(engine, warehouse, config), progress, stop, fenced, fence)
 
 
-def _batches(run: Run, progress: Callable, stop: Callable[[], bool], before_writing: Callable[[], None]) -> list[BatchReport]:
+def _batches(run: Run, progress: Callable, stop: Callable[[], bool], before_writing: Callable[[], None], fence: Callable[[], None]) -> list[BatchReport]:
     """Batch after batch, from the log's tail: an unfinished batch first (resumed with its plan), then new plans."""
     tail = check_consistency(run.engine, run.warehouse, run.config.pipeline, creates=bool(run.landings))
     known = known_files(run.engine, run.warehouse) if run.landings else Known()
@@ -143,7 +150,7 @@ def _batches(run: Run, progress: Callable, stop: Callable[[], bool], before_writ
             progress(landing)
             for refused in landing.retried:
                 progress(IngestResult(str(refused), landing.relation, refused=str(refused)))
-        report, tail = _execute(batch, states, landed, started, resumed is not None, before_writing)
+        report, tail = _execute(batch, states, landed, started, resumed is not None, before_writing, fence)
         reports.append(report)
         progress(report)
 
@@ -152,7 +159,7 @@ def _batches(run: Run, progress: Callable, stop: Callable[[], bool], before_writ
 def _landing(run: Run, lands: bool) -> Iterator[None]:
     """Under the ingest lock when the batch may land files: its files' places in the arrival order follow every place
     taken, and no ingest takes one while it plans and lands them."""
-    with hold(run.warehouse.root, INGEST, wait_seconds=None) if run.landings and lands else nullcontext():
+    with hold(run.warehouse.root, INGEST, None, run.engine.spark) if run.landings and lands else nullcontext():
         yield
 
 
@@ -181,7 +188,13 @@ def _landed(batch: Batch, states: dict[Relation, DataFrame | None], before_writi
 
 
 def _execute(
-    given: Batch, states: dict[Relation, DataFrame | None], landed: list[Landing], started: float, resumed: bool, before_writing: Callable[[], None]
+    given: Batch,
+    states: dict[Relation, DataFrame | None],
+    landed: list[Landing],
+    started: float,
+    resumed: bool,
+    before_writing: Callable[[], None],
+    fence: Callable[[], None],
 ) -> tuple[BatchReport, LogTail]:
     """Read the batch's arrivals, measure them, emit and write every table, and log the batch. Returns what it did
     and the log's tail after it (this run holds the lock: nothing else appends to the log)."""
@@ -217,6 +230,7 @@ def _execute(
         files=tuple(file for landing in landed for file in landing.files),
         rules=tuple([result for results in measured.rules.values() for result in results] + written.rules),
     )
+    fence()
     with step("commit"):
         batch.run.log.record(batch.engine, plan, outcome)
     failures = {rule.rule: rule.failed for rule in outcome.rules if rule.failed}

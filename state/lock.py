@@ -1,9 +1,10 @@
 """One process per job and warehouse: ``run`` (and ``reset``) exclude each other, ``ingest`` queues.
 
-The lock is an OS file lock (``flock``) on ``<warehouse>/_lakejoin_<job>.lock``: the kernel releases it
-when its holder exits or dies, even by ``kill -9``, so a crashed run never leaves a stale lock behind.
-Object-store warehouses (``s3://``, ``abfss://``, …) have no such lock: there the scheduler must not
-overlap runs (the bundle's jobs set ``max_concurrent_runs: 1``).
+On a folder the lock is an OS file lock (``flock``) on ``<warehouse>/_lakejoin_<job>.lock``: the kernel releases it
+when its holder exits or dies, even by ``kill -9``, so a crashed run never leaves a stale lock behind. A Unity
+Catalog schema has no file to lock: there it is a lease in a table of the schema (state/lease.py), which a run proves
+still held before each batch's writes and commit (``Held.check``). Object-store folders (``s3://``, ``abfss://``, …)
+have neither: there the scheduler must not overlap runs (the bundle's jobs set ``max_concurrent_runs: 1``).
 """
 
 from __future__ import annotations
@@ -15,10 +16,13 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from state.errors import WarehouseBusy
 from state.layout import is_catalog_schema
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 JOIN, INGEST = "run", "ingest"
 POLL_SECONDS = 0.2
@@ -33,14 +37,32 @@ def lock_path(root: str, job: str) -> str:
     return os.path.join(root, f"_lakejoin_{job}.lock")
 
 
+class Held:
+    """A lock held: ``check`` proves it still is, before a batch writes and before it commits."""
+
+    def check(self) -> None:
+        """A file lock is held until its holder ends: nothing to prove."""
+
+
 @contextmanager
-def hold(root: str, job: str, wait_seconds: float | None = 0.0) -> Iterator[None]:
-    """Hold ``job``'s lock on the warehouse at ``root``, waiting up to ``wait_seconds`` (None: as long as it takes).
+def hold(root: str, job: str, wait_seconds: float | None = 0.0, spark: SparkSession | None = None) -> Iterator[Held]:
+    """Hold ``job``'s lock on the warehouse at ``root``, waiting up to ``wait_seconds`` (None: as long as it takes); a
+    catalog schema's lease needs the ``spark`` session its tables are reached through.
 
     Raises ``WarehouseBusy`` naming the holder when the wait runs out.
     """
+    if is_catalog_schema(root) and spark is not None:
+        from state.lease import Lease, lease_table
+
+        lease = Lease(spark, lease_table(root), job)
+        lease.take(wait_seconds)
+        try:
+            yield lease
+        finally:
+            lease.release()
+        return
     if not is_local(root):
-        yield
+        yield Held()
         return
     os.makedirs(root, exist_ok=True)
     with open(lock_path(root, job), "a+", encoding="utf-8") as handle:
@@ -49,7 +71,7 @@ def hold(root: str, job: str, wait_seconds: float | None = 0.0) -> Iterator[None
         handle.truncate()
         handle.write(f"pid {os.getpid()} on {socket.gethostname()} since {datetime.now(timezone.utc):%Y-%m-%d %H:%M:%S} UTC")
         handle.flush()
-        yield
+        yield Held()
 
 
 def holder(root: str, job: str) -> str | None:

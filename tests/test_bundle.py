@@ -51,32 +51,59 @@ def jobs(bundle: dict[str, Any]) -> dict[str, tuple[str, dict[str, Any]]]:
     return found
 
 
-def resolved(value: Any, variables: dict[str, Any]) -> Any:
-    """``value`` with ``${var.name}`` replaced by the variables' defaults, as ``bundle deploy`` would."""
+def resolved(value: Any, variables: dict[str, Any], substitutions: dict[str, str] | None = None) -> Any:
+    """``value`` with ``${var.name}`` replaced by the variables' values (and ``${name}`` by ``substitutions``), as
+    ``bundle deploy`` would."""
     if isinstance(value, dict):
-        return {key: resolved(item, variables) for key, item in value.items()}
+        return {key: resolved(item, variables, substitutions) for key, item in value.items()}
     if isinstance(value, list):
-        return [resolved(item, variables) for item in value]
+        return [resolved(item, variables, substitutions) for item in value]
     if isinstance(value, str):
+        for name, text in (substitutions or {}).items():
+            value = value.replace("${" + name + "}", text)
         whole = _VARIABLE.fullmatch(value)
-        if whole:
+        if whole and whole.group(1) in variables:
             return variables[whole.group(1)]
-        return _VARIABLE.sub(lambda match: str(variables[match.group(1)]), value)
+        return _VARIABLE.sub(lambda match: str(variables.get(match.group(1), match.group(0))), value)
     return value
 
 
-def target_variables(bundle: dict[str, Any], target: str | None) -> dict[str, Any]:
-    """The variables as ``bundle deploy [-t target]`` resolves them: the defaults, the target's own values, then the
-    references from one variable to another."""
-    values = {name: spec["default"] for name, spec in bundle["variables"].items()}
+# What a team gives the variables that have no default (docs/databricks.md, the checklist), as --var or in
+# .databricks/bundle/<target>/variable-overrides.json.
+GIVEN = {
+    "notify_on_failure": ["data-oncall@example.com"],
+    "alert_subscriptions": [{"user_email": "data-oncall@example.com"}],
+    "sql_warehouse_id": "0123456789abcdef",
+    "service_principal": "6f1e0c4d-0000-0000-0000-000000000000",
+    "operators": "data-engineers",
+}
+# Substitutions the CLI makes from the workspace it deploys to.
+WORKSPACE = {"workspace.current_user.userName": "someone@example.com"}
+
+
+class RequiredVariable(Exception):
+    """What ``databricks bundle validate`` refuses: a declared variable with no value in the target."""
+
+
+def target_variables(bundle: dict[str, Any], target: str | None, given: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The variables as ``bundle deploy [-t target]`` resolves them: the defaults, the target's own values, those
+    ``given``, then the references from one variable to another. Every declared variable needs a value, whether the
+    target uses it or not (databricks/cli, bundle/config/mutator/set_variables.go)."""
+    values = {name: spec["default"] for name, spec in bundle["variables"].items() if "default" in spec}
     values.update((bundle["targets"][target].get("variables") or {}) if target else {})
+    values.update(given or {})
+    missing = [name for name in bundle["variables"] if name not in values]
+    if missing:
+        raise RequiredVariable(f"no value assigned to required variable {missing[0]}")
+    values = {name: resolved(value, {}, WORKSPACE) for name, value in values.items()}
     for _ in values:  # each pass resolves one more level of reference
         values = {name: resolved(value, values) for name, value in values.items()}
     return values
 
 
 def defaults(bundle: dict[str, Any]) -> dict[str, Any]:
-    return target_variables(bundle, None)
+    """The variables of a target that sets none of its own, given what has no default."""
+    return target_variables(bundle, None, GIVEN)
 
 
 def test_every_include_glob_matches_a_file(bundle):
@@ -99,8 +126,9 @@ def test_the_models_do_reject_what_they_should():
 
 
 def wheel_tasks(job: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """The job's tasks that run lakejoin, by task key (the others are conditions)."""
-    return {task["task_key"]: task for task in job["tasks"] if "python_wheel_task" in task}
+    """The job's tasks that run lakejoin on the warehouse, by task key (the others are conditions, and the task that
+    fails a run in which one of them failed: tests/test_job_results.py)."""
+    return {task["task_key"]: task for task in job["tasks"] if "python_wheel_task" in task and task["task_key"] != "failed"}
 
 
 def test_every_task_runs_a_real_lakejoin_command_from_the_wheel(bundle):
@@ -108,6 +136,9 @@ def test_every_task_runs_a_real_lakejoin_command_from_the_wheel(bundle):
         project = tomllib.load(handle)["project"]
     commands = set()
     for path, job in jobs(bundle).values():
+        every = {task["task_key"]: task for task in resolved(job, defaults(bundle))["tasks"] if "python_wheel_task" in task}
+        if "failed" in every:
+            commands.add(_parser().parse_args(every["failed"]["python_wheel_task"]["parameters"]).command)
         for task in wheel_tasks(resolved(job, defaults(bundle))).values():
             wheel_task = task["python_wheel_task"]
             assert wheel_task["package_name"] == project["name"]
@@ -119,7 +150,7 @@ def test_every_task_runs_a_real_lakejoin_command_from_the_wheel(bundle):
             environments = {environment["environment_key"]: environment["spec"] for environment in job.get("environments", [])}
             wheels = [library["whl"] for library in task.get("libraries", [])] or environments[task["environment_key"]]["dependencies"]
             assert [os.path.normpath(os.path.join(os.path.dirname(path), wheel)) for wheel in wheels] == [os.path.join(REPO, "dist", "*.whl")]
-    assert commands == {"run", "validate", "maintain"}
+    assert commands == {"run", "validate", "maintain", "failed"}
     assert bundle["artifacts"]["lakejoin_wheel"]["type"] == "whl"
 
 
@@ -205,7 +236,8 @@ def test_nothing_scheduled_can_overlap_a_join(bundle):
         assert running == ["lakejoin_join"], (name, running)
     job = jobs(bundle)["lakejoin_join"][1]
     assert job["max_concurrent_runs"] == 1 and job["queue"]["enabled"]
-    assert in_sequence(job["tasks"]) == ["join", "first_hour_of_the_day", "first_run_of_the_hour", "validate", "maintain"]
+    on_the_warehouse = [task for task in job["tasks"] if task["task_key"] != "failed"]  # `failed` reads no table
+    assert in_sequence(on_the_warehouse) == ["join", "first_hour_of_the_day", "first_run_of_the_hour", "validate", "maintain"]
     assert [_parser().parse_args(task["python_wheel_task"]["parameters"]).command for task in wheel_tasks(job).values()] == ["run", "validate", "maintain"]
 
 
@@ -328,7 +360,7 @@ def test_the_serverless_join_is_the_scheduled_join_on_a_serverless_environment_p
     assert on_serverless == on_cluster  # the same tasks, conditions and commands
     assert [task.get("environment_key") for task in serverless["tasks"]] == [task.get("job_cluster_key") and environment["environment_key"] for task in scheduled["tasks"]]
     assert [task.get("run_if") for task in serverless["tasks"]] == [task.get("run_if") for task in scheduled["tasks"]]
-    for part in ("health", "email_notifications", "webhook_notifications", "max_concurrent_runs", "queue"):
+    for part in ("email_notifications", "webhook_notifications", "max_concurrent_runs", "queue"):
         assert serverless[part] == scheduled[part], part
     assert {**serverless["schedule"], "pause_status": "PAUSED"} == {**scheduled["schedule"], "pause_status": "PAUSED"}
 
@@ -361,18 +393,39 @@ def test_the_runtime_is_the_long_term_supported_line_of_the_pinned_spark(bundle)
     assert pinned.startswith(spark + ".")
 
 
-def test_a_failing_or_overlong_join_tells_whom_the_target_names_and_nobody_by_default(bundle):
-    values = defaults(bundle)
-    join = resolved(jobs(bundle)["lakejoin_join"][1], values)
-    assert join["email_notifications"]["on_failure"] == [] and join["webhook_notifications"]["on_failure"] == []
-    assert join["health"]["rules"] == [{"metric": "RUN_DURATION_SECONDS", "op": "GREATER_THAN", "value": values["run_duration_warning_seconds"]}]
-    assert values["run_duration_warning_seconds"] < int(values["join_every_minutes"]) * 60  # heard of before the next run waits
-    named = {**values, "notify_on_failure": ["oncall@example.com"], "failure_destinations": [{"id": "0f1e2d3c"}]}
+def test_prod_is_refused_without_whom_a_failure_tells_and_dev_tells_whoever_deploys_it(bundle):
+    for name in ("notify_on_failure", "alert_subscriptions"):
+        with pytest.raises(RequiredVariable, match=name):
+            target_variables(bundle, "prod", {key: value for key, value in GIVEN.items() if key != name})
+    dev = target_variables(bundle, "dev", {"sql_warehouse_id": GIVEN["sql_warehouse_id"]})
+    assert dev["notify_on_failure"] == ["someone@example.com"] and dev["alert_subscriptions"] == [{"user_email": "someone@example.com"}]
+    named = {**GIVEN, "failure_destinations": [{"id": "0f1e2d3c"}]}
     for key, (_, job) in jobs(bundle).items():
-        told = resolved(job, named)
-        assert told["email_notifications"]["on_failure"] == ["oncall@example.com"], key
+        told = resolved(job, target_variables(bundle, "prod", named))
+        assert told["email_notifications"]["on_failure"] == ["data-oncall@example.com"], key
         assert told["webhook_notifications"]["on_failure"] == [{"id": "0f1e2d3c"}], key
         Job.from_dict(told)
+
+
+def test_an_overlong_join_task_tells_them_before_the_next_run_waits(bundle):
+    """The duration rule is the scheduled join's own: the day's validate and maintain do not count towards it."""
+    values = defaults(bundle)
+    for key in ("lakejoin_join", "lakejoin_join_serverless"):
+        job = resolved(jobs(bundle)[key][1], values)
+        assert "health" not in job and job["email_notifications"]["on_duration_warning_threshold_exceeded"] == values["notify_on_failure"]
+        rules = {task["task_key"]: task["health"]["rules"] for task in job["tasks"] if "health" in task}
+        assert rules == {"join": [{"metric": "RUN_DURATION_SECONDS", "op": "GREATER_THAN", "value": values["run_duration_warning_seconds"]}]}, key
+    assert values["run_duration_warning_seconds"] < int(values["join_every_minutes"]) * 60  # heard of before the next run waits
+
+
+def test_prod_runs_as_its_service_principal_from_its_folder_with_groups_that_may_run_or_view(bundle):
+    prod = resolved(bundle["targets"]["prod"], target_variables(bundle, "prod", GIVEN))
+    principal = GIVEN["service_principal"]
+    assert prod["run_as"] == {"service_principal_name": principal}
+    assert prod["workspace"]["root_path"].startswith(f"/Workspace/Users/{principal}/.bundle/")
+    assert prod["permissions"] == [{"level": "CAN_MANAGE_RUN", "group_name": "data-engineers"}, {"level": "CAN_VIEW", "group_name": "users"}]
+    for key, (_, job) in jobs(bundle).items():  # the models take the target's run_as and permissions on each job
+        Job.from_dict({**resolved(job, defaults(bundle)), "run_as": prod["run_as"], "permissions": prod["permissions"]})
 
 
 def test_every_job_cluster_carries_the_tag_its_cost_is_found_by(bundle):
@@ -423,7 +476,7 @@ def test_each_target_has_its_own_config_and_quality_volume(bundle):
     """dev's smoke test must not land in prod, nor dev's validation write into prod's quality Volume."""
     seen: dict[str, str] = {}
     for target in bundle["targets"]:
-        values = target_variables(bundle, target)
+        values = target_variables(bundle, target, GIVEN)
         own = f"/Volumes/{values['catalog']}/{values['schema']}"
         assert volume(values["config"]) == own + "/config" and volume(values["docs"]) == own + "/quality", target
         for path in (values["config"], values["docs"]):
@@ -433,7 +486,7 @@ def test_each_target_has_its_own_config_and_quality_volume(bundle):
 def test_each_target_s_config_in_the_checklist_lands_from_that_target_s_landing_volume(bundle):
     uploaded = checklist_configs()
     for target in bundle["targets"]:
-        values = target_variables(bundle, target)
+        values = target_variables(bundle, target, GIVEN)
         config = uploaded[values["config"]]  # the checklist uploads one config per target, where the bundle reads it
         landing = f"/Volumes/{values['catalog']}/{values['schema']}/landing"
         assert {volume(relation["landing"]) for relation in config["relations"].values()} == {landing}, target

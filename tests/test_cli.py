@@ -119,3 +119,12 @@ def test_the_three_way_demo_prints_pass(tmp_path):
     demo = lakejoin_here("demo", "--relations", "3", "--rows", "150", "--keys", "20", "--chunk-rows", "225", "--max-batch-rows", "225", cwd=str(tmp_path))
     assert demo.returncode == 0, demo.stderr[-2000:]
     assert "PASS: gold equals the batch SQL join" in demo.stdout
+
+
+def test_failed_exits_1_naming_the_tasks_that_failed(tmp_path):
+    """The bundle's jobs end with it, run only when a task failed, so that the run ends FAILED (tests/test_job_results.py)."""
+    failed = lakejoin_here("failed", "join=failed", "validate=excluded", "maintain=upstream_failed", cwd=str(tmp_path))
+    assert failed.returncode == 1 and failed.stdout == ""
+    assert failed.stderr.strip().splitlines() == [
+        "lakejoin: error: this run failed at join (failed), maintain (upstream_failed): the failed task's output says why"
+    ]

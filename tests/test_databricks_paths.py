@@ -135,7 +135,7 @@ def test_layers_in_a_local_catalog_of_several_schemas_join_as_one_warehouse(spar
         assert sorted((row["r_id"], row["s_id"]) for row in spark.table("spark_catalog.lj_gold.pairs").collect()) == sorted(
             (pair.r_id, pair.s_id) for pair in batch_join(RECORDS))
         assert tables("lj_silver") >= {"r_state", "s_state", "batches"}
-        assert tables("lj_home") == {"silver_definition", "quarantine_ingest"}
+        assert tables("lj_home") == {"silver_definition", "silver_leases", "quarantine_ingest"}
         assert {table["name"] for table in pipeline.status()["tables"]} >= {"bronze_r", "silver_batches", "gold_pairs"}
         assert pipeline.table("gold").count() == 2
         assert "silver_batches" in pipeline.reset() and not spark.catalog.tableExists("spark_catalog.lj_gold.pairs")
