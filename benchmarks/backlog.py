@@ -36,7 +36,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from benchmarks.by_hand import ByHand
 from benchmarks.peers import RELATIONS, SCHEMA, Measured, landed_batches, one_shot, phase_medians, same_pairs, _stream_join
-from benchmarks.report import write_json
+from benchmarks.report import LOG_READERS, use_log_reader, write_json
 from pipelines.api import Pipeline
 from pipelines.demo import DemoOptions
 from pipelines.spark import get_spark
@@ -136,8 +136,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="rounds of every system, medians reported (default 3)")
     parser.add_argument("--driver-memory", default="4g", help="the Spark driver's heap (default 4g, lakejoin's local default)")
     parser.add_argument("--systems", default="lakejoin,by-hand,structured-streaming,one-shot", help="comma-separated systems to run (default all)")
+    parser.add_argument("--log-reader", choices=LOG_READERS, default="auto", help="Delta on Spark's log reader (default: the one lakejoin picks)")
     parser.add_argument("--out", help="default benchmarks/results/backlog[_ingest][_spark].json")
     args = parser.parse_args()
+    use_log_reader(args.log_reader)
     args.out = args.out or f"benchmarks/results/backlog{'' if args.route == 'landing' else '_ingest'}{'' if args.engine == 'delta-rs' else '_spark'}.json"
 
     root = tempfile.mkdtemp(prefix="lakejoin-backlog-")

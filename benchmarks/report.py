@@ -38,3 +38,19 @@ def tenths(seconds: list[float]) -> tuple[float, float]:
 
 
 MEASURED_ON = measured_on()
+
+
+LOG_READERS = ("auto", "public", "jvm")
+
+
+def use_log_reader(name: str) -> None:
+    """Make Delta on Spark read table logs with the reader ``name`` (``auto``: the one lakejoin picks), so a benchmark
+    measures the public reader Databricks runtimes use beside the JVM reader the pinned Delta allows
+    (state/engines/spark_delta.py ``log_reader``)."""
+    if name == "auto":
+        return
+    from state.engines import spark_delta
+    from state.engines.jvm import JvmLog
+    from state.engines.public_log import PublicLog
+
+    spark_delta.log_reader = PublicLog if name == "public" else JvmLog  # type: ignore[assignment]

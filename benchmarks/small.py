@@ -29,7 +29,7 @@ import time
 from pyspark.sql import SparkSession
 
 from benchmarks.by_hand import RELATIONS, ByHand
-from benchmarks.report import write_json
+from benchmarks.report import LOG_READERS, use_log_reader, write_json
 from pipelines.api import Pipeline
 from pipelines.spark import get_spark
 from state.engines import session_has_delta
@@ -120,8 +120,10 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=15, help="(a), (c): timed runs (default 15)")
     parser.add_argument("--warm", type=int, default=2, help="(a), (c): untimed runs first (default 2)")
     parser.add_argument("--rounds", type=int, default=5, help="(b): timed drains (default 5)")
+    parser.add_argument("--log-reader", choices=LOG_READERS, default="auto", help="Delta on Spark's log reader (default: the one lakejoin picks)")
     parser.add_argument("--out", help="default benchmarks/results/small[_spark].json")
     args = parser.parse_args()
+    use_log_reader(args.log_reader)
     args.out = args.out or f"benchmarks/results/small{'' if args.engine == 'delta-rs' else '_spark'}.json"
     spark = get_spark()
     if args.engine == "spark" and not session_has_delta(spark):

@@ -345,7 +345,8 @@ class Pipeline:
         else:
             # A Spark Connect server resolves a relative path against its own working folder, not this process's.
             root = os.path.abspath(self.root) if is_connect(self.spark) and is_local(self.root) else self.root
-            warehouse, engine = Warehouse(root).defined_by(given), make_engine(self.spark, given.engine)
+            warehouse = Warehouse(root).defined_by(given)
+            engine = make_engine(self.spark, given.engine, catalog=warehouse.holds_catalog_tables)
         require_engine_for(warehouse, engine)
         if creates:  # a warehouse is created in an empty folder only
             check_ingest_target(engine, warehouse)
@@ -359,9 +360,9 @@ class Pipeline:
             settled = settle(engine, warehouse, self._given, command)
             warehouse = warehouse.defined_by(settled.config)
         if engine is reader and _names_catalog_tables(settled.config):
-            engine = make_engine(self.spark, settled.config.engine)
+            engine = make_engine(self.spark, settled.config.engine, catalog=True)
         elif engine is not reader and settled.config.engine not in ("auto", engine.name):
-            engine = make_engine(self.spark, settled.config.engine)
+            engine = make_engine(self.spark, settled.config.engine, catalog=warehouse.holds_catalog_tables)
             require_engine_for(warehouse, engine)
         return _Opened(engine, warehouse, settled)
 

@@ -113,6 +113,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     failed.add_argument("tasks", nargs="+", metavar="TASK=STATE", help="each task and its result state ({{tasks.TASK.result_state}})")
 
+    acceptance = command(
+        "acceptance", "check on this compute what lakejoin takes from Databricks (the bundle's lakejoin-acceptance job): exit 1 if a guarantee failed"
+    )
+    acceptance.add_argument("--report", metavar="FILE", help="also write each guarantee's outcome there as JSON lines (a Volume path)")
+    acceptance.add_argument("--fail", action="store_true", help="check nothing and exit 1: the job's forced failure, whose run must end FAILED and notify")
+
     demo = command("demo", "generate an out-of-order stream, ingest and join it as a scheduled job would, check gold", warehouse_required=False)
     demo.add_argument("--rows", type=_positive, default=20_000, metavar="N", help="records per relation (default 20000)")
     demo.add_argument("--keys", type=_positive, default=5_000, metavar="K", help="distinct join keys (default 5000)")
@@ -198,12 +204,14 @@ def _on_warehouse(args: argparse.Namespace, given: Config | None) -> int:
             f"reset drops silver and gold of {args.warehouse} (bronze stays) and nothing was changed: "
             "rerun with --yes to confirm"
         )
+    if args.command == "acceptance":
+        return _acceptance(args)
     commands = {"ingest": _ingest, "run": _run, "status": _status, "show": _show, "validate": _validate, "maintain": _maintain, "reset": _reset, "advance": _advance}
     with _served_spark(args) as spark, Pipeline(args.warehouse, given, spark, verbose=args.verbose) as pipeline:
         return commands[args.command](args, pipeline)
 
 
-COMPUTING = frozenset({"ingest", "run", "validate", "maintain", "advance"})
+COMPUTING = frozenset({"ingest", "run", "validate", "maintain", "advance", "acceptance"})
 
 
 def _served_spark(args: argparse.Namespace) -> AbstractContextManager[SparkSession | None]:
@@ -242,6 +250,23 @@ def _failed(tasks: list[str]) -> int:
     named = ", ".join(f"{task} ({state or 'no state'})" for task, state in states.items() if state.lower() not in SUCCEEDED)
     print(f"lakejoin: error: this run failed at {named or ', '.join(states)}: the failed task's output says why", file=sys.stderr)
     return 1
+
+
+def _acceptance(args: argparse.Namespace) -> int:
+    from pipelines.acceptance import FORCED, accept, report
+    from pipelines.api import Pipeline
+
+    if args.fail:
+        print(f"lakejoin: error: {FORCED}", file=sys.stderr)
+        return 1
+    with _served_spark(args) as served, Pipeline(args.warehouse, spark=served, verbose=args.verbose) as pipeline:
+        outcomes = accept(pipeline.spark, args.warehouse)
+    for outcome in outcomes:
+        print(outcome.line(), flush=True)
+    if args.report:
+        with open(args.report, "w", encoding="utf-8") as handle:
+            handle.write(report(outcomes))
+    return 0 if all(outcome.passed for outcome in outcomes) else 1
 
 
 def _ingest(args: argparse.Namespace, pipeline: Pipeline) -> int:

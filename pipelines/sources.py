@@ -28,7 +28,6 @@ from pipelines.ingest import log_ingests, log_row, set_aside
 from pipelines.parse import Parsed, firsts, numbered
 from state.engines import Actions, DeltaEngine
 from state.engines.base import CHANGE_FEED, DeltaReader, no_change_feed
-from state.engines.delta_log import data_file
 from state.errors import LakejoinError
 from state.layout import Warehouse
 from state.names import column
@@ -193,11 +192,10 @@ def _ingest_appends(lander: Lander, rel: Relation, table: str, appended: list[Co
     """The appended rows classified as a file's would be (ids, event times, duplicates, conflicts), then landed.
     Files in the order they were written (a snapshot holds the table's whole history), then by path."""
     engine = lander.engine
-    root = engine.source_root(table)
     written = lambda add: (add.get("modificationTime") or 0, add["path"])  # noqa: E731 - a sort key
     files = [(commit.version, add) for commit in appended for add in sorted(commit.files, key=written)]
     require_distinct_names(table, [add["path"] for _, add in files])
-    parsed, placed = _placed(_file_rows(engine, root, schema_at(engine, table, newest), files), table, first)
+    parsed, placed = _placed(_file_rows(engine, table, schema_at(engine, table, newest), files), table, first)
     return land_rows(lander, rel, parsed, [placed], source), placed
 
 
@@ -210,7 +208,7 @@ def _ingest_changes(lander: Lander, rel: Relation, table: str, commits: list[Com
     parts = []
     if commits[0].operation == "snapshot":
         snapshot = commits[0]
-        rows = _file_rows(engine, engine.source_root(table), schema, [(snapshot.version, add) for add in snapshot.files]).frame
+        rows = _file_rows(engine, table, schema, [(snapshot.version, add) for add in snapshot.files]).frame
         parts.append(rows.withColumns({CDF_TYPE: F.lit(INSERT), CDF_VERSION: F.lit(snapshot.version).cast("long")}))
     later = [commit.version for commit in commits if commit.operation != "snapshot"]
     if later:
@@ -259,7 +257,7 @@ def _records_changes(engine: DeltaEngine, table: str, version: int) -> bool:
     return str(configuration.get(CHANGE_FEED, "false")).lower() == "true"
 
 
-def _file_rows(engine: DeltaEngine, root: str, schema: StructType, files: list[tuple[int, dict]]) -> Parsed:
+def _file_rows(engine: DeltaEngine, table: str, schema: StructType, files: list[tuple[int, dict]]) -> Parsed:
     """The rows of ``files`` (version, add action) in the shape ingest classifies: ``_source_line`` the row's place
     (file ordinal, row index), ``_raw`` its JSON for the quarantine, the data files' and partitions' columns typed
     as the table declares them. Columns starting with '_' (Auto Loader's ``_rescued_data``) are lakejoin's
@@ -269,13 +267,12 @@ def _file_rows(engine: DeltaEngine, root: str, schema: StructType, files: list[t
     kept = [field for field in schema.fields if not field.name.startswith("_")]
     stored = StructType([field for field in kept if field.name not in partitions])
     catalog = spark.createDataFrame(
-        [(path.rsplit("/", 1)[-1], ordinal, version, path, *[(add.get("partitionValues") or {}).get(p) for p in partitions])
-         for ordinal, (version, add) in enumerate(files) for path in [data_file(root, add["path"])]],
+        [(add["path"].rsplit("/", 1)[-1], ordinal, version, add["path"], *[(add.get("partitionValues") or {}).get(p) for p in partitions])
+         for ordinal, (version, add) in enumerate(files)],
         StructType([StructField("_file_name", StringType()), StructField("_ordinal", LongType()), StructField("_source_version", LongType()),
                     StructField("_source_file", StringType()), *[StructField(f"_partition_{i}", StringType()) for i in range(len(partitions))]]),
     )
-    read = spark.read.schema(stored).parquet(*[data_file(root, add["path"]) for _, add in files])
-    located = read.select("*", F.col("_metadata.file_name").alias("_file_name"), F.col("_metadata.row_index").alias("_row_index"))
+    located = engine.source_files(table, stored, [(version, add["path"]) for version, add in files])
     joined = located.join(F.broadcast(catalog), "_file_name")
     values = [
         F.col(f"_partition_{partitions.index(field.name)}").cast(field.dataType).alias(field.name) if field.name in partitions else column(field.name)

@@ -175,6 +175,8 @@ def _check_output(
             raise LakejoinError(f"{name} is missing, but the batch log has committed batch {tail.committed_batch_id}: {fix}")
         return {}
     _require_columns(warehouse, path, info.schema, columns)
+    if info.recorded.unknown:  # the app's commits have left the log: the batch log is the record
+        return {}
     if info.txn_version is None:
         raise LakejoinError(
             f"{name} was not written by pipeline '{pipeline}' (no Delta transaction of {app_id!r}): move it away, or {fix}"

@@ -109,6 +109,11 @@ class Warehouse:
     def in_catalog(self) -> bool:
         return is_catalog_schema(self.root)
 
+    @property
+    def holds_catalog_tables(self) -> bool:
+        """Some table is a catalog's (at the warehouse's schema or a layer's): only Delta on Spark reaches it."""
+        return any(is_table_name(table) for table in self.tables())
+
     def _path(self, layer: str, name: str) -> str:
         own = dict(self.layers).get(layer)
         if own is None:

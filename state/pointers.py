@@ -17,22 +17,20 @@ from state.relations import Relation, RelationSpec
 
 
 def with_source_columns(
-    engine: DeltaEngine, table: str, pointers: DataFrame, version: int | None = None, files: list[str] | None = None
+    engine: DeltaEngine, table: str, pointers: DataFrame, version: int | None = None, files: list[tuple[str, int]] | None = None
 ) -> DataFrame:
     """Thin bronze rows (``pointers``) with the columns of the source rows they point at, read from the data files
-    they name (``files``, when already known; one read of each; the rows are matched by file and row index).
-    ``version``: the table version whose schema the rows get (None: the latest); a column the table gained later
-    reads as null in older rows."""
+    they name (``files``, each with a version of the table that holds it, when already known; one read of each; the
+    rows are matched by file and row index). ``version``: the table version whose schema the rows get (None: the
+    latest); a column the table gained later reads as null in older rows."""
     schema = schema_at(engine, table, version)
     kept = set(pointers.columns)
     stored = StructType([field for field in schema.fields if not field.name.startswith("_") and field.name not in kept])
     if files is None:  # the files a whole bronze points into: few next to its rows
-        files = [row[0] for row in pointers.select("_source_file").distinct().collect()]
+        files = [(row[0], row[1]) for row in pointers.groupBy("_source_file").agg(F.max("_source_version")).collect()]
     located = pointers.withColumn("_file_name", F.substring_index("_source_file", "/", -1))
     if files:
-        read = engine.spark.read.schema(stored).parquet(*files).select(
-            "*", F.col("_metadata.file_name").alias("_file_name"), F.col("_metadata.row_index").alias("_row_index")
-        )
+        read = engine.source_files(table, stored, [(version, path) for path, version in files])
         # no broadcast hint: a batch's pointers are a local relation Spark broadcasts by size; a whole bronze (validate) is not
         joined = read.join(located, (read["_file_name"] == located["_file_name"]) & (read["_row_index"] == located["_source_line"]))
         stored_values = {field.name: read[field.name] for field in stored.fields}
@@ -44,13 +42,12 @@ def with_source_columns(
 
 def arrivals_with_source_columns(engine: DeltaEngine, table: str, pointers: DataFrame) -> DataFrame:
     """``with_source_columns`` for a batch's slice, with the schema of the newest version it holds: the files it points
-    into and that version known from one small job over the pointers. The batch checks that every pointer found its
-    row (``missing_rows``)."""
-    found = pointers.agg(F.collect_set("_source_file").alias("files"), F.max("_source_version").alias("version")).first()
-    files = sorted(found["files"] or [])
-    require_distinct_names(table, files)
+    into, each with the newest version of its rows, from one small job over the pointers. The batch checks that every
+    pointer found its row (``missing_rows``)."""
+    files = sorted((row[0], row[1]) for row in pointers.groupBy("_source_file").agg(F.max("_source_version")).collect())
+    require_distinct_names(table, [path for path, _ in files])
     try:
-        return with_source_columns(engine, table, pointers, found["version"], files)
+        return with_source_columns(engine, table, pointers, max((version for _, version in files), default=None), files)
     except (PySparkException, Py4JJavaError) as exc:
         raise read_failure(table)(exc) from exc
 

@@ -1,6 +1,7 @@
 """A Spark Connect client that refuses what Databricks serverless refuses, so lakejoin's Connect path can be run as it
 would be there: every Spark setting but the six serverless lets a session set, caching and checkpointing a DataFrame,
-cloning the session, global temporary views. Connect itself has no ``sparkContext`` and no JVM on the client's side.
+cloning the session, global temporary views, and any read or write by path of a catalog's managed storage (Unity
+Catalog's, on every compute). Connect itself has no ``sparkContext`` and no JVM on the client's side.
 
 Refused in the client (the calls never reach the server), which is where lakejoin makes them; the server is a plain
 local Spark Connect server with Delta. A refusal raises ``RefusedOnServerless``, which lakejoin never catches by name.
@@ -8,6 +9,7 @@ local Spark Connect server with Delta. A refusal raises ``RefusedOnServerless``,
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,11 +41,14 @@ class Calls:
     merges: list[str] = field(default_factory=list)
 
 
-def refuse_what_serverless_refuses() -> Calls:
-    """Patch the Spark Connect client's classes for the rest of the process."""
+def refuse_what_serverless_refuses(managed: str | None = None) -> Calls:
+    """Patch the Spark Connect client's classes for the rest of the process. ``managed``: the folder of the catalog's
+    managed tables, which Unity Catalog refuses to read or write by path (a table's files, its ``_delta_log``,
+    ``delta.`path``` in SQL) on every compute; its tables are reached by name."""
     from pyspark.sql.connect.catalog import Catalog
     from pyspark.sql.connect.conf import RuntimeConf
     from pyspark.sql.connect.dataframe import DataFrame
+    from pyspark.sql.connect.readwriter import DataFrameReader, DataFrameWriter
     from pyspark.sql.connect.session import SparkSession
 
     calls = Calls()
@@ -70,13 +75,38 @@ def refuse_what_serverless_refuses() -> Calls:
             raise refuse(f"setting {key}")
         unset_setting(self, key)
 
+    def under_managed(paths: object) -> str | None:
+        """The first of ``paths`` in the managed storage (None: none is)."""
+        if managed is None:
+            return None
+        found = [paths] if isinstance(paths, str) else list(paths or [])  # type: ignore[call-overload]
+        root = os.path.realpath(managed)
+        return next((path for path in found if isinstance(path, str) and os.path.realpath(path.removeprefix("file:")).startswith(root)), None)
+
     def sql(self: SparkSession, query: str, *args: object, **kwargs: object) -> DataFrame:
         if _REFUSED_SQL.search(query):
             raise refuse(f"SQL {query[:60]!r}")
+        if under_managed(re.findall(r"delta\.`([^`]*)`", query)) or "_delta_log" in query:
+            raise refuse(f"a path in managed storage in SQL {query[:80]!r}")
         if query.lstrip().upper().startswith("MERGE"):
             calls.merges.append(query)
         return run_sql(self, query, *args, **kwargs)
 
+    def by_path(cls: type, name: str) -> None:
+        original = getattr(cls, name)
+
+        def read_or_write(self: object, *paths: object, **options: object) -> object:
+            where = under_managed([*paths, options.get("path")])
+            if where is not None or any("_delta_log" in str(path) for path in paths):
+                raise refuse(f"{cls.__name__}.{name} of {where or paths[0]} (a path in managed storage)")
+            return original(self, *paths, **options)
+
+        setattr(cls, name, read_or_write)
+
+    for name in ("load", "parquet", "json", "text", "csv", "orc"):
+        by_path(DataFrameReader, name)
+    for name in ("save", "parquet", "json", "text", "csv", "orc"):
+        by_path(DataFrameWriter, name)
     RuntimeConf.set, RuntimeConf.unset, SparkSession.sql = set_, unset, sql  # type: ignore[method-assign]
     SparkSession.cloneSession = refusing("cloneSession")  # type: ignore[method-assign]
     for name in REFUSED_DATAFRAME_CALLS:

@@ -113,7 +113,7 @@ def test_every_include_glob_matches_a_file(bundle):
 
 def test_every_job_validates_against_the_databricks_bundles_models(bundle):
     found = jobs(bundle)
-    assert set(found) == {"lakejoin_join", "lakejoin_join_follow", "lakejoin_join_serverless"}
+    assert set(found) == {"lakejoin_join", "lakejoin_join_follow", "lakejoin_join_serverless", ACCEPTANCE}
     for key, (_, job) in found.items():
         Job.from_dict(resolved(job, defaults(bundle)))  # raises on an unknown field or a missing required one
 
@@ -123,6 +123,14 @@ def test_the_models_do_reject_what_they_should():
         Job.from_dict({"name": "x", "tasks": [{"task_key": "a", "spark_python_taks": {}}]})
     with pytest.raises(TypeError):
         Job.from_dict({"name": "x", "tasks": [{"python_wheel_task": {"package_name": "lakejoin", "entry_point": "lakejoin"}}]})
+
+
+ACCEPTANCE = "lakejoin_acceptance"  # checks a workspace once, in schemas of its own: no join of the warehouse
+
+
+def joining_jobs(bundle: dict[str, Any]) -> dict[str, tuple[str, dict[str, Any]]]:
+    """The jobs that work on the target's warehouse: every job but the acceptance checks."""
+    return {key: found for key, found in jobs(bundle).items() if key != ACCEPTANCE}
 
 
 def wheel_tasks(job: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -135,7 +143,7 @@ def test_every_task_runs_a_real_lakejoin_command_from_the_wheel(bundle):
     with open(os.path.join(REPO, "pyproject.toml"), "rb") as handle:
         project = tomllib.load(handle)["project"]
     commands = set()
-    for path, job in jobs(bundle).values():
+    for path, job in joining_jobs(bundle).values():
         every = {task["task_key"]: task for task in resolved(job, defaults(bundle))["tasks"] if "python_wheel_task" in task}
         if "failed" in every:
             commands.add(_parser().parse_args(every["failed"]["python_wheel_task"]["parameters"]).command)
@@ -449,12 +457,29 @@ def task_parameters(bundle: dict[str, Any], key: str, task: str, **variables: st
 
 
 def test_every_task_takes_the_config_and_names_no_relation_and_no_batch_size(bundle):
-    for key, (_, job) in jobs(bundle).items():
+    for key, (_, job) in joining_jobs(bundle).items():
         for task in wheel_tasks(job):
             arguments = _parser().parse_args(task_parameters(bundle, key, task))
             assert arguments.config == defaults(bundle)["config"], (key, task)
             assert getattr(arguments, "relation", None) is None and getattr(arguments, "side", None) is None, (key, task)
             assert getattr(arguments, "max_batch_rows", None) is None, (key, task)  # the config's max_batch_rows rules
+
+
+def test_the_acceptance_job_checks_both_computes_in_schemas_of_their_own_and_is_never_scheduled(bundle):
+    path, job = jobs(bundle)[ACCEPTANCE]
+    assert not set(TRIGGERS) & set(job), "run by hand, once"
+    tasks = wheel_tasks(resolved(job, defaults(bundle)))
+    checks = {key: _parser().parse_args(task["python_wheel_task"]["parameters"]) for key, task in tasks.items()}
+    assert {key: (args.command, args.fail) for key, args in checks.items()} == {
+        "classic": ("acceptance", False), "serverless": ("acceptance", False), "forced_failure": ("acceptance", True),
+    }
+    assert "job_cluster_key" in tasks["classic"] and "environment_key" in tasks["serverless"]
+    schemas = {checks["classic"].warehouse, checks["serverless"].warehouse}
+    assert len(schemas) == 2 and "main.lakejoin" not in schemas, "never the join's warehouse, nor each other's"
+    assert {volume(checks[key].report) for key in ("classic", "serverless")} == {defaults(bundle)["docs"]}
+    assert job["email_notifications"]["on_failure"] == "${var.notify_on_failure}"
+    with open(os.path.join(REPO, "docs", "databricks.md"), encoding="utf-8") as handle:
+        assert "databricks bundle run -t dev lakejoin_acceptance" in handle.read()
 
 
 def volume(path: str) -> str:

@@ -190,7 +190,7 @@ def follow(pipeline: Pipeline, schedule: list[Step], arrived: list[tuple[str, di
 CHANGE_PROPERTY = settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 
-@settings(CHANGE_PROPERTY, max_examples=3)
+@settings(CHANGE_PROPERTY, max_examples=1)
 @example(schedule=UNCHANGED)
 @given(schedule=change_schedules())
 def test_runs_after_any_ingests_keep_gold_the_join_of_the_current_records_after_every_batch(tmp_path_factory, deltars, schedule) -> None:
@@ -198,11 +198,10 @@ def test_runs_after_any_ingests_keep_gold_the_join_of_the_current_records_after_
     follow(Pipeline(deltars, str(tmp_path_factory.mktemp("changes")), Config(**CONFIG)), schedule)
 
 
-@settings(CHANGE_PROPERTY, max_examples=1)  # ~15 s a batch on Delta on Spark
-@example(schedule=UNCHANGED)
-@given(schedule=change_schedules())
-def test_on_delta_spark_runs_after_any_ingests_keep_gold_the_join_of_the_current_records(tmp_path_factory, spark_engine, schedule) -> None:
-    follow(Pipeline(spark_engine, str(tmp_path_factory.mktemp("changes")), Config(**CONFIG)), schedule)
+def test_on_delta_spark_batches_that_change_nothing_in_gold_or_state_are_followed_by_runs_that_go_on(tmp_path, spark_engine) -> None:
+    """The schedule above on Delta on Spark, whose MERGE likewise commits nothing when it changes nothing (the property
+    runs on delta-rs: a change-feed batch costs several times as much here)."""
+    follow(Pipeline(spark_engine, str(tmp_path), Config(**CONFIG)), UNCHANGED)
 
 
 def test_a_warehouse_whose_gold_lacks_the_marks_of_batches_that_changed_nothing_there_runs_on(tmp_path_factory, deltars) -> None:

@@ -10,6 +10,7 @@ import shlex
 
 import pytest
 
+from pipelines.acceptance import FORCED
 from tests.helpers import REPO, lakejoin, lakejoin_here
 
 
@@ -128,3 +129,9 @@ def test_failed_exits_1_naming_the_tasks_that_failed(tmp_path):
     assert failed.stderr.strip().splitlines() == [
         "lakejoin: error: this run failed at join (failed), maintain (upstream_failed): the failed task's output says why"
     ]
+
+
+def test_acceptance_forced_to_fail_exits_1_in_one_line(tmp_path):
+    """The acceptance job's forced failure, whose run must end FAILED: one line, no Spark started."""
+    forced = lakejoin("acceptance", "--fail", "--warehouse", "main.lakejoin_acceptance", cwd=str(tmp_path))
+    assert forced.returncode == 1 and forced.stderr.strip().splitlines() == [f"lakejoin: error: {FORCED}"]

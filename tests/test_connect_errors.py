@@ -156,3 +156,27 @@ def waited(error: BaseException) -> float:
 def test_the_first_call_gives_up_on_no_answer_in_seconds_but_waits_for_a_server_that_asks_to_be_called_back():
     assert 5 < waited(unavailable()) < 10
     assert waited(unavailable(retry_after_ms=30_000)) > 10 * 60  # Spark Connect's own patience, as for every later call
+
+
+class RefusingConnectSession:
+    """A Spark Connect session (as lakejoin tells one) whose server names no extension and refuses the probe's path
+    with an error that is not Delta's, as serverless does with DBFS's root."""
+
+    __module__ = "pyspark.sql.connect.session"
+
+    class conf:  # noqa: N801 - the session's attribute
+        @staticmethod
+        def get(name: str, default: str | None = None) -> str | None:
+            return default
+
+    def sql(self, query: str) -> None:
+        raise PermissionError("[INSUFFICIENT_PERMISSIONS] Public DBFS root is disabled. Access is denied on path: /lakejoin-probe-of-delta/none")
+
+
+def test_a_probe_refused_by_the_server_is_one_line_and_a_catalog_warehouse_needs_no_probe():
+    from state.engines import make_engine
+    from state.errors import LakejoinError
+
+    with pytest.raises(LakejoinError, match=r"^cannot tell whether the Spark Connect server has Delta \(\[INSUFFICIENT_PERMISSIONS\] Public DBFS root is disabled.*set engine: spark"):
+        make_engine(RefusingConnectSession())  # type: ignore[arg-type]
+    assert make_engine(RefusingConnectSession(), catalog=True).name == "spark"  # type: ignore[arg-type] - decided without the probe

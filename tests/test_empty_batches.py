@@ -14,14 +14,14 @@ from tests.helpers import Pipeline
 from tests.reference import Record
 from tests.strategies import split
 
-# Every kind with bounded state (a window where it takes one, and a lateness): a record far below its relation's
-# watermark is late, so a batch of only such records joins nothing and keeps nothing.
+# Every way gold is written with bounded state (a window where it takes one, and a lateness): pairs (inner; an N-way
+# inner join writes as two relations do), rows once final (full; a left join is its one side), as-of rows, and
+# synchronized rows of three relations. A record far below its relation's watermark is late, so a batch of only
+# such records joins nothing and keeps nothing.
 KINDS = {
     "inner": dict(window=2, allowed_lateness=1),
-    "left": dict(join="left", window=2, allowed_lateness=1),
     "full": dict(join="full", window=2, allowed_lateness=1),
     "asof": dict(join="asof", allowed_lateness=1),
-    "three-way": dict(relations=dict.fromkeys("rst"), window=2, allowed_lateness=1),
     "synchronized": dict(relations=dict.fromkeys("rst"), join="synchronized", predicate="r.key = s.key AND s.key = t.key", allowed_lateness=1),
 }
 

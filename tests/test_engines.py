@@ -21,20 +21,20 @@ from state.engines import Eviction, Memberships, Merged, OnMatch, Txn, make_engi
 from state.engines.base import Aligned, Recorded, applied
 from state.engines.delta_log import Listed, greatest_after
 from state.engines.spark_delta import SparkDeltaEngine
-from state.engines.sql_log import SqlLog
+from state.engines.public_log import PublicLog
 from state.faults import CRASH_AT, InjectedCrash
 from tests.conftest import SPARK_DELTA_SKIP, require_spark_delta
 from tests.helpers import REPO
 
 
-@pytest.fixture(params=["delta-rs", pytest.param("spark", marks=pytest.mark.spark_delta), pytest.param("spark-sql-log", marks=pytest.mark.spark_delta)])
+@pytest.fixture(params=["delta-rs", pytest.param("spark", marks=pytest.mark.spark_delta), pytest.param("spark-public-log", marks=pytest.mark.spark_delta)])
 def engine(request: pytest.FixtureRequest, spark):
-    """Each engine in turn, and ``spark-sql-log``: Delta on Spark reading the log as it does as a Spark Connect client
-    (SQL and Spark reads, no JVM), here in a classic session."""
+    """Each engine in turn, and ``spark-public-log``: Delta on Spark reading the log as it does on Databricks and as a
+    Spark Connect client (SQL and reads by name, no JVM), here in a classic session."""
     if request.param == "delta-rs":
         return make_engine(spark, request.param)
     require_spark_delta(spark)
-    return make_engine(spark, "spark") if request.param == "spark" else SparkDeltaEngine(spark, SqlLog(spark))
+    return make_engine(spark, "spark") if request.param == "spark" else SparkDeltaEngine(spark, PublicLog(spark))
 
 
 def frame(spark, rows):

@@ -36,6 +36,7 @@ from tests.test_bundle import BUNDLE, GIVEN, holds, jobs, load, resolved, target
 
 SUCCESS, FAILED, EXCLUDED, UPSTREAM_FAILED = "SUCCESS", "FAILED", "EXCLUDED", "UPSTREAM_FAILED"
 FIRST_RUN_OF_THE_DAY, ORDINARY_RUN = datetime(2026, 12, 1, 0, 0), datetime(2026, 12, 1, 5, 30)
+ACCEPTANCE = "lakejoin_acceptance"
 
 
 def task_states(tasks: list[dict], trigger: datetime, failing: set[str], upstream_failed_is_failed: bool) -> dict[str, tuple[str, bool | None]]:
@@ -80,9 +81,10 @@ def task_states(tasks: list[dict], trigger: datetime, failing: set[str], upstrea
 
 
 def always_fails(task: dict) -> bool:
-    """``lakejoin failed``, which exits 1 whenever it runs (tests/test_cli.py)."""
+    """``lakejoin failed`` and ``lakejoin acceptance --fail``, which exit 1 whenever they run (tests/test_cli.py)."""
     wheel = task.get("python_wheel_task")
-    return wheel is not None and _parser().parse_args(wheel["parameters"]).command == "failed"
+    arguments = None if wheel is None else _parser().parse_args(wheel["parameters"])
+    return arguments is not None and (arguments.command == "failed" or getattr(arguments, "fail", False))
 
 
 def run_result(tasks: list[dict], trigger: datetime, failing: set[str], upstream_failed_is_failed: bool) -> str:
@@ -111,6 +113,8 @@ def every_job() -> dict[str, list[dict]]:
 @pytest.mark.parametrize("trigger", [FIRST_RUN_OF_THE_DAY, ORDINARY_RUN], ids=["00:00", "05:30"])
 def test_any_task_that_fails_fails_the_run_of_every_job(trigger, upstream_failed_is_failed):
     for key, tasks in every_job().items():
+        if key == ACCEPTANCE:  # it fails on purpose: below
+            continue
         assert run_result(tasks, trigger, set(), upstream_failed_is_failed) == "SUCCESS", key
         for task in ran(tasks, trigger):
             assert run_result(tasks, trigger, {task}, upstream_failed_is_failed) == "FAILED", (key, task)
@@ -141,3 +145,16 @@ def test_the_rules_read_the_earlier_graph_as_masking_a_failed_join(upstream_fail
     for trigger in (ORDINARY_RUN, FIRST_RUN_OF_THE_DAY):
         assert run_result(EARLIER, trigger, {"join"}, upstream_failed_is_failed) == "SUCCESS_WITH_FAILURES"
     assert run_result(EARLIER, FIRST_RUN_OF_THE_DAY, {"maintain"}, upstream_failed_is_failed) == "FAILED"
+
+
+@pytest.mark.parametrize("upstream_failed_is_failed", [True, False])
+def test_the_acceptance_run_checks_both_computes_whatever_fails_and_always_ends_failed(upstream_failed_is_failed):
+    """Its forced failure must end the run FAILED (and so notify) after both checks ran, whether they passed or not."""
+    tasks = every_job()[ACCEPTANCE]
+    for failing in (set(), {"classic"}, {"serverless"}, {"classic", "serverless"}):
+        states = task_states(tasks, ORDINARY_RUN, failing, upstream_failed_is_failed)
+        assert {key: states[key][0] for key in ("classic", "serverless", "forced_failure", "failed")} == {
+            "classic": FAILED if "classic" in failing else SUCCESS, "serverless": FAILED if "serverless" in failing else SUCCESS,
+            "forced_failure": FAILED, "failed": FAILED,
+        }, failing
+        assert run_result(tasks, ORDINARY_RUN, failing, upstream_failed_is_failed) == "FAILED"

@@ -176,9 +176,9 @@ def test_a_delete_or_an_overwrite_is_refused_with_nothing_written_and_skipped_wh
     ]
 
 
-def test_an_optimize_is_followed_without_joining_anything_twice_and_a_new_column_is_carried(deltars, tmp_path, sources):
+def test_an_optimize_is_followed_without_joining_anything_twice_and_a_new_column_is_carried(engine, tmp_path, sources):
     orders, payments = sources
-    pipeline = tables_pipeline(deltars, str(tmp_path), orders, payments)
+    pipeline = tables_pipeline(engine, str(tmp_path), orders, payments)
     placed = [order(1, 0, "ann"), order(2, 5, "ann")], [payment(1, 10, "ann")]
     append(orders, placed[0][:1])
     append(payments, placed[1])

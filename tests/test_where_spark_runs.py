@@ -28,6 +28,7 @@ from pipelines.spark import DELTA_CONF, DELTA_JARS, delta_jars
 from state.engines import make_engine
 from state.layout import Warehouse
 from state.relations import relation
+from tests.databricks_runtime import EVERY_KIND
 from tests.helpers import REPO, lakejoin
 from tests.test_join_pipeline import ORDERS
 from tests.where_spark_runs import TYPED_CONFIG, TYPES, WORKED_BATCH_ROWS, WORKED_ORDER
@@ -68,7 +69,10 @@ def test_on_a_spark_connect_server_joins_are_exact_through_a_crash_and_the_cli_s
     assert status.returncode == 0 and json.loads(status.stdout)["last_committed_batch"] == 2, status.stderr
 
 
-def test_on_a_session_that_refuses_what_serverless_refuses_joins_are_exact_through_crashes_around_a_merge(connect_server, spark, tmp_path):
+def test_on_a_session_that_refuses_what_serverless_refuses_every_join_is_exact_through_crashes_around_a_merge(connect_server, spark, tmp_path):
+    """On a session that refuses settings, caching and clones: the typed join through crashes (a folder warehouse), and
+    change feeds on a catalog warehouse whose tables the client reaches by name only (a path read of their storage is
+    refused)."""
     found = _scenarios(tmp_path, "--remote", connect_server, "--serverless")
     assert (found["session"], found["engine"]) == ("pyspark.sql.connect.session", "spark")
     assert found["refused"] == ["cloneSession"], "only the engine's one question to the session was refused"
@@ -83,6 +87,17 @@ def test_on_a_session_that_refuses_what_serverless_refuses_joins_are_exact_throu
     changes = found["changes"]  # change feeds: gold after each run, beside the reference's
     assert [[tuple(row) for row in run] for run in changes["gold"]] == [[tuple(row) for row in run] for run in changes["expected"]]
     assert changes["gold"][-1], "the last run holds pairs"
+
+
+@EVERY_KIND
+def test_on_a_session_that_refuses_what_serverless_refuses_every_kind_of_join_is_exact_and_the_acceptance_checks_pass(connect_server, spark, tmp_path):
+    """Every other kind of join on catalog warehouses, each exact against its reference, a source table and an idle
+    relation among them; and the checks of the acceptance job (pipelines/acceptance.py), the path read refused."""
+    found = _scenarios(tmp_path, "--remote", connect_server, "--serverless", "--every-kind", timeout=3600)
+    for kind, joined in found["kinds"].items():
+        assert joined["gold"] == joined["expected"] and joined["gold"], kind
+    assert set(found["kinds"]) == {"inner", "left", "full", "asof", "three-way", "synchronized", "idle", "table"}
+    assert found["acceptance"] == [], "every check of a workspace passes here, the path read of managed storage refused"
 
 
 def test_a_databricks_task_gets_the_runtime_s_session_and_never_starts_a_local_one(spark, monkeypatch):
@@ -109,10 +124,10 @@ def test_on_a_standalone_cluster_joins_are_exact_and_the_cli_runs_there(standalo
     assert ran.returncode == 0 and "1 arrivals, 3 pairs" in ran.stdout, ran.stdout + ran.stderr[-2000:]
 
 
-def _scenarios(tmp_path: Path, *where: str) -> dict:
+def _scenarios(tmp_path: Path, *where: str, timeout: int = 900) -> dict:
     ran = subprocess.run(
         [sys.executable, "-m", "tests.where_spark_runs", str(tmp_path), *where],
-        capture_output=True, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": REPO}, timeout=900,
+        capture_output=True, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": REPO}, timeout=timeout,
     )  # fmt: skip
     assert ran.returncode == 0, ran.stderr[-3000:]
     return json.loads(ran.stdout.strip().splitlines()[-1])

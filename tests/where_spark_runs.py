@@ -12,7 +12,7 @@ import argparse
 import itertools
 import json
 import os
-from datetime import date, datetime, timezone
+from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
 
 import pyarrow as pa
@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import functions as F
 
 from pipelines import Pipeline
+from pipelines.acceptance import accept
 from pipelines.spark import get_spark
 from state.faults import CRASH_AT, InjectedCrash
 from state.layout import Warehouse
@@ -123,7 +124,7 @@ def serverless_join(root: str, spark) -> dict:  # noqa: ANN001
         for part, first in enumerate(range(0, count, 5)):
             parts[relation].append(os.path.join(root, f"serverless-{relation}-{part}.parquet"))
             pq.write_table(rows.slice(first, min(5, count - first)), parts[relation][-1])
-    warehouse = os.path.join(root, "serverless")
+    warehouse = os.path.join(root, "serverless")  # a folder: the change feed below is on a catalog's managed tables
     crashes = []
     with Pipeline(warehouse, SERVERLESS_CONFIG, spark=spark) as pipeline:
         for relation in counts:
@@ -160,6 +161,108 @@ def serverless_join(root: str, spark) -> dict:  # noqa: ANN001
     }  # fmt: skip
 
 
+MANAGED = "managed"  # under the workdir: the catalog schemas' storage, which the restricted client may not read by path
+
+
+def managed_schema(spark, root: str, name: str) -> str:  # noqa: ANN001
+    """A catalog schema whose tables are managed, stored under the workdir's ``managed`` folder: the warehouse."""
+    spark.sql(f"CREATE SCHEMA IF NOT EXISTS spark_catalog.{name} LOCATION '{os.path.join(root, MANAGED, name)}'")
+    return f"spark_catalog.{name}"
+
+
+def write_records(root: str, label: str, records: list) -> dict[str, str]:
+    """One JSON Lines file per relation of ``records`` (tests/reference.py ``Record``s), outside the managed storage."""
+    files = {}
+    for record in records:
+        files.setdefault(record.relation, os.path.join(root, "landing", f"{label}-{record.relation}.jsonl"))
+    os.makedirs(os.path.join(root, "landing"), exist_ok=True)
+    for relation, path in files.items():
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.writelines(
+                json.dumps({"id": rec.id, "ts": rec.ts, "key": rec.key, "payload": rec.payload}) + "\n" for rec in records if rec.relation == relation
+            )
+    return files
+
+
+def serverless_kinds(root: str, spark) -> dict:  # noqa: ANN001
+    """Every kind of join on a session that refuses what serverless refuses, each in a catalog warehouse of its own,
+    its records landed and joined in a batch, then records that push every watermark past them in another: each kind's
+    gold and its reference's (tests/reference.py, tests/test_final_reference.py, tests/test_nway_reference.py)."""
+    from collections import Counter
+
+    from state.clock import set_now
+    from tests.reference import Record, batch_join, within
+    from tests.test_final_reference import FAR, merge_asof, sql_join
+    from tests.test_nway_reference import expected_tuples
+
+    two = [Record("r", "r1", 1, "a"), Record("s", "s1", 2, "a"), Record("r", "r2", 4, "b"), Record("s", "s2", 5, "a"),
+           Record("r", "r3", 7, "a"), Record("s", "s3", 8, "b"), Record("r", "r4", 9, "c"), Record("s", "s4", 9, "a")]  # fmt: skip
+    far = [Record("r", "r~", FAR, "~r"), Record("s", "s~", FAR, "~s")]
+    three = [Record(name, f"{name}{ts}", ts, "a" if ts % 3 else "b", rank=rank) for rank, name in enumerate("rst") for ts in (1, 2, 4, 5)]
+    far3 = [Record(name, f"{name}~", FAR, f"~{name}", rank=rank) for rank, name in enumerate("rst")]
+    pairs = lambda rows: sorted(Counter((row.get("_r_id"), row.get("_s_id"), row["owner"]) for row in rows).items(), key=repr)  # noqa: E731
+    tuples = lambda rows, names: sorted(Counter((tuple(row[f"_{name}_id"] for name in names), row["owner"].lower()) for row in rows).items(), key=repr)  # noqa: E731
+    expected_pairs = lambda found: sorted(Counter((pair.r_id, pair.s_id, pair.owner) for pair in found).items(), key=repr)  # noqa: E731
+    expected_tuples_of = lambda found: sorted(Counter((tuple(rec_id for _, rec_id in match.ids), match.owner) for match in found.elements()).items(), key=repr)  # noqa: E731
+    cases = {
+        "inner": ({"window": 2, "allowed_lateness": 1}, two, far, lambda: expected_pairs(batch_join(two, within(2))), pairs),
+        "left": ({"join": "left", "window": 2, "allowed_lateness": 1}, two, far, lambda: expected_pairs(sql_join(two, "left", within(2))), pairs),
+        "full": ({"join": "full", "window": 2, "allowed_lateness": 1}, two, far, lambda: expected_pairs(sql_join(two, "full", within(2))), pairs),
+        "asof": ({"join": "asof", "allowed_lateness": 1}, two, far, lambda: expected_pairs(merge_asof(two, None, False)),
+                 lambda rows: pairs([row for row in rows if row.get("_r_id") != "r~"])),
+        "three-way": ({"relations": dict.fromkeys("rst"), "window": 2, "allowed_lateness": 1}, three, far3,
+                      lambda: expected_tuples_of(expected_tuples(three, "rst", window=2)), lambda rows: tuples(rows, "rst")),
+        "synchronized": ({"relations": dict.fromkeys("rst"), "join": "synchronized", "predicate": "r.key = s.key AND s.key = t.key"}, three, [],
+                         lambda: expected_tuples_of(expected_tuples(three, "rst", window=0)), lambda rows: tuples(rows, "rst")),
+    }  # fmt: skip
+    found = {}
+    for kind, (config, records, flush, expected, seen) in cases.items():
+        with Pipeline(managed_schema(spark, root, f"lj_kind_{kind.replace('-', '_')}"), config, spark=spark) as pipeline:
+            for label, chunk in ((kind, records), (f"{kind}-far", flush)):  # a batch each: the first keeps state, the second ends it
+                for relation, path in write_records(root, label, chunk).items():
+                    pipeline.ingest(relation, path)
+                pipeline.run()
+            found[kind] = {"gold": seen([row.asDict() for row in pipeline.table("gold").collect()]), "expected": expected()}
+    # an idle relation released: payments stop, and once idle the orders' rows waiting on them come out
+    quiet = {"join": "left", "window": 2, "allowed_lateness": 0, "relations": {"r": {}, "s": {"idle_after": "15 minutes"}}}
+    start = datetime(2026, 11, 25, 9, 0, tzinfo=timezone.utc)
+    try:
+        with Pipeline(managed_schema(spark, root, "lj_kind_idle"), quiet, spark=spark) as pipeline:
+            for minutes, label, chunk in ((0, "idle-1", [Record("s", "s1", 1, "k"), Record("r", "r2", 2, "k"), Record("r", "r4", 4, "k")]),
+                                          (1, "idle-2", [Record("r", "r8", 8, "k")]), (16, "idle-3", [])):  # fmt: skip
+                set_now(start + timedelta(minutes=minutes))
+                for relation, path in write_records(root, label, chunk).items():
+                    pipeline.ingest(relation, path)
+                pipeline.run()
+            found["idle"] = {"gold": pairs([row.asDict() for row in pipeline.table("gold").collect()]), "expected": [(("r2", "s1", "S"), 1), (("r4", None, "R"), 1)]}
+    finally:
+        set_now(None)
+    found["table"] = serverless_table(root, spark)
+    return found
+
+
+def serverless_table(root: str, spark) -> dict:  # noqa: ANN001
+    """A relation read in place from a managed table of the catalog, by name (its files are the catalog's to read), as
+    it grows: gold and the batch join of the table's rows with the files'."""
+    from collections import Counter
+
+    from tests.reference import Record, batch_join
+
+    source = f"{managed_schema(spark, root, 'lj_sources')}.orders"
+    orders = [Record("r", f"o{n}", n, "a" if n % 2 else "b") for n in range(6)]
+    payments = [Record("s", f"p{n}", n, "a" if n % 3 else "b") for n in range(4)]
+    schema = "id string, ts bigint, key string, payload string"
+    spark.createDataFrame([(rec.id, rec.ts, rec.key, rec.payload) for rec in orders[:3]], schema).write.format("delta").saveAsTable(source)
+    with Pipeline(managed_schema(spark, root, "lj_kind_table"), {"relations": {"r": {"table": source}, "s": {}}}, spark=spark) as pipeline:
+        pipeline.ingest("s", write_records(root, "table-s", payments)["s"])
+        pipeline.run()
+        spark.createDataFrame([(rec.id, rec.ts, rec.key, rec.payload) for rec in orders[3:]], schema).write.format("delta").mode("append").saveAsTable(source)
+        pipeline.run()
+        gold = Counter((row.r_id, row.s_id) for row in pipeline.table("gold").collect())
+    expected = Counter((pair.r_id, pair.s_id) for pair in batch_join(orders + payments))
+    return {"gold": sorted(gold.items()), "expected": sorted(expected.items())}
+
+
 def serverless_changes(root: str, spark) -> dict:  # noqa: ANN001
     """A join of two change feeds on a session that refuses what serverless refuses, through tests/test_changes.py's
     schedule with updates, deletes, a batch that changes no gold row and one that changes no state row: gold after
@@ -169,7 +272,7 @@ def serverless_changes(root: str, spark) -> dict:  # noqa: ANN001
     schedule = [*UNCHANGED, ("ingest", "s", [change("d", 3, "p1", 3, "k2")]), ("ingest", "r", [change("c", 4, "o2", 6, "k1")]), ("run", 5)]
     arrived: list[tuple[str, dict]] = []
     found, expected = [], []
-    with Pipeline(os.path.join(root, "changes"), CONFIG, spark=spark) as pipeline:
+    with Pipeline(managed_schema(spark, root, "lj_changes"), CONFIG, spark=spark) as pipeline:
         for number, step in enumerate(schedule):
             if step[0] == "ingest":
                 path = os.path.join(root, f"change-{number}.jsonl")
@@ -192,6 +295,7 @@ def main() -> None:
     where.add_argument("--remote")
     where.add_argument("--master")
     parser.add_argument("--serverless", action="store_true")
+    parser.add_argument("--every-kind", action="store_true", help="with --serverless: every kind of join and the acceptance checks too")
     args = parser.parse_args()
     spark = get_spark(master=args.master, remote=args.remote)
     from state.engines import make_engine
@@ -199,12 +303,15 @@ def main() -> None:
     if args.serverless:
         from tests.serverless import refuse_what_serverless_refuses
 
-        calls = refuse_what_serverless_refuses()
+        calls = refuse_what_serverless_refuses(managed=os.path.join(args.workdir, MANAGED))
         found = {"session": type(spark).__module__, "engine": make_engine(spark).name}
         found["typed"] = serverless_join(args.workdir, spark)
         found["changes"] = serverless_changes(args.workdir, spark)
+        if args.every_kind:
+            found["kinds"] = serverless_kinds(args.workdir, spark)
+            found["acceptance"] = [outcome.line() for outcome in accept(spark, managed_schema(spark, args.workdir, "lj_acceptance")) if not outcome.passed]
         state = Warehouse(os.path.join(args.workdir, "serverless")).path_of("silver/r_state")
-        print(json.dumps(found | {"refused": calls.refused, "r_state_merges": sum(f"`{state}`" in merge for merge in calls.merges)}))
+        print(json.dumps(found | {"refused": calls.refused, "r_state_merges": sum(f"`{state}`" in merge for merge in calls.merges)}, default=str))
         return
     found = {"session": type(spark).__module__, "engine": make_engine(spark).name}
     if args.remote:  # the crash path is the same driver code on a cluster as locally; over Connect its reads are not

@@ -125,6 +125,10 @@ class Recorded:
     # Written before a MERGE that could not carry it (a session that refuses settings: ``marker``): the write it
     # records is done only if a MERGE commit follows it, which the engine that wrote it checks.
     before_merge: bool = False
+    # No commit the log keeps records the app, and the log has lost its oldest commits: a reader that may not read the
+    # table's state (state/engines/public_log.py) cannot tell, and the batch log is the record (state/checks.py). A
+    # write then carries Delta's own app transaction, which Delta checks.
+    unknown: bool = False
 
     def covers(self, txn: Txn) -> bool:
         return not self.before_merge and covers(self.version, txn)
@@ -217,10 +221,6 @@ class DeltaReader(Protocol):
         """``schema`` of the user's table, read from its log now (never from a table held open); None when absent."""
         ...
 
-    def source_root(self, table: str) -> str:
-        """The folder of a table's data files: what the paths in its log are relative to."""
-        ...
-
     def source_snapshot(self, table: str, version: int | None = None) -> tuple[int, Actions] | None:
         """The table at ``version`` (latest when None) and the actions that rebuild it: its ``metaData``, its
         ``protocol`` and one ``add`` per data file (``path``, ``partitionValues`` and ``modificationTime`` as the log
@@ -293,6 +293,11 @@ class DeltaEngine(DeltaReader, Protocol):
 
         Returns what it inserted and evicted, or None when the table already records ``txn``.
         """
+        ...
+
+    def source_files(self, table: str, stored: StructType, files: Sequence[tuple[int, str]]) -> DataFrame:
+        """The rows of the user's table in ``files`` (each a data file as the table's log names it, with a version that
+        holds it), in the columns ``stored``, each with its ``_file_name`` and ``_row_index``: what finds a row again."""
         ...
 
     def source_changes(self, table: str, first: int, last: int) -> DataFrame:

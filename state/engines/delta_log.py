@@ -4,11 +4,10 @@ The engine's writes and data reads are Spark SQL and the DataFrame API, which ev
 table's log (the latest version, the schema, which commit recorded an app's write, a source table's commits) have two
 readers behind one interface:
 
-- ``jvm.JvmLog``, in a classic session (local, a cluster's driver, a Databricks job): Delta's own log in the
+- ``jvm.JvmLog``, in a classic session off Databricks whose Delta is the line lakejoin pins: Delta's own log in the
   driver's JVM, in milliseconds and without Spark jobs. It is the one place lakejoin reaches into the JVM.
-- ``sql_log.SqlLog``, in a Spark Connect session (Databricks serverless and Connect, a Connect server), where there is
-  no JVM on the client's side: ``DESCRIBE HISTORY``, ``DESCRIBE DETAIL`` and Spark reads of the ``_delta_log`` files,
-  so the plain Delta extension on the server is enough.
+- ``public_log.PublicLog`` everywhere else (Spark Connect, a Databricks runtime, another Delta): ``DESCRIBE HISTORY``,
+  ``DESCRIBE DETAIL`` and reads by name, what Delta and Unity Catalog promise; no table's files are read by path.
 """
 
 from __future__ import annotations
@@ -114,8 +113,6 @@ class DeltaLogReader(Protocol):
 
     def table_id(self, table: str, head: Head) -> str:
         """The table's Delta id (its metadata's), which a source table's ingests record."""
-
-    def source_root(self, table: str) -> str: ...
 
     def source_snapshot(self, table: str, head: Head, version: int | None) -> tuple[int, Actions]: ...
 

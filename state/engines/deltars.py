@@ -18,9 +18,11 @@ from pyarrow import fs
 from deltalake import CommitProperties, DeltaTable, QueryBuilder, Transaction, write_deltalake
 from deltalake.exceptions import DeltaError, TableNotFoundError
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
+from state.engines.delta_log import data_file
 from state.engines.base import Actions, Aligned, Data, Memberships, Merged, OnMatch, Recorded, TableInfo, Txn, as_frame, changes_merge, marked, marker, match_condition, no_change_feed, one_of
 from state.errors import LakejoinError
 from state.layout import NEW_TABLE_LOG
@@ -137,9 +139,6 @@ class DeltaRsReader:
         opened = self._fresh(table, version)
         return None if opened is None else _spark_schema(opened)
 
-    def source_root(self, table: str) -> str:
-        return unquote(_opened(self._fresh(table), table).table_uri.rstrip("/"))  # a URL: Spark takes the path as it is
-
     def source_snapshot(self, table: str, version: int | None = None) -> tuple[int, Actions] | None:
         opened = self._fresh(table, version)
         if opened is None:
@@ -212,6 +211,15 @@ class DeltaRsEngine(DeltaRsReader):
             return self.spark.createDataFrame([], schema)
         df = self.spark.read.schema(schema).parquet(*files)
         return df if where is None else df.where(where)
+
+    def source_files(self, table: str, stored: StructType, files: Sequence[tuple[int, str]]) -> DataFrame:
+        """As plain Parquet, by path: delta-rs reads a folder's tables, never a catalog's."""
+        root = unquote(_opened(self._fresh(table), table).table_uri.rstrip("/"))  # a URL: Spark takes the path as it is
+        paths = sorted({data_file(root, path) for _, path in files})
+        if not paths:
+            return self.spark.createDataFrame([], stored)
+        rows = self.spark.read.schema(stored).parquet(*paths)
+        return rows.select("*", F.col("_metadata.file_name").alias("_file_name"), F.col("_metadata.row_index").alias("_row_index"))
 
     def source_changes(self, table: str, first: int, last: int) -> DataFrame:
         opened = _opened(self._fresh(table), table)

@@ -2,9 +2,11 @@
 in a classic session, where the driver's JVM is beside the Python process (local mode, a cluster's driver, a Databricks
 job). A Spark Connect client has no JVM; tests/test_where_spark_runs.py fails if any other module reaches in.
 
-- ``JvmLog``: Delta's log read in the driver's JVM, the engine's log reader in a classic session
-  (state/engines/delta_log.py). Listing the log and reading the newest checksum file take milliseconds, where
-  ``DESCRIBE HISTORY`` or a read plan each run a Spark job or a round trip (state/engines/sql_log.py does that).
+- ``JvmLog``: Delta's log read in the driver's JVM, the engine's log reader in a classic session off Databricks whose
+  Delta is the line lakejoin pins (``delta_version``; state/engines/delta_log.py). Listing the log and reading the
+  newest checksum file take milliseconds, where ``DESCRIBE HISTORY`` or a read plan each run a Spark job or a round
+  trip (state/engines/public_log.py does that). Delta's internals are no contract: a Databricks runtime's Delta has
+  its own, so it is never used there.
 - ``cloned_session``: a session for a command with settings of its own, which hears of its parent's observations.
 - ``has_delta_classes``: whether Delta's classes load in the session's JVM.
 - ``classic_spark_running``: whether this process already runs a classic Spark, on any thread.
@@ -100,6 +102,17 @@ def has_delta_classes(spark: SparkSession) -> bool:
     return True
 
 
+def delta_version(spark: SparkSession) -> str | None:
+    """The version of the Delta the session's JVM loads, from its jar's manifest (the class's package, no call into
+    Delta); None when Delta's classes do not load or their jar says no version."""
+    try:
+        delta = spark._jvm.org.apache.spark.util.Utils.classForName("io.delta.tables.DeltaTable", True, False)  # type: ignore[union-attr]
+    except Exception:  # noqa: BLE001 - py4j raises a generic error for a missing class
+        return None
+    version = delta.getPackage().getImplementationVersion()
+    return None if version is None else str(version)
+
+
 class JvmLog:
     def __init__(self, spark: SparkSession) -> None:
         self.spark = spark
@@ -171,9 +184,6 @@ class JvmLog:
             if found is not None:
                 return found
         return Recorded(_txn_version(head.handle, app_id), in_commits=False)
-
-    def source_root(self, table: str) -> str:
-        return str(self._log(table).dataPath().toString())
 
     def source_snapshot(self, table: str, head: Head, version: int | None) -> tuple[int, Actions]:
         snapshot = head.handle if version is None else self._log(table).getSnapshotAt(version, self._none, self._none, False)

@@ -24,9 +24,11 @@ import uuid
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import reduce
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.window import Window
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
@@ -36,6 +38,7 @@ from state.engines.delta_log import USER_METADATA, DeltaLogReader, Head, Listed,
 from state.errors import LakejoinError
 from state.faults import reached
 from state.layout import NEW_TABLE_LOG, is_table_name
+from state.names import column
 
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"
@@ -50,6 +53,8 @@ NEW_TABLE = {"delta.enableDeletionVectors": "false"} | NEW_TABLE_LOG
 # The settings one command may need: a session lent to it has each either set for it or unset.
 COMMAND_CONFS = (TXN_APP_ID, TXN_VERSION, USER_METADATA, SORT_WITHIN_FILES, MATERIALIZE_SOURCE)
 GLOBAL_VIEWS = "spark.sql.globalTempDatabase"
+# The Delta line lakejoin is tested with (pyproject.toml's delta-spark pin): the one whose internals the JVM reader knows.
+PINNED_DELTA = "4.4."
 # Sessions for commands with settings of their own (a MERGE's app transaction is a session setting), so that commands
 # on different tables run at once without seeing each other's settings: per session lakejoin computes with.
 _POOLS: weakref.WeakKeyDictionary[SparkSession, queue.SimpleQueue[SparkSession]] = weakref.WeakKeyDictionary()
@@ -57,15 +62,20 @@ _POOLS_LOCK = threading.Lock()
 
 
 def log_reader(spark: SparkSession) -> DeltaLogReader:
-    """The session's reader of Delta logs: Delta's own in the driver's JVM, else (Spark Connect) SQL and file reads.
-    Each is imported only where it runs, so a Connect client needs no py4j."""
-    if is_connect(spark):
-        from state.engines.sql_log import SqlLog
+    """The session's reader of Delta logs: Delta's own log in the driver's JVM (milliseconds a look-up) only where
+    lakejoin knows that Delta, a classic session off Databricks whose Delta is the line lakejoin pins; everywhere else
+    (Spark Connect, a Databricks runtime, whose Delta is its own, another Delta) the public reader, SQL and reads by
+    name (docs/design.md section 5). Each is imported only where it runs, so a Connect client needs no py4j."""
+    from state.engines import on_databricks
 
-        return SqlLog(spark)
-    from state.engines.jvm import JvmLog
+    if not is_connect(spark) and not on_databricks():
+        from state.engines.jvm import JvmLog, delta_version
 
-    return JvmLog(spark)
+        if (delta_version(spark) or "").startswith(PINNED_DELTA):
+            return JvmLog(spark)
+    from state.engines.public_log import PublicLog
+
+    return PublicLog(spark)
 
 
 class SparkDeltaEngine:
@@ -180,9 +190,6 @@ class SparkDeltaEngine:
         head = self._log.head(table)
         return None if head is None else (self._log.table_id(table, head), head.version)
 
-    def source_root(self, table: str) -> str:
-        return self._log.source_root(table)
-
     def source_snapshot(self, table: str, version: int | None = None) -> tuple[int, Actions] | None:
         head = self._log.head(table)
         return None if head is None else self._log.source_snapshot(table, head, version)
@@ -192,6 +199,39 @@ class SparkDeltaEngine:
 
     def source_schema(self, table: str, version: int | None = None) -> StructType | None:
         return self.schema(table, version)  # every read asks Delta's log for its latest state
+
+    def source_files(self, table: str, stored: StructType, files: Sequence[tuple[int, str]]) -> DataFrame:
+        """Read by name (Unity Catalog refuses a managed table's files by path) at the newest of the files' versions,
+        for the files it still holds, and the others (an OPTIMIZE since took them out) each at its own version: a data
+        file's rows are the same at every version that holds it. Each read is kept to its files by name."""
+        by_version: dict[int, set[str]] = {}
+        for version, path in files:
+            by_version.setdefault(version, set()).add(path.rsplit("/", 1)[-1])
+        if not by_version:
+            return self.spark.createDataFrame([], stored)
+        newest = max(by_version)
+        if len(by_version) > 1:
+            held = {path.rsplit("/", 1)[-1] for path in self._at_version(table, newest).inputFiles()}
+            for version in [version for version in by_version if version != newest]:
+                by_version[newest] |= by_version[version] & held
+                by_version[version] -= held
+        reads = []
+        for version, names in sorted(by_version.items()):
+            if not names:
+                continue
+            located = self._at_version(table, version).select(
+                *[column(field.name) for field in stored.fields], F.col("_metadata.file_name").alias("_file_name"),
+                F.col("_metadata.file_block_start").alias("_block"), F.monotonically_increasing_id().alias("_read"),
+            )
+            reads.append(located.where(F.col("_file_name").isin(sorted(names))))
+        # A Delta read has no _metadata.row_index: a row's index in its file is its place in the file's read order, its
+        # split's start first (a split reads its row groups in order; each row group belongs to one split)
+        in_file = Window.partitionBy("_file_name").orderBy("_block", "_read")
+        return reduce(DataFrame.unionByName, reads).withColumn("_row_index", F.row_number().over(in_file) - 1).drop("_block", "_read")
+
+    def _at_version(self, table: str, version: int) -> DataFrame:
+        reader = self.spark.read.format("delta").option("versionAsOf", version)
+        return reader.table(table) if is_table_name(table) else reader.load(table)
 
     def source_changes(self, table: str, first: int, last: int) -> DataFrame:
         reader = self.spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", first).option("endingVersion", last)

@@ -1,0 +1,133 @@
+"""What lakejoin takes on trust from a Databricks workspace, checked on one.
+
+lakejoin's tests emulate what Databricks refuses (a Spark Connect client that refuses what serverless refuses, a
+classic session that refuses Delta's internals as a runtime's would); an emulation agrees with our reading of
+Databricks, not with Databricks. The bundle's ``lakejoin-acceptance`` job, which a team runs once on its workspace
+(classic compute and serverless), runs these checks there and reports each guarantee as passed or failed
+(``lakejoin acceptance``); the tests run the same checks against a local catalog under each emulation.
+
+Each check is independent: one that fails says why in one line and the others still run.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+from pyspark.sql import SparkSession
+
+from state.config import Config
+from state.errors import LakejoinError, WarehouseBusy
+from state.layout import Warehouse, is_catalog_schema
+
+CHANGES = {"op": "op", "sequence_by": "seq"}
+CONFIG = {"relations": {"r": {"changes": CHANGES}, "s": {"changes": CHANGES}}}
+SCHEMA = "op STRING, seq LONG, id STRING, ts LONG, key STRING, amount DOUBLE"
+# Two ingests, each joined in a batch: r1 moves from key a to key c (an update), r2 is deleted
+FIRST = [("c", 1, "r1", 10, "a", 1.0), ("c", 1, "r2", 11, "b", 2.0)], [("c", 1, "s1", 12, "a", 3.0), ("c", 1, "s2", 13, "c", 4.0)]
+SECOND = [("u", 2, "r1", 14, "c", 5.0), ("d", 2, "r2", 15, "b", 2.0)], [("c", 2, "s3", 16, "a", 6.0)]
+# Gold after each ingest's batches: the current version of every record, joined on key
+GOLD = ([("r1", "s1", 1.0, 3.0)], [("r1", "s2", 5.0, 4.0)])
+FORCED = "a failure forced by 'lakejoin acceptance --fail': this run must end FAILED and send the job's on_failure notifications"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One guarantee, whether it held on this compute, and what was seen."""
+
+    guarantee: str
+    passed: bool
+    seen: str
+
+    def line(self) -> str:
+        return f"{'passed' if self.passed else 'FAILED'}: {self.guarantee}: {self.seen}"
+
+
+def accept(spark: SparkSession, schema: str) -> list[Outcome]:
+    """Each guarantee checked in ``schema`` (``catalog.schema``, made for the purpose: its tables are dropped first)."""
+    if not is_catalog_schema(schema):
+        raise LakejoinError(f"acceptance runs in a catalog schema (catalog.schema), got {schema!r}")
+    checks: list[tuple[str, Callable[[SparkSession, str], str]]] = [
+        ("Delta on Spark is chosen without a probe, with the public log reader", _engine),
+        ("a change-feed join on managed tables is exact over two ingests and their batches", _joins_exactly),
+        ("of two runs racing for the warehouse lock, one holds it and the other is told it is busy", _lock_excludes),
+        ("a path read of a managed table's storage is refused (lakejoin reads by name only)", _path_read_refused),
+    ]
+    return [_checked(guarantee, check, spark, schema) for guarantee, check in checks]
+
+
+def report(outcomes: list[Outcome]) -> str:
+    """The outcomes as JSON lines: what the job's output and the report file hold."""
+    return "".join(json.dumps(asdict(outcome)) + "\n" for outcome in outcomes)
+
+
+def _checked(guarantee: str, check: Callable[[SparkSession, str], str], spark: SparkSession, schema: str) -> Outcome:
+    try:
+        return Outcome(guarantee, True, check(spark, schema))
+    except Exception as exc:  # noqa: BLE001 - a check's failure of any kind is its outcome, and the next check runs
+        return Outcome(guarantee, False, (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300])
+
+
+def _engine(spark: SparkSession, schema: str) -> str:
+    from state.engines import make_engine
+    from state.engines.public_log import PublicLog
+
+    engine = make_engine(spark, "auto", catalog=True)
+    reader = type(getattr(engine, "_log", None)).__name__
+    if engine.name != "spark" or not isinstance(engine._log, PublicLog):
+        raise AssertionError(f"engine {engine.name} with the {reader} reader")
+    return f"engine {engine.name}, {reader}"
+
+
+def _joins_exactly(spark: SparkSession, schema: str) -> str:
+    from pipelines.api import Pipeline
+
+    for table in Warehouse(schema).defined_by(Config(**CONFIG)).tables():  # a run before this one left them
+        spark.sql(f"DROP TABLE IF EXISTS {table}")
+    with Pipeline(schema, CONFIG, spark=spark) as pipeline:
+        batches = 0
+        for arrivals, expected in zip((FIRST, SECOND), GOLD):
+            for relation, rows in zip("rs", arrivals):
+                pipeline.ingest(relation, spark.createDataFrame(rows, SCHEMA))
+            batches += len(pipeline.run().batches)
+            gold = sorted(tuple(row) for row in pipeline.table("gold").select("_r_id", "_s_id", "r_amount", "s_amount").collect())
+            if gold != expected:
+                raise AssertionError(f"gold is {gold} after batch {batches}, expected {expected}")
+        return f"{batches} batches, gold exact after each ingest"
+
+
+def _lock_excludes(spark: SparkSession, schema: str) -> str:
+    from state.lock import JOIN, hold
+
+    start, outcomes = threading.Barrier(2, timeout=600), []
+
+    def race() -> None:
+        start.wait()
+        try:
+            with hold(schema, JOIN, 0.0, spark):
+                outcomes.append("held")
+                start.wait()  # held until the other has tried
+        except WarehouseBusy:
+            outcomes.append("busy")
+            start.wait()
+
+    racers = [threading.Thread(target=race) for _ in range(2)]
+    for racer in racers:
+        racer.start()
+    for racer in racers:
+        racer.join()
+    if sorted(outcomes) != ["busy", "held"]:
+        raise AssertionError(f"the two runs ended {sorted(outcomes)}")
+    return "one held, one busy"
+
+
+def _path_read_refused(spark: SparkSession, schema: str) -> str:
+    gold = Warehouse(schema).defined_by(Config(**CONFIG)).gold
+    location = spark.sql(f"DESCRIBE DETAIL {gold}").first()["location"]
+    try:
+        spark.read.format("delta").load(location).limit(1).collect()
+    except Exception as exc:  # noqa: BLE001 - the refusal is what is checked; its type is the catalog's
+        return f"refused: {(str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]}"
+    raise AssertionError(f"{location} was read by path")
