@@ -26,7 +26,7 @@ from tests.strategies import split, two_streams
 from tests.test_cli import doc_block
 from tests.test_final_reference import FAR, merge_asof
 
-PROPERTY = settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+PROPERTY = settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 S1, R3, S2, S5, R4 = Record("s", "s1", 1, "k"), Record("r", "r3", 3, "k"), Record("s", "s2", 2, "k"), Record("s", "s5", 5, "k"), Record("r", "r4", 4, "k")
 
 

@@ -47,7 +47,7 @@ def landed(deltars, tmp_path, pristine) -> tuple[Pipeline, list[Record]]:
 
 # How long a fresh ``lakejoin run`` of the landed warehouse (ten batches) takes to start Spark and to finish, per engine.
 RUN_SECONDS = {"delta-rs": (7.0, 20.0), "spark": (10.0, 40.0)}
-KILLS = {"delta-rs": 3, "spark": 1}  # a Spark kill costs ~40 s (its JVM, then batches of ~5 s): delta-rs's series kills more often
+KILLS = {"delta-rs": 2, "spark": 1}  # a Spark kill costs ~40 s (its JVM, then batches of ~5 s): delta-rs's series kills more often
 
 
 def run_args(pipeline: Pipeline, *extra: str) -> list[str]:

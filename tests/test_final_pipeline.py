@@ -20,7 +20,7 @@ from tests.reference_final import join_kind_in_batches
 from tests.strategies import split, two_streams
 from tests.test_final_reference import FAR, R2, R4, R8, S1, S7, sql_join
 
-PROPERTY = settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+PROPERTY = settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 WORKED = [S1, R2, R4, S7, R8]  # the design doc's worked example, one record per batch
 
 

@@ -192,13 +192,13 @@ def arrivals_in_random_batches_give_the_batch_join(engine, root: str, records: l
     assert pipeline.gold_pairs() == Counter(batch_join(records))
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(records=arrival_sequences, data=st.data())
 def test_any_arrival_order_and_batch_split_gives_the_batch_join(deltars, tmp_path_factory, records, data):
     arrivals_in_random_batches_give_the_batch_join(deltars, str(tmp_path_factory.mktemp("prop")), records, data)
 
 
-@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(records=arrival_sequences.filter(lambda records: len(records) <= 8), data=st.data())
 def test_an_engine_keeping_its_tables_open_writes_what_a_fresh_engine_per_batch_writes(spark, tmp_path_factory, records, data):
     """The delta-rs engine opens a table once and follows its new commits (a warm run, or ``run --follow``); a new
@@ -220,7 +220,7 @@ def test_an_engine_keeping_its_tables_open_writes_what_a_fresh_engine_per_batch_
     assert cold.snapshot() == warm.snapshot()
 
 
-@settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=1, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(records=arrival_sequences, data=st.data())
 def test_on_delta_spark_any_arrival_order_and_batch_split_gives_the_batch_join(spark_engine, tmp_path_factory, records, data):
     arrivals_in_random_batches_give_the_batch_join(spark_engine, str(tmp_path_factory.mktemp("prop")), records, data)

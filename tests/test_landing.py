@@ -198,10 +198,11 @@ def uninterrupted(tmp_path_factory, started) -> dict:
     return with_bronze(pipeline)
 
 
-@pytest.mark.parametrize("point", [f"{moment}:{step}" for step in STEPS for moment in ("before", "after")])
-def test_a_run_dying_at_any_write_of_a_landing_batch_resumes_to_the_uninterrupted_result(deltars, tmp_path, monkeypatch, point, started, uninterrupted):
+def test_runs_dying_at_each_write_of_a_landing_batch_in_turn_resume_to_the_uninterrupted_result(deltars, tmp_path, monkeypatch, started, uninterrupted):
+    """Each run resumes what the last left and dies at the next write, before and after each: every write's crash
+    is met, from the state an earlier crash left."""
     pipeline = copied(started, tmp_path, deltars)
-    crash_at_each(pipeline, monkeypatch, [point], max_batch_rows=1_000)
+    crash_at_each(pipeline, monkeypatch, [f"{moment}:{step}" for step in STEPS for moment in ("before", "after")], max_batch_rows=1_000)
     assert with_bronze(pipeline) == uninterrupted
 
 

@@ -25,7 +25,7 @@ from tests.strategies import split
 from tests.test_cli import doc_block
 from tests.test_nway_reference import A, B, C, D, N1, N5, Q4, T2, T6, THREE, expected_tuples, streams
 
-PROPERTY = settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+PROPERTY = settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
 def n_way(engine, root, names: str | tuple[str, ...], **settings: object) -> Pipeline:  # noqa: ANN001 - an engine, a path
@@ -147,7 +147,7 @@ def synchronized_streams(draw: st.DrawFn, lateness: int) -> tuple[list[Record], 
     return records, [rec for _, rec in sorted(zip([rec.ts + delay for rec, delay in zip(records, delays)], records), key=lambda pair: pair[0])]
 
 
-@settings(PROPERTY, max_examples=4)
+@settings(PROPERTY, max_examples=2)
 @given(data=st.data(), lateness=st.sampled_from([0, 2]))
 def test_a_synchronized_join_of_three_streams_gives_one_row_per_time_and_key_with_state_bounded_by_the_lateness(deltars, tmp_path_factory, data, lateness):
     """RtBot's Join: a tuple for every time at which every stream holds a record of one key, whatever the

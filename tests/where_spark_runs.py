@@ -1,9 +1,9 @@
 """The scenarios tests/test_where_spark_runs.py checks, run in a process of their own where Spark runs: as a client of a
-Spark Connect server (``--remote URL``; with ``--serverless``, a client that refuses what Databricks serverless
-refuses: tests/serverless.py) or as the driver of a standalone cluster (``--master URL``), through lakejoin's Python
-API as a user's job would. Prints what the test compares, as one line of JSON.
+Spark Connect server that refuses what Databricks serverless refuses (``--remote URL``: tests/serverless.py) or as the
+driver of a standalone cluster (``--master URL``), through lakejoin's Python API as a user's job would. Prints what the
+test compares, as one line of JSON.
 
-    python -m tests.where_spark_runs WORKDIR (--remote sc://127.0.0.1:15002 [--serverless] | --master spark://127.0.0.1:7077)
+    python -m tests.where_spark_runs WORKDIR (--remote sc://127.0.0.1:15002 [--every-kind] | --master spark://127.0.0.1:7077)
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from tests.test_join_pipeline import ORDERS
 
 WORKED_ORDER = "delayed store r4"
 WORKED_BATCH_ROWS = 2
-CRASH_POINT = "after:gold"  # gold committed, the state tables and the batch log not yet
 
 # A record of every type a user's table holds, for both relations (payments' columns differ only in name).
 TYPES = pa.schema(
@@ -84,30 +83,6 @@ def worked_example(root: str, spark) -> list[list]:  # noqa: ANN001 - a cluster'
             pipeline.ingest(relation, files)
         pipeline.run(max_batch_rows=WORKED_BATCH_ROWS)
         return [list(row) for row in pipeline.table("gold").select("r_id", "s_id", "owner", "batch_id").collect()]
-
-
-def typed_join_with_a_crash(root: str, spark) -> dict:  # noqa: ANN001
-    """Records of every type joined; the run dies in the middle of its batch, and a new run finishes it."""
-    files = {}
-    for relation, count in (("r", 12), ("s", 15)):
-        files[relation] = os.path.join(root, f"typed-{relation}.parquet")
-        pq.write_table(pa.Table.from_pylist(typed_rows(relation, count), TYPES), files[relation])
-    warehouse = os.path.join(root, "typed")
-    with Pipeline(warehouse, TYPED_CONFIG, spark=spark) as pipeline:
-        for relation, path in files.items():
-            pipeline.ingest(relation, path)
-        os.environ[CRASH_AT] = CRASH_POINT
-        try:
-            pipeline.run()
-            crashed = False
-        except InjectedCrash:
-            crashed = True
-        finally:
-            del os.environ[CRASH_AT]
-    with Pipeline(warehouse, spark=spark) as pipeline:  # a new run, as after a restart
-        report = pipeline.run()
-        audit = pipeline.validate()
-    return {"files": files, "gold": Warehouse(warehouse).gold, "crashed": crashed, "rerun_batches": len(report.batches), "valid": audit.success}
 
 
 def serverless_join(root: str, spark) -> dict:  # noqa: ANN001
@@ -294,13 +269,12 @@ def main() -> None:
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--remote")
     where.add_argument("--master")
-    parser.add_argument("--serverless", action="store_true")
-    parser.add_argument("--every-kind", action="store_true", help="with --serverless: every kind of join and the acceptance checks too")
+    parser.add_argument("--every-kind", action="store_true", help="with --remote: every kind of join and the acceptance checks too")
     args = parser.parse_args()
     spark = get_spark(master=args.master, remote=args.remote)
     from state.engines import make_engine
 
-    if args.serverless:
+    if args.remote:
         from tests.serverless import refuse_what_serverless_refuses
 
         calls = refuse_what_serverless_refuses(managed=os.path.join(args.workdir, MANAGED))
@@ -313,13 +287,10 @@ def main() -> None:
         state = Warehouse(os.path.join(args.workdir, "serverless")).path_of("silver/r_state")
         print(json.dumps(found | {"refused": calls.refused, "r_state_merges": sum(f"`{state}`" in merge for merge in calls.merges)}, default=str))
         return
-    found = {"session": type(spark).__module__, "engine": make_engine(spark).name}
-    if args.remote:  # the crash path is the same driver code on a cluster as locally; over Connect its reads are not
-        found["typed"] = typed_join_with_a_crash(args.workdir, spark)
-    if args.master:  # batch after batch on executors; Python run by the executors' own workers, one folder each
-        found["worked"] = worked_example(args.workdir, spark)
-        folder = F.udf(lambda _: os.getcwd())
-        found["executors"] = spark.range(0, 16, 1, 16).select(folder("id")).distinct().count()
+    # a cluster: batch after batch on executors; Python run by the executors' own workers, one folder each
+    found = {"session": type(spark).__module__, "engine": make_engine(spark).name, "worked": worked_example(args.workdir, spark)}
+    folder = F.udf(lambda _: os.getcwd())
+    found["executors"] = spark.range(0, 16, 1, 16).select(folder("id")).distinct().count()
     print(json.dumps(found))
 
 
