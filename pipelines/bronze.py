@@ -19,6 +19,7 @@ the rows are written is left out (refused for now) and the rest written again wi
 from __future__ import annotations
 
 import os
+import re
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -40,7 +41,7 @@ from state.batch_log import BatchPlan
 from state.clock import now
 from state.engines import DeltaEngine, Txn
 from state.engines.base import DeltaReader
-from state.errors import FileRefused, LakejoinError
+from state.errors import FileRefused, LakejoinError, first_line
 from state.faults import step
 from state.layout import BRONZE_STATISTICS, Warehouse, statistics_of
 from state.names import column, literal
@@ -66,6 +67,9 @@ QUARANTINE_SCHEMA = pa.schema(
         ("lasting", pa.bool_()),  # a file refused as a whole: for good (its form), or for now (it could not be read)
     ]
 )
+
+# What Parquet's reader says of a data page it cannot decode (its footer read): damage, not a form lakejoin refuses.
+DAMAGED_PAGE = re.compile(r"FAILED_TO_UNCOMPRESS|could not decode|ParquetDecodingException|Can ?not read value|corrupt|decompress", re.I)
 
 # What ends reading a file: its form (FileRefused from lakejoin's own checks, values nested deeper than Python
 # recurses), or a failure while reading it (Spark's, the file system's).
@@ -177,7 +181,8 @@ class Provenance:
 def land_files(lander: Lander, rel: Relation, files: Sequence[Placed], by_input: bool = True) -> Landed:
     """``files`` of ``rel`` (each at its places) parsed kind by kind, typed and classified together, and appended to
     bronze in one commit. A file that cannot be read as a whole is refused alone: before the write when its form is
-    wrong, during it when Spark cannot read it (then the rest is written again without it). ``by_input``: whether the
+    wrong, during it when Spark cannot read it (then the rest is written again without it; a failure that names no
+    file is traced to its file by reading each alone). ``by_input``: whether the
     caller needs each file's tally (an ingest logs each file), or the landing's total alone (a batch), which the
     write counts with three counts whatever the files' number, where each file's takes three of its own."""
     typed_rows, refused = _typed_files(lander, rel, files)
@@ -228,10 +233,13 @@ def _land(
             bronze = lander.warehouse.bronze(rel)
             written = lander.engine.append(bronze, rows, lander.txn(bronze), statistics_of(rows.columns, BRONZE_STATISTICS))
     except UNREADABLE as exc:
-        failed = next((placed for placed in inputs if _names(exc, placed.name)), None)
-        if without is None or failed is None:
+        if without is None:
             raise
-        return without(failed.name, refusal(failed.called, exc))
+        named = next(((placed, refusal(placed.called, exc)) for placed in inputs if _names(exc, placed.name)), None)
+        found = named or _read_alone(lander, rel, inputs)
+        if found is None:
+            raise
+        return without(found[0].name, found[1])
     counts = observation.get if written is not None else tallied.agg(*metrics).first().asDict()
     if each:
         tallies = {placed.name: Tally(*(counts[outcome][index] for outcome in OUTCOMES)) for index, placed in enumerate(inputs)}
@@ -243,6 +251,21 @@ def _land(
     if bad:  # read again only the inputs that set rows aside
         quarantined = quarantine_rows(classified.where(" OR ".join(placed.rows for placed in bad)), source)
     return Landed(rel.name, tallies, {}, quarantined, watching.get if watch is not None and written is not None else None)
+
+
+def _read_alone(lander: Lander, rel: Relation, files: Sequence[Placed]) -> tuple[Placed, FileRefused] | None:
+    """When the write's failure names no file: the first of ``files`` that fails read alone (parsed, typed and every
+    row read by a job that writes nothing), and its refusal; None when each reads alone."""
+    for file in files:
+        try:
+            frame, refused = _typed_files(lander, rel, [file])
+            if frame is not None:
+                frame.write.format("noop").mode("overwrite").save()
+        except UNREADABLE as exc:
+            return file, refusal(file.called, exc)
+        if file.name in refused:
+            return file, refused[file.name]
+    return None
 
 
 def _outcome_code() -> Column:
@@ -364,19 +387,15 @@ def refusal_rows(refused: Sequence[tuple[str, str, str, bool]], ingest_id: str, 
 
 
 def refusal(file: str, exc: BaseException) -> FileRefused:
-    """``exc`` as the one-line refusal of ``file``; lasting only when the file's form caused it."""
+    """``exc`` as the one-line refusal of ``file``, in a user's words where its cause is known; lasting only when the
+    file's form caused it."""
     if isinstance(exc, FileRefused):
         return FileRefused(f"cannot ingest {file}: {exc}", exc.lasting)
     if isinstance(exc, RecursionError) or "maximum recursion depth exceeded" in str(exc):  # PySpark may wrap it
         return FileRefused(f"cannot ingest {file}: its values are nested too deeply to read")
-    return FileRefused(f"cannot ingest {file}: {first_line(exc)}", lasting=False)
-
-
-def first_line(exc: BaseException) -> str:
-    """An error's own words, on one line (Spark's messages go on with plans and stack traces)."""
-    if isinstance(exc, Py4JJavaError):
-        return str(exc.java_exception.toString()).splitlines()[0]
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    if format_of(file) == "parquet" and DAMAGED_PAGE.search(str(exc)):
+        return FileRefused(f"cannot ingest {file}: a Parquet data page cannot be read, the file is damaged ({first_line(exc)})", lasting=False)
+    return FileRefused(f"cannot ingest {file}: Spark cannot read it ({first_line(exc)})", lasting=False)
 
 
 def held_records(engine: DeltaEngine, warehouse: Warehouse, rel: Relation) -> DataFrame | None:

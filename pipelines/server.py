@@ -10,15 +10,21 @@ or after ``--idle-minutes`` with no command connected and nothing running.
 
 Exactly-once needs one more thing from a server: a command killed mid-batch (``kill -9``) may leave an operation
 running in the server after the warehouse lock its process held is gone. So each command tags its operations with
-its process id and leaves a mark (``clients/<pid>``) while it runs; the host interrupts the operations of a command
-whose process is gone and removes its mark once none is left, and a command waits for the marks of dead commands to
-go before it starts. A server killed while a command runs is a crash of that command: the rerun finishes its batch.
+its process and leaves a mark (``clients/<pid>-<start>``) while it runs; the host interrupts the operations of a
+command whose process is gone and removes its mark once none is left, and a command waits for the marks of dead
+commands to go before it starts. A server killed while a command runs is a crash of that command: the rerun finishes
+its batch.
+
+A process id alone names no process for long: after a crash or a reboot another process may have it. So the record
+and the marks name a process by its id and its start (``Process``): one whose id now belongs to another is gone. A
+record whose server is gone is removed, with one line saying so, and never trusted or signalled.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import os
 import secrets
@@ -31,6 +37,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from importlib.metadata import version
 from pathlib import Path
+from typing import NamedTuple
 
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
@@ -49,16 +56,46 @@ START_SECONDS = 120.0  # a server's start-up (its JVM, Delta's classes) on a loa
 REAP_SECONDS = 120.0  # how long a command waits for the operations a killed one left to be interrupted
 
 
+class Process(NamedTuple):
+    """A process named so that a later one given the same id is not taken for it: its id and its start."""
+
+    pid: int
+    started: str
+
+    @classmethod
+    def this(cls) -> Process:
+        return cls(os.getpid(), _start_of(os.getpid()) or "")
+
+    @classmethod
+    def of_mark(cls, name: str) -> Process | None:
+        pid, _, started = name.partition("-")
+        return cls(int(pid), started) if pid.isdigit() and started else None
+
+    @property
+    def mark(self) -> str:
+        """Its name as a command's mark, and in the tag of the command's operations."""
+        return f"{self.pid}-{self.started}"
+
+    def running(self) -> bool:
+        """This very process runs: its id is taken by a process of the same start (a zombie has ended)."""
+        return _start_of(self.pid) == self.started
+
+
 @dataclass(frozen=True)
 class Server:
     """A running ``lakejoin serve``, as ``server.json`` records it."""
 
     pid: int
+    started: str  # the process's start (Process): with the id, what tells the server from a later process of its id
     port: int
     token: str
     version: str
     delta_jars: str | None
     idle_minutes: float
+
+    @property
+    def process(self) -> Process:
+        return Process(self.pid, self.started)
 
     @property
     def url(self) -> str:
@@ -76,12 +113,25 @@ def folder() -> Path:
 
 
 def running() -> Server | None:
-    """The server this user started, if its process is alive; a record left by one that died is ignored."""
+    """The server this user started, if its process is the one recorded. A record whose server is gone (it died, or
+    the machine restarted, and its id may now be another process's) is removed, with one line on stderr."""
+    record = folder() / "server.json"
     try:
-        server = Server(**json.loads((folder() / "server.json").read_text()))
-    except (OSError, ValueError, TypeError):
+        text = record.read_text()
+    except OSError:
         return None
-    return server if _alive(server.pid) else None
+    try:
+        server = Server(**json.loads(text))
+    except (ValueError, TypeError):
+        server = None  # a record of another lakejoin version, or cut short
+    if server is not None and server.process.running():
+        return server
+    with contextlib.suppress(OSError):
+        if record.read_text() == text:  # not a new server's, written meanwhile
+            record.unlink()
+            gone = f"pid {server.pid} is not that server" if server else "it is not a record this lakejoin reads"
+            print(f"lakejoin: removed the record of a lakejoin server that is gone ({gone}): {record}", file=sys.stderr)
+    return None
 
 
 def describe_running(server: Server | None) -> str:
@@ -118,9 +168,9 @@ def stop() -> Server | None:
         return None
     os.kill(server.pid, signal.SIGTERM)
     deadline = time.monotonic() + 60
-    while _alive(server.pid) and time.monotonic() < deadline:
+    while server.process.running() and time.monotonic() < deadline:
         time.sleep(0.1)
-    if _alive(server.pid):
+    if server.process.running():
         os.kill(server.pid, signal.SIGKILL)
     return server
 
@@ -135,7 +185,8 @@ def attached(server: Server, verbose: bool = False) -> Iterator[SparkSession]:
         raise LakejoinError(f"the lakejoin server was started with {DELTA_JARS}={server.delta_jars or ''} and this command has "
                             f"{os.environ.get(DELTA_JARS, '')}: restart it ('lakejoin serve --stop', then 'lakejoin serve') or run with the same")
     _wait_for_killed_commands()
-    mark = folder() / "clients" / str(os.getpid())
+    this = Process.this()
+    mark = folder() / "clients" / this.mark
     mark.touch()
     spark = None
     try:
@@ -144,15 +195,15 @@ def attached(server: Server, verbose: bool = False) -> Iterator[SparkSession]:
         served = spark.conf.get(VERSION_CONF, None)
         if served != VERSION:
             raise LakejoinError(f"the Spark Connect server on port {server.port} runs lakejoin {served or 'unknown'} and this is {VERSION}: restart it")
-        spark.addTag(f"{CLIENT_TAG}{os.getpid()}")
+        spark.addTag(f"{CLIENT_TAG}{this.mark}")
         yield spark
     except PySparkException as exc:
-        if _alive(server.pid):
+        if server.process.running():
             raise
         raise LakejoinError("the lakejoin server stopped while this command ran: rerun it (a batch it left unfinished "
                             "resumes), after 'lakejoin serve' or with a Spark of its own") from exc
     finally:
-        if spark is not None and _alive(server.pid):
+        if spark is not None and server.process.running():
             spark.stop()
         mark.unlink(missing_ok=True)
 
@@ -161,32 +212,37 @@ def _wait_for_killed_commands() -> None:
     deadline = time.monotonic() + REAP_SECONDS
     while dead := _dead_clients():
         if time.monotonic() > deadline:
-            raise LakejoinError(f"the lakejoin server is still stopping what killed commands (pid {', '.join(map(str, dead))}) left running: "
+            raise LakejoinError(f"the lakejoin server is still stopping what killed commands (pid {', '.join(str(gone.pid) for gone in dead)}) left running: "
                                 "try again, or restart it ('lakejoin serve --stop')")
         time.sleep(0.1)
 
 
-def _dead_clients() -> list[int]:
-    return [pid for pid in _clients() if not _alive(pid)]
+def _dead_clients() -> list[Process]:
+    return [client for client in _clients() if not client.running()]
 
 
-def _clients() -> list[int]:
-    return [int(mark.name) for mark in (folder() / "clients").glob("*") if mark.name.isdigit()]
+def _clients() -> list[Process]:
+    return [client for mark in (folder() / "clients").glob("*") if (client := Process.of_mark(mark.name))]
 
 
-def _alive(pid: int) -> bool:
-    """``pid`` runs: a process that ended but was not yet reaped (a zombie, on Linux) has not."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's process took the number: not ours, but alive
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rpartition(")")[2].split()[0] != "Z"
-    except OSError:
-        return True  # no /proc (macOS): the signal's answer stands
+def _start_of(pid: int) -> str | None:
+    """A digest of when process ``pid`` started (on Linux its start in clock ticks and the boot's id; elsewhere its start
+    time as ``ps`` gives it); None when no process has that id, or it ended and awaits its parent (a zombie)."""
+    if os.path.isdir("/proc/self"):
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rpartition(")")[2].split()
+            with open("/proc/sys/kernel/random/boot_id") as boot:
+                started = f"{boot.read().strip()}:{fields[19]}"  # the stat's 22nd field, counted after the name's ')'
+        except (OSError, IndexError):
+            return None
+        zombie = fields[0] == "Z"
+    else:
+        shown = subprocess.run(["ps", "-o", "stat=,lstart=", "-p", str(pid)], capture_output=True, text=True).stdout.split(maxsplit=1)
+        if len(shown) < 2:
+            return None
+        zombie, started = shown[0].startswith("Z"), shown[1].strip()
+    return None if zombie else hashlib.sha256(started.encode()).hexdigest()[:16]
 
 
 def _private_folder() -> Path:
@@ -217,7 +273,8 @@ def _host(idle_minutes: float, port: int, verbose: bool) -> None:
     stopping: list[int] = []
     for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(number, lambda signum, _: stopping.append(signum))
-    server = Server(os.getpid(), port, os.environ[TOKEN], VERSION, os.environ.get(DELTA_JARS) or None, idle_minutes)
+    this = Process.this()
+    server = Server(this.pid, this.started, port, os.environ[TOKEN], VERSION, os.environ.get(DELTA_JARS) or None, idle_minutes)
     record = folder() / "server.json"
     written = record.with_suffix(".tmp")
     written.touch(mode=0o600)
@@ -235,24 +292,25 @@ def _watch(spark: SparkSession, idle_seconds: float, stopping: list[int]) -> Non
     from state.engines.jvm import connect_executions, interrupt_connect_tag
 
     last_used = time.time()
-    quiet: dict[int, int] = {}  # a killed command's pid: looks in a row that found nothing of it running
+    quiet: dict[Process, int] = {}  # a killed command: looks in a row that found nothing of it running
     while not stopping:
         running = connect_executions(spark)
         executions = [] if isinstance(running, int) else running
         clients = _clients()
-        if executions or any(_alive(pid) for pid in clients):
+        dead = [client for client in clients if not client.running()]
+        if executions or len(dead) < len(clients):
             last_used = time.time()
         elif isinstance(running, int):
             last_used = max(last_used, running / 1000)
-        for pid in (pid for pid in clients if not _alive(pid)):
-            tag = f"{CLIENT_TAG}{pid}"
+        for client in dead:
+            tag = f"{CLIENT_TAG}{client.mark}"
             left = [(user, session) for user, session, tags in executions if tag in tags]
             for user, session in left:
                 interrupt_connect_tag(spark, user, session, tag)
-            quiet[pid] = 0 if left else quiet.get(pid, 0) + 1
-            if quiet[pid] >= 2:  # nothing of it for a whole look: a call it sent before dying has arrived by now
-                (folder() / "clients" / str(pid)).unlink(missing_ok=True)
-                del quiet[pid]
+            quiet[client] = 0 if left else quiet.get(client, 0) + 1
+            if quiet[client] >= 2:  # nothing of it for a whole look: a call it sent before dying has arrived by now
+                (folder() / "clients" / client.mark).unlink(missing_ok=True)
+                del quiet[client]
         if time.time() - last_used > idle_seconds:
             print(f"idle for {idle_seconds / 60:g} minutes: stopping", flush=True)
             return

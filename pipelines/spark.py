@@ -25,7 +25,7 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
 from state.engines.delta_log import is_restricted
-from state.errors import LakejoinError
+from state.errors import LakejoinError, first_line
 
 MIN_JAVA = 17
 DELTA_JARS = "LAKEJOIN_DELTA_JARS"
@@ -53,6 +53,11 @@ LOCAL_CONF = {
     "spark.sql.adaptive.enabled": "false",
 }
 
+# A local session's driver listens on the machine's network address by default (its RPC endpoint and its block
+# manager, with Spark's authentication off) though nothing off the machine needs it: loopback only. A cluster's
+# executors must reach the driver, so on a cluster master Spark's defaults (or the user's settings) stand.
+LOOPBACK = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
+
 # Delta's two session settings, and what keeps its log work proportionate in a local session: a snapshot's
 # state is rebuilt in 50 tasks by default, several Spark jobs per commit for a table of a few files.
 DELTA_CONF = {
@@ -74,13 +79,14 @@ def delta_jars(folder: str | None) -> list[str]:
 
 
 def local_conf(extra: dict[str, str] | None = None, master: str = LOCAL) -> dict[str, str]:
-    """The settings of a session lakejoin starts: its defaults, and Delta when its jars are named: on the driver's class
-    path in local mode, shipped to the executors with ``spark.jars`` on a cluster (as ``spark-submit --jars`` does)."""
+    """The settings of a session lakejoin starts: its defaults, loopback only in local mode, and Delta when its jars are
+    named: on the driver's class path in local mode, shipped to the executors with ``spark.jars`` on a cluster (as
+    ``spark-submit --jars`` does). ``extra`` wins over all of them."""
     jars = delta_jars(os.environ.get(DELTA_JARS))
     on_cluster = not master.startswith("local")
     placed = {"spark.jars": ",".join(jars)} if on_cluster else {"spark.driver.extraClassPath": os.pathsep.join(jars)}
     delta = {**placed, **DELTA_CONF} if jars else {}
-    return {**LOCAL_CONF, **delta, **(extra or {})}
+    return {**LOCAL_CONF, **({} if on_cluster else LOOPBACK), **delta, **(extra or {})}
 
 
 def quiet_conf(conf: dict[str, str]) -> dict[str, str]:
@@ -169,7 +175,7 @@ def connect(url: str, verbose: bool = False) -> SparkSession:
     except ImportError as exc:
         raise LakejoinError(f"Spark Connect needs its client libraries: pip install 'pyspark[connect]' ({exc})") from None
     except (PySparkException, ValueError) as exc:
-        raise LakejoinError(f"{shown} is not a Spark Connect URL ({_first_line(exc)}): give one as sc://host:15002") from None
+        raise LakejoinError(f"{shown} is not a Spark Connect URL ({first_line(exc)}): give one as sc://host:15002") from None
     _require_listening(address.url.hostname or "", address.url.port or DefaultChannelBuilder.default_port(), shown)
     spark = SparkSession.builder.remote(url).getOrCreate()
     client = spark.client
@@ -225,11 +231,7 @@ def _without_secrets(url: str) -> str:
 def _grpc_details(exc: BaseException) -> str:
     """What gRPC said went wrong (its ``details``), not the multi-line dump PySpark's message is."""
     found = re.search(r'details = "([^"]*)"', str(exc))
-    return found.group(1) if found else _first_line(exc)
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return found.group(1) if found else first_line(exc)
 
 
 @contextlib.contextmanager

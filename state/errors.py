@@ -1,5 +1,9 @@
 """The exceptions users see: a message that says what is wrong and what to do, and an exit code."""
 
+import re
+
+CAUSE = re.compile(r"^Caused by: (.+)$", re.M)
+
 
 class LakejoinError(Exception):
     """A failure the user can act on; the CLI prints it on one line and exits with ``exit_code``."""
@@ -22,3 +26,16 @@ class FileRefused(LakejoinError):
     def __init__(self, message: str, lasting: bool = True) -> None:
         super().__init__(message)
         self.lasting = lasting
+
+
+def first_line(exc: BaseException) -> str:
+    """An error's own words, on one line. Spark's and the JVM's go on with plans and stack traces, and a wrapper's first
+    line says least ('An error occurred while calling …', 'Exception thrown in awaitResult'): the innermost cause
+    named in the error's text, else its first line that is not a call's frame."""
+    text = str(exc).strip()
+    if causes := CAUSE.findall(text):
+        return causes[-1].strip()
+    lines = [line.strip().lstrip(": ") for line in text.splitlines() if line.strip() and not line.strip().startswith("at ")]
+    if len(lines) > 1 and lines[0].startswith("An error occurred while calling"):
+        return lines[1]
+    return lines[0] if lines else type(exc).__name__

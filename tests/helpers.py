@@ -60,6 +60,21 @@ def start_lakejoin(*args: str, cwd: str, engine: str = "delta-rs") -> subprocess
     )
 
 
+def damaged_parquet(path: str) -> str:
+    """A Parquet file whose footer reads and whose first data page does not (its compressed bytes garbled): Spark
+    fails only when the write's job reads the rows."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [{"id": f"p{n}", "ts": n, "key": "k", "payload": "x" * 50} for n in range(200)]
+    pq.write_table(pa.Table.from_pylist(rows), path, compression="snappy")
+    damaged = bytearray(open(path, "rb").read())
+    damaged[30:200] = bytes(byte ^ 0x5A for byte in damaged[30:200])
+    with open(path, "wb") as out:
+        out.write(bytes(damaged))
+    return path
+
+
 def _env(engine: str) -> dict[str, str]:
     """The process's engine follows from its session, as for a user: Delta's jars named (``engine: auto`` picks
     Delta on Spark) or not (delta-rs)."""

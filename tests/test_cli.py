@@ -11,7 +11,7 @@ import shlex
 import pytest
 
 from pipelines.acceptance import FORCED
-from tests.helpers import REPO, lakejoin, lakejoin_here
+from tests.helpers import REPO, damaged_parquet, lakejoin, lakejoin_here
 
 
 @pytest.fixture
@@ -49,19 +49,24 @@ def test_errors_are_one_line_with_a_non_zero_exit(landing):
     assert "unknown setting 'batch_size'" in bad_config.stderr and len(bad_config.stderr.strip().splitlines()) == 1
 
 
-def test_bad_files_are_refused_in_one_line_each_and_the_good_ones_land(landing):
-    """The three files a landing zone gave as tracebacks: keys with a dot and a space, a CSV header repeating a
-    name, a truncated Parquet file."""
+def test_bad_files_are_refused_in_one_line_each_and_the_good_ones_land(landing, cli_engine):
+    """The files a landing zone gave as tracebacks: keys with a dot and a space, a CSV header repeating a name, a
+    truncated Parquet file, one whose footer reads and whose first data page does not (Spark's task fails in the
+    write: no stack trace, no Spark log line)."""
     (landing / "dots.jsonl").write_text('{"id": "w1", "ts": 1, "key": "k", "a b": 1, "c.d": 2}\n')
     (landing / "repeats.csv").write_text("id,ts,key,key\na,1,k,k2\n")
     (landing / "truncated.parquet").write_bytes(b"PAR1\x00\x01garbage")
-    result = lakejoin("ingest", "--warehouse", "wh", "--side", "r", "repeats.csv", "dots.jsonl", "truncated.parquet", cwd=str(landing))
+    damaged_parquet(str(landing / "damaged.parquet"))
+    files = ["repeats.csv", "dots.jsonl", "truncated.parquet", "damaged.parquet"]
+    result = lakejoin("ingest", "--warehouse", "wh", "--side", "r", *files, cwd=str(landing), engine=cli_engine)
     assert result.returncode == 2
     assert result.stdout.splitlines() == ["dots.jsonl: 1 rows to bronze/r, 0 quarantined, 0 duplicates skipped"]
     assert result.stderr.splitlines() == [  # Spark started: Java's incubator-module notice is not among them
         "lakejoin: error: cannot ingest repeats.csv: column 'key' appears twice: rename one of them; nothing of it was written",
         "lakejoin: error: cannot ingest truncated.parquet: not a readable Parquet file (Parquet magic bytes not found in footer. "
         "Either the file is corrupted or this is not a parquet file.); nothing of it was written",
+        "lakejoin: error: cannot ingest damaged.parquet: a Parquet data page cannot be read, the file is damaged "
+        "(java.io.IOException: FAILED_TO_UNCOMPRESS(5)); nothing of it was written",
     ]
 
 

@@ -303,3 +303,17 @@ def test_the_files_of_one_call_land_in_one_bronze_commit_and_one_log_commit_each
     assert [(row.id, row._arrival_seq) for row in rows] == [("a", 1), ("b", 2), ("c", 5)]  # second's lines take 3 to 5
     log = sorted((row.source_file, row.seq_from, row.seq_to) for row in pipeline.engine.read(warehouse.ingest_log).collect())
     assert log == sorted([(first, 1, 2), (second, 3, 5), (third, 6, 6)])
+
+
+def test_a_call_of_501_files_lands_them_in_two_passes_as_the_docs_say(pipeline):
+    """Up to 500 files a call is one commit per table; the 501st is a second pass, in the order given."""
+    from pipelines.ingest import FILES_PER_LANDING, ingest_files
+    from state.relations import R
+
+    files = [pipeline.write_file([{"id": f"r{n}", "ts": n, "key": "k"}]) for n in range(FILES_PER_LANDING + 1)]
+    results = ingest_files(pipeline.engine, pipeline.warehouse, R, files)
+    assert FILES_PER_LANDING == 500 and [result.landed for result in results] == [1] * 501
+    warehouse = pipeline.warehouse
+    assert pipeline.engine.version(warehouse.bronze(R)) == 1 and pipeline.engine.version(warehouse.ingest_log) == 1
+    rows = bronze(pipeline, "r").orderBy("_arrival_seq").collect()
+    assert [row.id for row in rows] == [f"r{n}" for n in range(501)] and rows[-1]._arrival_seq == 501

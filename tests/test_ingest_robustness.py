@@ -23,7 +23,7 @@ from pipelines.ingest import ingest_landing
 from state.errors import FileRefused, LakejoinError
 from state.names import storable, stored_names
 from state.relations import R, S
-from tests.helpers import Pipeline
+from tests.helpers import Pipeline, damaged_parquet
 
 FUZZ = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
@@ -102,6 +102,22 @@ def test_a_file_that_cannot_be_read_as_a_whole_is_refused_in_one_line_and_the_ot
     assert pipeline.engine.version(pipeline.warehouse.quarantine) is None
     with pytest.raises(FileRefused, match="appears twice"):
         pipeline.ingest("r", list(bad)[0])
+
+
+def test_a_file_spark_fails_to_read_in_the_write_under_an_error_naming_no_file_is_found_and_refused_alone(engine, tmp_path, monkeypatch):
+    """Spark's failure inside the write's job need not name its file: each file is then read alone, the one at fault
+    refused in one line, and the call's other files land in the same call, in one commit."""
+    from pipelines import bronze
+
+    pipeline = Pipeline(engine, str(tmp_path))
+    good = [pipeline.write_file([{"id": f"g{n}", "ts": n, "key": "k"}]) for n in range(2)]
+    damaged = damaged_parquet(str(tmp_path / "damaged.parquet"))
+    monkeypatch.setattr(bronze, "_names", lambda error, path: False)  # as an error that names no file
+    results = ingest_files(engine, pipeline.warehouse, R, [good[0], damaged, good[1]])
+    assert [result.landed for result in results] == [1, 0, 1]
+    assert results[1].refused.startswith(f"cannot ingest {damaged}: a Parquet data page cannot be read, the file is damaged (")
+    assert "\n" not in results[1].describe()
+    assert [row["id"] for row in bronze_rows(pipeline)] == ["g0", "g1"] and engine.version(pipeline.warehouse.bronze(R)) == 0
 
 
 def test_a_refused_landing_file_is_recorded_once_and_not_tried_again(pipeline, tmp_path):

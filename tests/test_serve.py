@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import json
 import os
 import random
@@ -211,12 +213,94 @@ def start(pipeline: Pipeline, env: dict[str, str], *args: str) -> subprocess.Pop
                             env=environment, start_new_session=True)
 
 
-def test_the_mark_of_a_command_whose_process_is_gone_is_told_from_a_running_one(tmp_path, monkeypatch):
+def test_the_mark_of_a_command_is_told_dead_when_its_process_is_gone_or_its_id_was_given_to_another(tmp_path, monkeypatch):
     monkeypatch.setenv(server.HOME, str(tmp_path))
     clients = tmp_path / "server" / "clients"
     clients.mkdir(parents=True)
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
-    (clients / str(dead.pid)).touch()
-    (clients / str(os.getpid())).touch()
-    assert server._dead_clients() == [dead.pid]
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    with stranger() as other:
+        gone = server.Process(ended.pid, "0123456789abcdef")
+        reused = server.Process(other.pid, "0123456789abcdef")  # a command's id, now a stranger's
+        for mark in (gone, reused, server.Process.this()):
+            (clients / mark.mark).touch()
+        assert sorted(server._dead_clients()) == sorted([gone, reused])
+
+
+def test_a_record_naming_a_process_that_is_not_the_server_is_removed_in_one_line_and_stop_spares_that_process(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv(server.HOME, str(tmp_path))
+    record = tmp_path / "server" / "server.json"
+    record.parent.mkdir(parents=True)
+    with stranger() as other:
+        stale = {"pid": other.pid, "started": "0123456789abcdef", "port": 1, "token": "t", "version": server.VERSION, "delta_jars": None, "idle_minutes": 1}
+        for ask in (server.running, server.stop):
+            record.write_text(json.dumps(stale))
+            assert ask() is None
+            assert not record.exists() and other.poll() is None, "the stranger was left running"
+            told = capsys.readouterr().err.strip().splitlines()
+            assert told == [f"lakejoin: removed the record of a lakejoin server that is gone (pid {other.pid} is not that server): {record}"]
+        record.write_text(json.dumps({"pid": other.pid}))  # an older lakejoin's record: not trusted either
+        assert server.running() is None and not record.exists() and other.poll() is None
+
+
+@contextlib.contextmanager
+def stranger() -> Iterator[subprocess.Popen]:
+    """A live process that is no lakejoin's."""
+    process = subprocess.Popen(["sleep", "60"])
+    try:
+        yield process
+    finally:
+        process.kill()
+        process.wait()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/net"), reason="lists sockets from /proc (Linux)")
+def test_every_socket_the_server_and_a_local_session_listen_on_is_loopback(served, spark):
+    pid = server_pid(served)
+    server_group = [int(entry) for entry in os.listdir("/proc") if entry.isdigit() and _group_of(int(entry)) == pid]
+    this_session = _children(os.getpid())  # the test's own Spark: the JVM this worker started, with lakejoin's settings
+    for processes in (server_group, this_session):
+        addresses = listening(processes)
+        assert addresses and {address for address, _ in addresses} <= {"127.0.0.1", "::1"}, addresses
+
+
+def listening(pids: list[int]) -> list[tuple[str, int]]:
+    """The (address, port) of every TCP socket ``pids`` listen on, from /proc: IPv4 as mapped into IPv6 shown as IPv4."""
+    inodes = set()
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                    if target.startswith("socket:["):
+                        inodes.add(target[8:-1])
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as lines:
+            for line in list(lines)[1:]:
+                fields = line.split()
+                local, state, inode = fields[1], fields[3], fields[9]
+                if state == "0A" and inode in inodes:  # 0A: LISTEN
+                    packed, port = local.split(":")
+                    raw = b"".join(bytes.fromhex(packed[i : i + 8])[::-1] for i in range(0, len(packed), 8))  # words in host order
+                    address = ipaddress.ip_address(raw)
+                    shown = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped else address
+                    found.append((str(shown), int(port, 16)))
+    return found
+
+
+def _group_of(pid: int) -> int | None:
+    with contextlib.suppress(OSError, IndexError):
+        with open(f"/proc/{pid}/stat") as stat:
+            return int(stat.read().rpartition(")")[2].split()[2])  # the stat's 5th field: the process group
+    return None
+
+
+def _children(parent: int) -> list[int]:
+    found = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError, IndexError):
+            with open(f"/proc/{entry}/stat") as stat:
+                if int(stat.read().rpartition(")")[2].split()[1]) == parent:  # the 4th field: the parent
+                    found.append(int(entry))
+    return found

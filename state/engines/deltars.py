@@ -24,7 +24,7 @@ from pyspark.sql.types import StructType
 
 from state.engines.delta_log import data_file
 from state.engines.base import Actions, Aligned, Data, Memberships, Merged, OnMatch, Recorded, TableInfo, Txn, as_frame, changes_merge, marked, marker, match_condition, no_change_feed, one_of
-from state.errors import LakejoinError
+from state.errors import LakejoinError, first_line
 from state.layout import NEW_TABLE_LOG
 
 
@@ -164,7 +164,7 @@ class DeltaRsReader:
                 with filesystem.open_input_stream(f"{root}/_delta_log/{version:020d}.json") as stream:
                     text = stream.read().decode("utf-8")
             except (FileNotFoundError, OSError) as exc:
-                raise LakejoinError(f"source table {table} no longer has version {version} in its log ({_first_line(exc)})") from exc
+                raise LakejoinError(f"source table {table} no longer has version {version} in its log ({first_line(exc)})") from exc
             yield version, [json.loads(line) for line in text.splitlines() if line.strip()]
 
     def append(self, path: str, df: Data, txn: Txn | None = None, properties: dict[str, str] | None = None) -> int | None:
@@ -177,7 +177,7 @@ class DeltaRsReader:
                 table or path, data, mode="append", schema_mode="merge", commit_properties=_commit(txn), configuration=None if table else NEW_TABLE_LOG | (properties or {})
             )
         except DeltaError as exc:
-            raise LakejoinError(f"cannot append to {path}: {_first_line(exc)}") from exc
+            raise LakejoinError(f"cannot append to {path}: {first_line(exc)}") from exc
         return data.num_rows
 
     def refresh(self) -> None:
@@ -226,7 +226,7 @@ class DeltaRsEngine(DeltaRsReader):
         try:
             rows = pa.table(opened.load_cdf(starting_version=first, ending_version=last).read_all()).drop_columns(["_commit_timestamp"])
         except DeltaError as exc:
-            raise no_change_feed(table, _first_line(exc)) from exc
+            raise no_change_feed(table, first_line(exc)) from exc
         # delta-rs reads text as string views and the version unsigned, which Spark does not take from Arrow
         plain = {pa.string_view(): pa.string(), pa.uint64(): pa.int64()}
         return as_frame(self.spark, rows.cast(pa.schema([field.with_type(plain.get(field.type, field.type)) for field in rows.schema])))
@@ -263,7 +263,7 @@ class DeltaRsEngine(DeltaRsReader):
                 .execute()
             )
         except DeltaError as exc:
-            raise LakejoinError(f"cannot merge into {path}: {_first_line(exc)}") from exc
+            raise LakejoinError(f"cannot merge into {path}: {first_line(exc)}") from exc
         changed = sum(int(metrics[name]) for name in ("num_target_rows_deleted", "num_target_rows_updated", "num_target_rows_inserted"))
         if changed == 0:  # a MERGE that changes nothing commits nothing: the write is recorded by a commit of no rows
             self.append(path, data.slice(0, 0), txn)
@@ -306,7 +306,7 @@ class DeltaRsEngine(DeltaRsReader):
                 merger = merger.when_not_matched_by_source_update(updates=evict.cleared("target"), predicate=leaving)
             metrics = merger.execute()
         except DeltaError as exc:
-            raise LakejoinError(f"cannot merge into {path}: {_first_line(exc)}") from exc
+            raise LakejoinError(f"cannot merge into {path}: {first_line(exc)}") from exc
         return Merged(int(metrics["num_target_rows_inserted"]), int(metrics["num_target_rows_deleted"]))
 
 
@@ -354,8 +354,3 @@ def _commit(txn: Txn | None) -> CommitProperties | None:
     if txn is None:
         return None
     return CommitProperties(app_transactions=[Transaction(app_id=txn.app_id, version=txn.version)], custom_metadata={"userMetadata": marker(txn)})
-
-
-def _first_line(exc: Exception) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
