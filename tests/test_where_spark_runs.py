@@ -61,7 +61,7 @@ def test_on_a_session_that_refuses_what_serverless_refuses_every_join_is_exact_t
     assert (found["session"], found["engine"]) == ("pyspark.sql.connect.session", "spark")
     assert found["refused"] == ["cloneSession"], "only the engine's one question to the session was refused"
     typed = found["typed"]
-    assert len(typed["crashed"]) == 2 and typed["valid"] and typed["committed"] == 3 and typed["maintained"] > 0
+    assert len(typed["crashed"]) == 2 and typed["valid"] and typed["committed"] == 3
     # r's state: made by batch 1's append, then per batch a commit of no rows carrying the marker and the MERGE; the
     # MERGE cut short by the first crash ran when resumed, the one before the second was not run again
     assert typed["operations"] == ["WRITE", "WRITE", "MERGE", "WRITE", "MERGE"], typed["operations"]
@@ -117,7 +117,7 @@ def test_on_a_standalone_cluster_joins_are_exact_and_the_cli_runs_there(standalo
     assert ran.returncode == 0 and "1 arrivals, 3 pairs" in ran.stdout, ran.stdout + ran.stderr[-2000:]
 
 
-def _scenarios(tmp_path: Path, *where: str, timeout: int = 900) -> dict:
+def _scenarios(tmp_path: Path, *where: str, timeout: int = 1800) -> dict:
     ran = subprocess.run(
         [sys.executable, "-m", "tests.where_spark_runs", str(tmp_path), *where],
         capture_output=True, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": REPO}, timeout=timeout,
