@@ -11,8 +11,8 @@ from pyspark.sql import SparkSession
 from pipelines.spark import DELTA_JARS, check_java, local_conf
 from state.engines import make_engine, session_has_delta
 
-# Each of these starts servers of its own and takes minutes: they start first, so that the two xdist workers
-# end together instead of one waiting out the last of them.
+# Run on demand (LAKEJOIN_WHERE_IT_RUNS=1), each of these starts servers of its own and takes minutes: they start
+# first, so that the two xdist workers end together instead of one waiting out the last of them.
 LONGEST_FIRST = ("test_where_spark_runs",)
 
 # The tests' commands never find a developer's 'lakejoin serve': theirs is a server a test starts, in a home of its own.

@@ -18,7 +18,7 @@ from tests.helpers import Pipeline
 from tests.reference import Record, batch_join, late_in_batches, respects_lateness, within
 from tests.strategies import split
 
-PROPERTY = settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+PROPERTY = settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
 @st.composite

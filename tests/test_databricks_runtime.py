@@ -2,7 +2,7 @@
 runtime's variable set and Delta's internals refused (tests/databricks_runtime.py), the acceptance checks of a
 workspace (pipelines/acceptance.py: a change-feed join over two ingests and their batches, the lock) pass on a catalog
 warehouse, which then is maintained; the engine is chosen without asking the session. Every kind of join there is
-a scenario run on demand (``LAKEJOIN_EVERY_KIND``)."""
+a scenario run on demand (``LAKEJOIN_WHERE_IT_RUNS``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pipelines.acceptance import CONFIG, accept
 from pipelines.api import Pipeline
 from state.engines import make_engine
 from tests.conftest import require_spark_delta
-from tests.databricks_runtime import EVERY_KIND, databricks_runtime
+from tests.databricks_runtime import ON_DEMAND, databricks_runtime
 from tests.where_spark_runs import serverless_kinds
 
 pytestmark = pytest.mark.spark_delta
@@ -35,7 +35,7 @@ def test_on_a_databricks_runtime_a_catalog_warehouse_joins_exactly_without_delta
         spark.sql("DROP SCHEMA IF EXISTS lj_runtime CASCADE")
 
 
-@EVERY_KIND
+@ON_DEMAND
 def test_on_a_databricks_runtime_every_kind_of_join_is_exact_on_catalog_warehouses(spark, tmp_path, monkeypatch):
     """The kinds of the serverless scenario (tests/where_spark_runs.py), each against its reference: inner, three-way,
     synchronized, left and full outer, as-of, an idle relation released, a managed source table read by name."""

@@ -1,8 +1,9 @@
 """lakejoin where its users run Spark: as a client of a Spark Connect server (Databricks serverless and Connect are
 ones), and as the driver of a standalone cluster whose executors are other JVMs. Both are started here from
 pyspark's own launcher and jars, with Delta's jars; the scenarios run in a process of their own
-(tests/where_spark_runs.py) and gold is checked here against the batch SQL join of the files they landed. And a guard:
-no module but state/engines/jvm.py reaches into the JVM, which a Connect client does not have."""
+(tests/where_spark_runs.py) and gold is checked here against the batch SQL join of the files they landed. They take
+tens of minutes, so they run on demand (LAKEJOIN_WHERE_IT_RUNS=1). And a guard: no module but state/engines/jvm.py
+reaches into the JVM, which a Connect client does not have."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from pipelines.spark import DELTA_CONF, DELTA_JARS, delta_jars
 from state.engines import make_engine
 from state.layout import Warehouse
 from state.relations import relation
-from tests.databricks_runtime import EVERY_KIND
+from tests.databricks_runtime import ON_DEMAND
 from tests.helpers import REPO, lakejoin
 from tests.test_join_pipeline import ORDERS
 from tests.where_spark_runs import TYPED_CONFIG, TYPES, WORKED_BATCH_ROWS, WORKED_ORDER
@@ -52,6 +53,7 @@ def test_no_module_but_one_reaches_into_the_jvm():
     assert reaching == [], "only state/engines/jvm.py may reach into Spark's JVM:\n" + "\n".join(reaching)
 
 
+@ON_DEMAND
 def test_on_a_session_that_refuses_what_serverless_refuses_every_join_is_exact_through_crashes_and_the_cli_starts_no_jvm(connect_server, spark, tmp_path):
     """On a Spark Connect session that refuses settings, caching and clones: the typed join through crashes (a folder
     warehouse), and change feeds on a catalog warehouse whose tables the client reaches by name only (a path read of
@@ -82,7 +84,7 @@ def test_on_a_session_that_refuses_what_serverless_refuses_every_join_is_exact_t
     assert status.returncode == 0 and json.loads(status.stdout)["last_committed_batch"] == typed["committed"] + 1, status.stderr
 
 
-@EVERY_KIND
+@ON_DEMAND
 def test_on_a_session_that_refuses_what_serverless_refuses_every_kind_of_join_is_exact_and_the_acceptance_checks_pass(connect_server, spark, tmp_path):
     """Every other kind of join on catalog warehouses, each exact against its reference, a source table and an idle
     relation among them; and the checks of the acceptance job (pipelines/acceptance.py), the path read refused."""
@@ -104,6 +106,7 @@ def test_a_databricks_task_gets_the_runtime_s_session_and_never_starts_a_local_o
     assert spark_module.get_spark() is spark
 
 
+@ON_DEMAND
 def test_on_a_standalone_cluster_joins_are_exact_and_the_cli_runs_there(standalone_cluster, spark, tmp_path):
     found = _scenarios(tmp_path, "--master", standalone_cluster)
     assert (found["session"], found["engine"]) == ("pyspark.sql.session", "spark")
