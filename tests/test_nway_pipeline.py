@@ -174,7 +174,7 @@ def test_a_synchronized_join_of_three_streams_gives_one_row_per_time_and_key_wit
 def test_kill_9_of_a_three_way_run_at_random_moments_then_a_clean_rerun_gives_the_uninterrupted_result(deltars, tmp_path_factory):
     settings = {"allowed_lateness": 30, "window": 40}
     chosen = random.Random(5)
-    records = [Record(name, f"{name}{i}", chosen.randrange(100), f"k{chosen.randrange(3)}", rank=rank) for i in range(12) for rank, name in enumerate("abc")]
+    records = [Record(name, f"{name}{i}", chosen.randrange(100), f"k{chosen.randrange(3)}", rank=rank) for i in range(6) for rank, name in enumerate("abc")]
     uninterrupted = n_way(deltars, tmp_path_factory.mktemp("uninterrupted"), "abc", **settings)
     uninterrupted.land(records)
     victim = copied(uninterrupted, tmp_path_factory.mktemp("victim"))
@@ -184,7 +184,7 @@ def test_kill_9_of_a_three_way_run_at_random_moments_then_a_clean_rerun_gives_th
         yaml.safe_dump({"relations": dict.fromkeys("abc"), **settings}, handle)
     args = ("run", "--warehouse", victim.warehouse.root, "--config", config, "--max-batch-rows", "4")
     running = start_lakejoin(*args, cwd=victim.root)  # once: the two-way series kill several times, on both engines
-    time.sleep(chosen.uniform(8.0, 25.0))  # within the run: Spark's start, then nine batches
+    time.sleep(chosen.uniform(8.0, 18.0))  # within the run: Spark's start, then five batches
     os.killpg(running.pid, signal.SIGKILL)
     running.communicate()
     rerun = lakejoin(*args, cwd=victim.root)
