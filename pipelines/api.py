@@ -93,7 +93,9 @@ class Pipeline:
     def close(self) -> None:
         """Stop the session lakejoin started for this pipeline; a caller's session is left running."""
         if self._owns_session and self._spark is not None:
-            self._spark.stop()
+            from pipelines.spark import stop_session
+
+            stop_session(self._spark)
             self._spark, self._owns_session = None, False
 
     def ingest(

@@ -23,7 +23,7 @@ from state.config import Config, on_warehouse_axis
 from pipelines.definition import record, settle
 from pipelines.ingest import ingest_files
 from pipelines.silver import run
-from pipelines.spark import get_spark
+from pipelines.spark import get_spark, stop_session
 from state.engines import make_engine
 from state.engines.jvm import classic_spark_running
 from state.layout import Warehouse
@@ -216,7 +216,7 @@ def run_demo(options: DemoOptions, given: Config | None = None, engine_name: str
         return check.passed
     finally:
         if owned:
-            spark.stop()
+            stop_session(spark)
 
 
 def _show_gold(gold: DataFrame) -> None:

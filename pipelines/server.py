@@ -42,7 +42,7 @@ from typing import NamedTuple
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
-from pipelines.spark import DELTA_JARS, REMOTE, get_spark, hurried_retries
+from pipelines.spark import DELTA_JARS, REMOTE, get_spark, hurried_retries, stop_session
 from state.errors import LakejoinError
 
 HOME = "LAKEJOIN_HOME"
@@ -204,7 +204,7 @@ def attached(server: Server, verbose: bool = False) -> Iterator[SparkSession]:
                             "resumes), after 'lakejoin serve' or with a Spark of its own") from exc
     finally:
         if spark is not None and server.process.running():
-            spark.stop()
+            stop_session(spark)
         mark.unlink(missing_ok=True)
 
 

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
-from state.engines.delta_log import is_restricted
+from state.engines.delta_log import is_connect, is_restricted
 from state.errors import LakejoinError, first_line
 
 MIN_JAVA = 17
@@ -152,6 +152,17 @@ def get_spark(
     for name, value in settings.items():
         builder = builder.config(name, value)
     return builder.getOrCreate()
+
+
+def stop_session(spark: SparkSession) -> None:
+    """Stop a session lakejoin started. A Spark Connect client first waits for the release requests of its last
+    executions: pyspark's ``stop`` releases the session before they are sent, and the server logs an ERROR for each
+    one that arrives after."""
+    if is_connect(spark):
+        from pyspark.sql.connect.client.reattach import ExecutePlanResponseReattachableIterator
+
+        ExecutePlanResponseReattachableIterator.shutdown()
+    spark.stop()
 
 
 # How long lakejoin waits for a Spark Connect server's port to accept a connection before calling it unreachable.

@@ -11,11 +11,12 @@ import shutil
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from unittest import mock
 
 import pytest
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from state.config import Config
@@ -58,6 +59,28 @@ def start_lakejoin(*args: str, cwd: str, engine: str = "delta-rs") -> subprocess
     return subprocess.Popen(
         [*LAKEJOIN, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd, env=_env(engine), start_new_session=True
     )
+
+
+@contextlib.contextmanager
+def driver_log(spark: SparkSession, level: str = "WARN") -> Iterator[Callable[[], list[str]]]:
+    """What the session's driver logs while the block runs, at ``level`` (Spark's default, as in a notebook or a
+    Databricks job): a log4j appender on the root logger, read as lines. The JVM writes to the terminal the tests
+    started with, which pytest's fd capture does not reach."""
+    log4j = spark._jvm.org.apache.logging.log4j
+    context = log4j.LogManager.getContext(False)
+    root = context.getConfiguration().getRootLogger()
+    before, writer = root.getLevel().toString(), spark._jvm.java.io.StringWriter()
+    layout = log4j.core.layout.PatternLayout.newBuilder().withPattern("%p %c{1}: %m%n").build()
+    appender = log4j.core.appender.WriterAppender.createAppender(layout, None, writer, "lakejoin-tests", False, True)
+    appender.start()
+    root.addAppender(appender, None, None)
+    spark.sparkContext.setLogLevel(level)
+    try:
+        yield lambda: str(writer.toString()).splitlines()
+    finally:
+        spark.sparkContext.setLogLevel(before)
+        root.removeAppender("lakejoin-tests")
+        context.updateLoggers()
 
 
 def damaged_parquet(path: str) -> str:

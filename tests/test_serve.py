@@ -77,11 +77,15 @@ def configured(pipeline: Pipeline, engine: str) -> str:
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-def test_with_a_server_up_commands_start_no_jvm_and_join_exactly(served, deltars, tmp_path, engine):
+def test_with_a_server_up_commands_start_no_jvm_and_join_exactly_with_no_error_in_its_log(served, deltars, tmp_path, engine):
+    """No query the commands run fails as a matter of course: the server's log, where its Spark logs, gains no ERROR
+    line through ingest, run and validate."""
     pipeline = Pipeline(deltars, str(tmp_path))
     arrivals = records(6, seed=1)
     config = configured(pipeline, engine)
     env = no_java(served)
+    log = os.path.join(served[server.HOME], "server", "server.log")
+    logged_before = os.path.getsize(log)
     for side in "rs":
         path = pipeline.write_file([row(record) for record in arrivals if record.relation == side])
         ingested = lakejoin("ingest", "--warehouse", pipeline.warehouse.root, "--config", config, "--side", side, path,
@@ -92,6 +96,11 @@ def test_with_a_server_up_commands_start_no_jvm_and_join_exactly(served, deltars
     assert pipeline.gold_pairs() == Counter(batch_join(arrivals))
     status = lakejoin("status", "--warehouse", pipeline.warehouse.root, "--json", cwd=pipeline.root, engine=SESSION_ENGINE, env=env)
     assert json.loads(status.stdout)["server"]["pid"] == server_pid(served)
+    validated = lakejoin("validate", "--warehouse", pipeline.warehouse.root, cwd=pipeline.root, engine=SESSION_ENGINE, env=env)
+    assert validated.returncode == 0, validated.stdout[-2000:] + validated.stderr[-2000:]
+    with open(log) as server_log:
+        server_log.seek(logged_before)
+        assert [line for line in server_log if " ERROR " in line] == []
 
 
 def test_through_the_server_a_change_feed_join_runs_on_after_a_batch_that_changes_nothing_in_gold(served, deltars, tmp_path):
