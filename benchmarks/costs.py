@@ -1,0 +1,191 @@
+"""What a block of work costs in what can be counted, not timed: Spark jobs, JVM round trips, Delta commits, and as a
+Spark Connect client the requests it sends. Counts are deterministic, so a test holds a step to a budget (as Django's
+``assertNumQueries`` does) where timings on a noisy two-core machine cannot (tests/test_costs.py).
+
+    with counted(spark, root) as cost:
+        pipeline.ingest("r", [path])
+    cost.jobs, cost.round_trips, cost.commits
+
+- **jobs**: every job the driver's scheduler was given while the block ran, on any thread, in a job group or not (the
+  scheduler's own count of jobs submitted); None over Spark Connect, where the scheduler is the server's.
+- **round trips**: py4j commands sent from Python to the driver's JVM, from any thread, but the finalizer's releases
+  of Python's references (sent whenever the garbage collector runs, so not the block's own). Over Spark Connect: the
+  client's requests (analyze, execute, config).
+- **commits**: Delta commit files (``_delta_log/NNN.json``) that appeared under ``root``.
+
+As a script: the steps of a cycle of two records per relation, counted on the second cycle (the first creates the
+tables and warms the session), beside the same work by hand in plain Spark (benchmarks/by_hand.py), the floor.
+
+    .venv/bin/python -m benchmarks.costs [--engine delta-rs|spark] [--log-reader auto|public|jvm] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import glob
+import os
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+
+from pyspark.sql import SparkSession
+
+from state.engines.delta_log import is_connect
+
+# Spark Connect client methods that each send one request to the server.
+CONNECT_REQUESTS = ("_analyze", "_execute", "_execute_and_fetch_as_iterator", "config")
+RELEASE = "m\n"  # py4j's memory command: the finalizer releasing a reference, whenever the garbage collector runs
+COUNTS = ("jobs", "round_trips", "commits")
+
+
+@dataclass
+class Cost:
+    """What a block cost; filled in when it ends."""
+
+    jobs: int | None = None
+    round_trips: int = 0
+    commits: int = 0
+
+    def over(self, budget: Cost) -> list[str]:
+        """Each count above ``budget``'s, saying by how much (empty when within it)."""
+        return [
+            f"{name} {mine} > {theirs} (+{mine - theirs})"
+            for name in COUNTS
+            if (mine := getattr(self, name)) is not None and (theirs := getattr(budget, name)) is not None and mine > theirs
+        ]
+
+
+@contextlib.contextmanager
+def counted(spark: SparkSession, root: str) -> Iterator[Cost]:
+    """Count what the block costs on ``spark``, commits under the folder ``root``."""
+    cost = Cost()
+    commits_before = _commits(root)
+    if is_connect(spark):
+        with _connect_requests(spark, cost):
+            yield cost
+    else:
+        jobs_before = _jobs_submitted(spark)
+        with _round_trips(spark, cost):
+            yield cost
+        cost.jobs = _jobs_submitted(spark) - jobs_before
+    cost.commits = len(_commits(root) - commits_before)
+
+
+def _commits(root: str) -> set[str]:
+    return set(glob.glob(os.path.join(glob.escape(root), "**", "_delta_log", "*.json"), recursive=True))
+
+
+def _jobs_submitted(spark: SparkSession) -> int:
+    """The driver's count of jobs submitted so far (the next job's id): jobs of every thread, unlike a job group."""
+    return int(spark.sparkContext._jsc.sc().dagScheduler().nextJobId())
+
+
+@contextlib.contextmanager
+def _round_trips(spark: SparkSession, cost: Cost) -> Iterator[None]:
+    client = spark.sparkContext._gateway._gateway_client
+    send = client.send_command
+    guard = threading.Lock()
+
+    def counting(command: str, *args: object, **kwargs: object) -> object:
+        if not command.startswith(RELEASE):
+            with guard:
+                cost.round_trips += 1
+        return send(command, *args, **kwargs)
+
+    client.send_command = counting
+    try:
+        yield
+    finally:
+        del client.send_command  # the class's own again
+
+
+@contextlib.contextmanager
+def _connect_requests(spark: SparkSession, cost: Cost) -> Iterator[None]:
+    client = spark.client
+    guard = threading.Lock()
+
+    def counting(method: Callable) -> Callable:
+        def request(*args: object, **kwargs: object) -> object:
+            with guard:
+                cost.round_trips += 1
+            return method(*args, **kwargs)
+
+        return request
+
+    for name in CONNECT_REQUESTS:
+        setattr(client, name, counting(getattr(client, name)))
+    try:
+        yield
+    finally:
+        for name in CONNECT_REQUESTS:
+            delattr(client, name)
+
+
+def cycle_costs(spark: SparkSession, engine: str, root: str, floor: bool = True) -> dict[str, Cost]:
+    """Each step of a cycle of two records per relation, counted on the second cycle: ``ingest`` (a file per relation),
+    ``run`` (the batch that joins them), ``micro-batch`` (a DataFrame per relation through ``foreach_batch``, then the
+    run that joins them), ``landing run`` (a run that lands a file per relation from its landing folders, then joins
+    them); with ``floor``, ``by hand``: the ingest and run's work written in plain Spark."""
+    from benchmarks.by_hand import RELATIONS, ByHand
+    from benchmarks.small import SCHEMA, records, write_jsonl
+    from pipelines.api import Pipeline
+
+    relations = {name: {"required": ["key"]} for name in RELATIONS}
+    given_root, landed_root = os.path.join(root, "given"), os.path.join(root, "landed")
+    given = Pipeline(given_root, config={"relations": relations, "engine": engine}, spark=spark)
+    landing = {name: os.path.join(root, "landing", name) for name in RELATIONS}
+    landed = Pipeline(
+        landed_root, config={"relations": {name: {**spec, "landing": landing[name]} for name, spec in relations.items()}, "engine": engine}, spark=spark
+    )
+    by_hand = ByHand(spark, engine, os.path.join(root, "by-hand"))
+    costs: dict[str, Cost] = {}
+    for number in range(2):
+        files = {name: write_jsonl(os.path.join(root, "files", f"{name}-{number}.jsonl"), records(name, 2 * number, 2)) for name in RELATIONS}
+        with counted(spark, given_root) as costs["ingest"]:
+            for name, path in files.items():
+                given.ingest(name, path)
+        with counted(spark, given_root) as costs["run"]:
+            given.run()
+        frames = {name: spark.createDataFrame(records(name, 100 + 2 * number, 2), SCHEMA) for name in RELATIONS}
+        with counted(spark, given_root) as costs["micro-batch"]:
+            for name, frame in frames.items():
+                given.foreach_batch(name)(frame, number)
+            given.run()
+        for name in RELATIONS:
+            write_jsonl(os.path.join(landing[name], f"{number}.jsonl"), records(name, 2 * number, 2))
+        with counted(spark, landed_root) as costs["landing run"]:
+            landed.run()
+        if floor:
+            with counted(spark, by_hand.root) as costs["by hand"]:
+                arrivals = {name: spark.read.schema(SCHEMA).json(path) for name, path in files.items()}
+                by_hand.land(arrivals)
+                by_hand.join(arrivals, number + 1)
+    return costs
+
+
+def main() -> None:
+    from benchmarks.report import LOG_READERS, use_log_reader, write_json
+    from pipelines.spark import get_spark
+    from state.engines import session_has_delta
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--engine", choices=["delta-rs", "spark"], default="delta-rs", help="lakejoin's Delta engine (spark needs LAKEJOIN_DELTA_JARS)")
+    parser.add_argument("--log-reader", choices=LOG_READERS, default="auto", help="Delta on Spark's log reader (default: the one lakejoin picks)")
+    parser.add_argument("--out", help="default benchmarks/results/costs[_spark].json")
+    args = parser.parse_args()
+    use_log_reader(args.log_reader)
+    spark = get_spark()  # SPARK_REMOTE names a Spark Connect server: its client's requests are counted, without a floor
+    if args.engine == "spark" and not session_has_delta(spark):
+        raise SystemExit("--engine spark needs Delta on Spark: set LAKEJOIN_DELTA_JARS to Delta's jars")
+    with tempfile.TemporaryDirectory(prefix="lakejoin-costs-") as root:
+        costs = cycle_costs(spark, args.engine, root, floor=not is_connect(spark))
+    print(f"{'step':<14} {'jobs':>5} {'round trips':>12} {'commits':>8}")
+    for step, cost in costs.items():
+        print(f"{step:<14} {cost.jobs!s:>5} {cost.round_trips:>12} {cost.commits:>8}")
+    write_json(args.out or f"benchmarks/results/costs{'' if args.engine == 'delta-rs' else '_spark'}.json", {"config": vars(args), "steps": {step: asdict(cost) for step, cost in costs.items()}})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,47 @@
+"""What each step of a few-row cycle costs, counted (benchmarks/costs.py): Spark jobs, JVM round trips and Delta
+commits, held to a budget on each engine and on both of Delta on Spark's log readers, as Django's ``assertNumQueries``
+holds queries. Counts do not depend on the machine's load, so a change that raises one fails here, saying which step
+and by how much; lower a budget with the change that earns it. Timings are benchmarks' (docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.costs import Cost, cycle_costs
+from state.engines import spark_delta
+from state.engines.jvm import JvmLog
+from state.engines.public_log import PublicLog
+from tests.conftest import require_spark_delta
+
+# Per step, on the second cycle of two records per relation (benchmarks/costs.py cycle_costs).
+BUDGETS: dict[str, dict[str, Cost]] = {
+    "delta-rs": {
+        "ingest": Cost(jobs=8, round_trips=2116, commits=4),
+        "run": Cost(jobs=8, round_trips=1035, commits=4),
+        "micro-batch": Cost(jobs=16, round_trips=2912, commits=8),
+        "landing run": Cost(jobs=13, round_trips=3181, commits=6),
+    },
+    "spark, JVM log reader": {
+        "ingest": Cost(jobs=14, round_trips=3522, commits=4),
+        "run": Cost(jobs=16, round_trips=2430, commits=4),
+        "micro-batch": Cost(jobs=30, round_trips=5967, commits=8),
+        "landing run": Cost(jobs=22, round_trips=5024, commits=6),
+    },
+    "spark, public log reader": {
+        "ingest": Cost(jobs=122, round_trips=4076, commits=4),
+        "run": Cost(jobs=113, round_trips=2953, commits=4),
+        "micro-batch": Cost(jobs=235, round_trips=6783, commits=8),
+        "landing run": Cost(jobs=156, round_trips=5789, commits=6),
+    },
+}
+READERS = {"spark, JVM log reader": JvmLog, "spark, public log reader": PublicLog}
+
+
+@pytest.mark.parametrize("setting", ["delta-rs", pytest.param("spark, JVM log reader", marks=pytest.mark.spark_delta),
+                                     pytest.param("spark, public log reader", marks=pytest.mark.spark_delta)])
+def test_each_step_of_a_few_row_cycle_stays_within_its_budget(spark, tmp_path, monkeypatch, setting):
+    if setting in READERS:
+        require_spark_delta(spark)
+        monkeypatch.setattr(spark_delta, "log_reader", READERS[setting])
+    costs = cycle_costs(spark, setting.split(",")[0], str(tmp_path), floor=False)
+    assert {step: found for step, cost in costs.items() if (found := cost.over(BUDGETS[setting][step]))} == {}
