@@ -17,8 +17,9 @@ from collections.abc import Iterator
 import pytest
 import yaml
 
+from benchmarks.costs import Cost
 from pipelines import server
-from pipelines.spark import DELTA_JARS
+from pipelines.spark import DELTA_JARS, REMOTE
 from tests.helpers import LAKEJOIN, REPO, Pipeline, lakejoin, lakejoin_here
 from tests.reference import Record, batch_join
 from tests.test_changes import CONFIG as CHANGE_CONFIG, change
@@ -147,6 +148,26 @@ def test_a_server_of_another_lakejoin_or_delta_set_up_is_refused_in_one_line_and
                              env={**os.environ, **no_java(served), "PYTHONPATH": REPO}, timeout=300)
     assert checked.returncode != 0 and f"runs lakejoin {server.VERSION} and this is 0.0.2" in checked.stderr, checked.stderr[-2000:]
     assert pipeline.versions() == before
+
+
+# A Spark Connect client's requests (analyze, execute, config) per step of benchmarks/costs.py's few-row cycle, on
+# delta-rs; tests/test_costs.py holds a classic session's jobs and calls to the JVM.
+CONNECT_BUDGET = {
+    "ingest": Cost(round_trips=28, commits=4),
+    "run": Cost(round_trips=31, commits=4),
+    "micro-batch": Cost(round_trips=61, commits=8),
+    "landing run": Cost(round_trips=54, commits=6),
+}
+
+
+def test_each_step_of_a_few_row_cycle_over_spark_connect_stays_within_its_budget_of_requests(served, tmp_path, monkeypatch):
+    monkeypatch.setenv(server.HOME, served[server.HOME])
+    out = tmp_path / "costs.json"
+    counted = subprocess.run([sys.executable, "-m", "benchmarks.costs", "--out", str(out)], cwd=REPO, capture_output=True, text=True,
+                             env={**os.environ, REMOTE: server.running().url}, timeout=900)
+    assert counted.returncode == 0, counted.stderr[-2000:]
+    costs = {step: Cost(**counts) for step, counts in json.loads(out.read_text())["steps"].items()}
+    assert {step: found for step, cost in costs.items() if (found := cost.over(CONNECT_BUDGET[step]))} == {}
 
 
 def test_status_says_when_no_server_is_up(deltars, tmp_path, monkeypatch):
