@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 FLINK_VENV := .venv-flink
 FLINK_STAMP := $(FLINK_VENV)/.installed
 
-.PHONY: demo test bench-state bench-dq bench-peers bench-peers-bounded bench-engines bench-memory bench-commit bench-sources bench-nway bench-final bench-cli bench-changes bench-idle bench-sizing bench-backlog bench-history bench-small bench-demo sizing-day bench-suite
+.PHONY: demo test bench-state bench-dq bench-peers bench-peers-bounded bench-engines bench-memory bench-commit bench-sources bench-nway bench-final bench-cli bench-changes bench-idle bench-sizing bench-backlog bench-history bench-small bench-costs bench-demo sizing-day bench-suite
 
 $(STAMP): pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is required: install it, or pass PYTHON=/path/to/python3.11"; exit 1; }
@@ -121,6 +121,13 @@ bench-small: $(STAMP)
 	env -u LAKEJOIN_DELTA_JARS $(VENV)/bin/python -m benchmarks.small
 	if [ -n "$$LAKEJOIN_DELTA_JARS" ]; then $(VENV)/bin/python -m benchmarks.small --engine spark; \
 	else echo "bench-small: Delta on Spark skipped: set LAKEJOIN_DELTA_JARS to a folder of Delta's JVM jars"; fi
+
+# What each step of a few-row cycle costs in Spark jobs, calls to the JVM and commits, beside the same work by hand:
+# delta-rs, then Delta on Spark when LAKEJOIN_DELTA_JARS names Delta's jars (tests/test_costs.py holds the budgets)
+bench-costs: $(STAMP)
+	env -u LAKEJOIN_DELTA_JARS $(VENV)/bin/python -m benchmarks.costs
+	if [ -n "$$LAKEJOIN_DELTA_JARS" ]; then $(VENV)/bin/python -m benchmarks.costs --engine spark; \
+	else echo "bench-costs: Delta on Spark skipped: set LAKEJOIN_DELTA_JARS to a folder of Delta's JVM jars"; fi
 
 # What `make test` costs (its wall time, the ten slowest tests); LOG=FILE reads a finished run's output instead
 bench-suite: $(STAMP)

@@ -38,6 +38,7 @@ from state.engines.delta_log import is_connect
 CONNECT_REQUESTS = ("_analyze", "_execute", "_execute_and_fetch_as_iterator", "config")
 RELEASE = "m\n"  # py4j's memory command: the finalizer releasing a reference, whenever the garbage collector runs
 COUNTS = ("jobs", "round_trips", "commits")
+CALLS_SLACK = 5  # measured: a step's calls differ by up to 2 between runs (a run: 1,033 and 1,035), jobs and commits not at all
 
 
 @dataclass
@@ -49,11 +50,13 @@ class Cost:
     commits: int = 0
 
     def over(self, budget: Cost) -> list[str]:
-        """Each count above ``budget``'s, saying by how much (empty when within it)."""
+        """Each count above ``budget``'s, saying by how much (empty when within it). Calls to the JVM may exceed it by
+        ``CALLS_SLACK``: the same step's count varies by a few calls between runs."""
+        slack = {"round_trips": CALLS_SLACK}
         return [
             f"{name} {mine} > {theirs} (+{mine - theirs})"
             for name in COUNTS
-            if (mine := getattr(self, name)) is not None and (theirs := getattr(budget, name)) is not None and mine > theirs
+            if (mine := getattr(self, name)) is not None and (theirs := getattr(budget, name)) is not None and mine > theirs + slack.get(name, 0)
         ]
 
 
