@@ -38,7 +38,9 @@ from state.engines.delta_log import is_connect
 CONNECT_REQUESTS = ("_analyze", "_execute", "_execute_and_fetch_as_iterator", "config")
 RELEASE = "m\n"  # py4j's memory command: the finalizer releasing a reference, whenever the garbage collector runs
 COUNTS = ("jobs", "round_trips", "commits")
-CALLS_SLACK = 5  # measured: a step's calls differ by up to 2 between runs (a run: 1,033 and 1,035), jobs and commits not at all
+# Measured: a step's calls to the JVM differ by up to ~1% with what the session did before (on Delta on Spark, an
+# ingest's 3,522 in the tests' session and 3,558 in a session of its own); its jobs and commits do not.
+CALLS_SLACK = 0.05  # so a budget holds in any order of the suite's tests, and a change of a few calls more still fails
 
 
 @dataclass
@@ -50,13 +52,13 @@ class Cost:
     commits: int = 0
 
     def over(self, budget: Cost) -> list[str]:
-        """Each count above ``budget``'s, saying by how much (empty when within it). Calls to the JVM may exceed it by
-        ``CALLS_SLACK``: the same step's count varies by a few calls between runs."""
-        slack = {"round_trips": CALLS_SLACK}
+        """Each count above ``budget``'s, saying by how much (empty when within it); calls to the JVM within
+        ``CALLS_SLACK`` of it are within it."""
+        slack = {"round_trips": 1 + CALLS_SLACK}
         return [
             f"{name} {mine} > {theirs} (+{mine - theirs})"
             for name in COUNTS
-            if (mine := getattr(self, name)) is not None and (theirs := getattr(budget, name)) is not None and mine > theirs + slack.get(name, 0)
+            if (mine := getattr(self, name)) is not None and (theirs := getattr(budget, name)) is not None and mine > theirs * slack.get(name, 1)
         ]
 
 
