@@ -13,8 +13,9 @@ Spark Connect client the requests it sends. Counts are deterministic, so a test 
   client's requests (analyze, execute, config).
 - **commits**: Delta commit files (``_delta_log/NNN.json``) that appeared under ``root``.
 
-As a script: the steps of a cycle of two records per relation, counted on the second cycle (the first creates the
-tables and warms the session), beside the same work by hand in plain Spark (benchmarks/by_hand.py), the floor.
+As a script: the steps of a cycle of two records per relation (``Cycles``), counted on the second cycle (the first
+creates the tables and warms the session), beside the same work by hand in plain Spark (benchmarks/by_hand.py), the
+floor.
 
     .venv/bin/python -m benchmarks.costs [--engine delta-rs|spark] [--log-reader auto|public|jvm] [--out FILE]
 """
@@ -128,46 +129,52 @@ def _connect_requests(spark: SparkSession, cost: Cost) -> Iterator[None]:
             delattr(client, name)
 
 
-def cycle_costs(spark: SparkSession, engine: str, root: str, floor: bool = True) -> dict[str, Cost]:
-    """Each step of a cycle of two records per relation, counted on the second cycle: ``ingest`` (a file per relation),
-    ``run`` (the batch that joins them), ``micro-batch`` (a DataFrame per relation through ``foreach_batch``, then the
-    run that joins them), ``landing run`` (a run that lands a file per relation from its landing folders, then joins
-    them); with ``floor``, ``by hand``: the ingest and run's work written in plain Spark."""
-    from benchmarks.by_hand import RELATIONS, ByHand
-    from benchmarks.small import SCHEMA, records, write_jsonl
-    from pipelines.api import Pipeline
+class Cycles:
+    """A few-row cycle's steps, each counted, on warehouses under ``root``: ``ingest`` (a file of two records per
+    relation), ``run`` (the batch that joins them), ``micro-batch`` (a DataFrame per relation through
+    ``foreach_batch``, then the run that joins them), ``landing run`` (a run that lands a file per relation from its
+    landing folders, then joins them); with ``floor``, ``by hand``: the ingest and run's work in plain Spark. The first
+    cycle creates the tables; the next ones are what a step costs."""
 
-    relations = {name: {"required": ["key"]} for name in RELATIONS}
-    given_root, landed_root = os.path.join(root, "given"), os.path.join(root, "landed")
-    given = Pipeline(given_root, config={"relations": relations, "engine": engine}, spark=spark)
-    landing = {name: os.path.join(root, "landing", name) for name in RELATIONS}
-    landed = Pipeline(
-        landed_root, config={"relations": {name: {**spec, "landing": landing[name]} for name, spec in relations.items()}, "engine": engine}, spark=spark
-    )
-    by_hand = ByHand(spark, engine, os.path.join(root, "by-hand"))
-    costs: dict[str, Cost] = {}
-    for number in range(2):
-        files = {name: write_jsonl(os.path.join(root, "files", f"{name}-{number}.jsonl"), records(name, 2 * number, 2)) for name in RELATIONS}
-        with counted(spark, given_root) as costs["ingest"]:
+    def __init__(self, spark: SparkSession, engine: str, root: str, floor: bool = True) -> None:
+        from benchmarks.by_hand import RELATIONS, ByHand
+        from pipelines.api import Pipeline
+
+        self.spark, self.root, self.done = spark, root, 0
+        relations = {name: {"required": ["key"]} for name in RELATIONS}
+        self.landing = {name: os.path.join(root, "landing", name) for name in RELATIONS}
+        self.given = Pipeline(os.path.join(root, "given"), config={"relations": relations, "engine": engine}, spark=spark)
+        landed = {name: {**spec, "landing": self.landing[name]} for name, spec in relations.items()}
+        self.landed = Pipeline(os.path.join(root, "landed"), config={"relations": landed, "engine": engine}, spark=spark)
+        self.by_hand = ByHand(spark, engine, os.path.join(root, "by-hand")) if floor else None
+
+    def next(self) -> dict[str, Cost]:
+        from benchmarks.small import SCHEMA, records, write_jsonl
+
+        number, spark, costs = self.done, self.spark, {}
+        given, landed = (os.path.join(self.root, name) for name in ("given", "landed"))
+        files = {name: write_jsonl(os.path.join(self.root, "files", f"{name}-{number}.jsonl"), records(name, 2 * number, 2)) for name in self.landing}
+        with counted(spark, given) as costs["ingest"]:
             for name, path in files.items():
-                given.ingest(name, path)
-        with counted(spark, given_root) as costs["run"]:
-            given.run()
-        frames = {name: spark.createDataFrame(records(name, 100 + 2 * number, 2), SCHEMA) for name in RELATIONS}
-        with counted(spark, given_root) as costs["micro-batch"]:
+                self.given.ingest(name, path)
+        with counted(spark, given) as costs["run"]:
+            self.given.run()
+        frames = {name: spark.createDataFrame(records(name, 100 + 2 * number, 2), SCHEMA) for name in self.landing}
+        with counted(spark, given) as costs["micro-batch"]:
             for name, frame in frames.items():
-                given.foreach_batch(name)(frame, number)
-            given.run()
-        for name in RELATIONS:
-            write_jsonl(os.path.join(landing[name], f"{number}.jsonl"), records(name, 2 * number, 2))
-        with counted(spark, landed_root) as costs["landing run"]:
-            landed.run()
-        if floor:
-            with counted(spark, by_hand.root) as costs["by hand"]:
+                self.given.foreach_batch(name)(frame, number)
+            self.given.run()
+        for name, folder in self.landing.items():
+            write_jsonl(os.path.join(folder, f"{number}.jsonl"), records(name, 2 * number, 2))
+        with counted(spark, landed) as costs["landing run"]:
+            self.landed.run()
+        if self.by_hand is not None:
+            with counted(spark, self.by_hand.root) as costs["by hand"]:
                 arrivals = {name: spark.read.schema(SCHEMA).json(path) for name, path in files.items()}
-                by_hand.land(arrivals)
-                by_hand.join(arrivals, number + 1)
-    return costs
+                self.by_hand.land(arrivals)
+                self.by_hand.join(arrivals, number + 1)
+        self.done += 1
+        return costs
 
 
 def main() -> None:
@@ -185,7 +192,9 @@ def main() -> None:
     if args.engine == "spark" and not session_has_delta(spark):
         raise SystemExit("--engine spark needs Delta on Spark: set LAKEJOIN_DELTA_JARS to Delta's jars")
     with tempfile.TemporaryDirectory(prefix="lakejoin-costs-") as root:
-        costs = cycle_costs(spark, args.engine, root, floor=not is_connect(spark))
+        cycles = Cycles(spark, args.engine, root, floor=not is_connect(spark))
+        cycles.next()
+        costs = cycles.next()
     print(f"{'step':<14} {'jobs':>5} {'round trips':>12} {'commits':>8}")
     for step, cost in costs.items():
         print(f"{step:<14} {cost.jobs!s:>5} {cost.round_trips:>12} {cost.commits:>8}")
