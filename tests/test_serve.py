@@ -38,13 +38,28 @@ def start_server(home: str) -> dict[str, str]:
     return env
 
 
+@contextlib.contextmanager
+def serving(home: str) -> Iterator[dict[str, str]]:
+    """A server up while the block runs: the environment that finds it."""
+    env = start_server(home)
+    try:
+        yield env
+    finally:
+        lakejoin("serve", "--stop", cwd=home, engine=SESSION_ENGINE, env=env)
+
+
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """A server for the module's commands: the environment that finds it."""
-    home = str(tmp_path_factory.mktemp("home"))
-    env = start_server(home)
-    yield env
-    lakejoin("serve", "--stop", cwd=home, engine=SESSION_ENGINE, env=env)
+    """A server for the module's commands."""
+    with serving(str(tmp_path_factory.mktemp("home"))) as env:
+        yield env
+
+
+@pytest.fixture
+def own_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """A server of the test's own, whose log no other test's commands (nor their kills) write to."""
+    with serving(str(tmp_path_factory.mktemp("own-home"))) as env:
+        yield env
 
 
 def no_java(env: dict[str, str]) -> dict[str, str]:
@@ -78,15 +93,13 @@ def configured(pipeline: Pipeline, engine: str) -> str:
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-def test_with_a_server_up_commands_start_no_jvm_and_join_exactly_with_no_error_in_its_log(served, deltars, tmp_path, engine):
+def test_with_a_server_up_commands_start_no_jvm_and_join_exactly_with_no_error_in_its_log(own_server, deltars, tmp_path, engine):
     """No query the commands run fails as a matter of course: the server's log, where its Spark logs, gains no ERROR
     line through ingest, run and validate."""
     pipeline = Pipeline(deltars, str(tmp_path))
     arrivals = records(6, seed=1)
     config = configured(pipeline, engine)
-    env = no_java(served)
-    log = os.path.join(served[server.HOME], "server", "server.log")
-    logged_before = os.path.getsize(log)
+    env = no_java(own_server)
     for side in "rs":
         path = pipeline.write_file([row(record) for record in arrivals if record.relation == side])
         ingested = lakejoin("ingest", "--warehouse", pipeline.warehouse.root, "--config", config, "--side", side, path,
@@ -96,11 +109,10 @@ def test_with_a_server_up_commands_start_no_jvm_and_join_exactly_with_no_error_i
     assert ran.returncode == 0, ran.stderr[-2000:]
     assert pipeline.gold_pairs() == Counter(batch_join(arrivals))
     status = lakejoin("status", "--warehouse", pipeline.warehouse.root, "--json", cwd=pipeline.root, engine=SESSION_ENGINE, env=env)
-    assert json.loads(status.stdout)["server"]["pid"] == server_pid(served)
+    assert json.loads(status.stdout)["server"]["pid"] == server_pid(own_server)
     validated = lakejoin("validate", "--warehouse", pipeline.warehouse.root, cwd=pipeline.root, engine=SESSION_ENGINE, env=env)
     assert validated.returncode == 0, validated.stdout[-2000:] + validated.stderr[-2000:]
-    with open(log) as server_log:
-        server_log.seek(logged_before)
+    with open(os.path.join(own_server[server.HOME], "server", "server.log")) as server_log:
         assert [line for line in server_log if " ERROR " in line] == []
 
 
