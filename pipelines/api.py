@@ -303,8 +303,9 @@ class Pipeline:
             table = opened.config.spec(rel.name).table
             if table is not None:
                 raise LakejoinError(f"relation {rel.name} reads table {table} in place and takes no files: 'lakejoin run' joins what the table gains")
-            record(opened.engine, opened.warehouse, opened.settled)  # bronze's _id and _ts are derived under it
-            return ingest(opened, rel)
+            with opened.engine.pinned():  # the lock is held: what this call writes, only it writes
+                record(opened.engine, opened.warehouse, opened.settled)  # bronze's _id and _ts are derived under it
+                return ingest(opened, rel)
 
     def _locking_spark(self) -> SparkSession | None:
         """The session a catalog warehouse's lease is taken through (state/lease.py); a folder's lock needs none."""
@@ -453,9 +454,10 @@ def _join_pending(opened: _Opened, config: Config, report: Callable, stop: Calla
 
     for name, folder in config.landings.items():
         require_landing(folder, relation(name, opened.warehouse.relations).name)  # before the definition is recorded: a refused run writes nothing
-    if config.reads_tables:
-        record()
-        with hold(opened.warehouse.root, INGEST, None, opened.engine.spark):  # new rows take places in the arrival order
-            for result in ingest_sources(opened.engine, opened.warehouse, config.relations):
-                report(result)
-    run(opened.engine, opened.warehouse, config, progress=report, stop=stop, before_writing=record, fence=held.check)
+    with opened.engine.pinned():  # the run's lock is held; the ingest lock and each batch pin again
+        if config.reads_tables:
+            record()
+            with hold(opened.warehouse.root, INGEST, None, opened.engine.spark), opened.engine.pinned():  # new rows take places in the arrival order
+                for result in ingest_sources(opened.engine, opened.warehouse, config.relations):
+                    report(result)
+        run(opened.engine, opened.warehouse, config, progress=report, stop=stop, before_writing=record, fence=held.check)

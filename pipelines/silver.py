@@ -132,16 +132,30 @@ def _batches(run: Run, progress: Callable, stop: Callable[[], bool], before_writ
     known = known_files(run.engine, run.warehouse) if run.landings else Known()
     reports = []
     while True:
-        started = time.perf_counter()  # a batch's seconds include planning
-        take()  # and so do its phases
-        resumed = tail.unfinished
-        for file in resumed.files if resumed is not None else ():  # its files are taken: no later batch plans them
-            known.add(file.relation, file.path, file.sha256, file.refused is not None)
+        report, tail = _batch(run, tail, known, progress, stop, before_writing, fence)
+        if report is None:
+            return reports
+        reports.append(report)
+        progress(report)
+
+
+def _batch(
+    run: Run, tail: LogTail, known: Known, progress: Callable, stop: Callable[[], bool], before_writing: Callable[[], None], fence: Callable[[], None]
+) -> tuple[BatchReport | None, LogTail]:
+    """The next batch, planned, landed and executed; None when there is nothing (more) to do. Each table's latest
+    commit is looked up once (``pinned``): the run holds the lock of what a batch writes, lands under the ingest lock,
+    and reads bronze at the versions it planned."""
+    started = time.perf_counter()  # a batch's seconds include planning
+    take()  # and so do its phases
+    resumed = tail.unfinished
+    for file in resumed.files if resumed is not None else ():  # its files are taken: no later batch plans them
+        known.add(file.relation, file.path, file.sha256, file.refused is not None)
+    with run.engine.pinned():
         with _landing(run, resumed is None):
             with timed("planning"):
                 plan = None if resumed is None and stop() else resumed or _planned(run, tail, known, progress)
             if plan is None:
-                return reports
+                return None, tail
             batch = run.batch(plan)
             states = tables_at_plan(batch)
             _report_skipped(plan, progress)
@@ -150,16 +164,14 @@ def _batches(run: Run, progress: Callable, stop: Callable[[], bool], before_writ
             progress(landing)
             for refused in landing.retried:
                 progress(IngestResult(str(refused), landing.relation, refused=str(refused)))
-        report, tail = _execute(batch, states, landed, started, resumed is not None, before_writing, fence)
-        reports.append(report)
-        progress(report)
+        return _execute(batch, states, landed, started, resumed is not None, before_writing, fence)
 
 
 @contextmanager
 def _landing(run: Run, lands: bool) -> Iterator[None]:
     """Under the ingest lock when the batch may land files: its files' places in the arrival order follow every place
     taken, and no ingest takes one while it plans and lands them."""
-    with hold(run.warehouse.root, INGEST, None, run.engine.spark) if run.landings and lands else nullcontext():
+    with hold(run.warehouse.root, INGEST, None, run.engine.spark) if run.landings and lands else nullcontext(), run.engine.pinned():
         yield
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
 from typing import Any, Protocol, TypeAlias
 
 import pyarrow as pa
@@ -238,6 +239,11 @@ class DeltaReader(Protocol):
 
         Returns the rows written, or None when the table already records ``txn`` (nothing written).
         """
+        ...
+
+    def pinned(self) -> AbstractContextManager[None]:
+        """A block within which a table's latest commit, once looked up, is known until the engine's own write moves it:
+        for a step that holds the lock of every table it writes and reads the others at versions it planned."""
         ...
 
     def refresh(self) -> None:

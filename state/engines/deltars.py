@@ -12,6 +12,7 @@ import os
 import threading
 from urllib.parse import unquote
 from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, nullcontext
 
 import pyarrow as pa
 from pyarrow import fs
@@ -179,6 +180,10 @@ class DeltaRsReader:
         except DeltaError as exc:
             raise LakejoinError(f"cannot append to {path}: {first_line(exc)}") from exc
         return data.num_rows
+
+    def pinned(self) -> AbstractContextManager[None]:
+        """Nothing to pin: a table held open is brought up to date by a listing of its log, milliseconds, no Spark job."""
+        return nullcontext()
 
     def refresh(self) -> None:
         with self._guard:

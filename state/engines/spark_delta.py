@@ -90,20 +90,65 @@ class SparkDeltaEngine:
         # changes, so asking again at the same version (each batch's plan, each ingest) needs no Spark job.
         self._maxima: dict[tuple[str, str], tuple[str, int, int | None]] = {}
         self._restricted = is_restricted(spark) if restricted is None else restricted  # a test forces it in a classic session
+        # Within ``pinned``: each warehouse table's head as last seen, kept up to date by the engine's own writes.
+        self._heads: dict[str, Head | None] = {}
+        self._pins = 0
+        self._heads_guard = threading.Lock()
+
+    @contextmanager
+    def pinned(self) -> Iterator[None]:
+        """Within the block each warehouse table's latest commit is asked of its log once, then known from the
+        engine's own writes: a step asked it ~12 times a table (on the public reader each a ``DESCRIBE HISTORY`` of
+        two Spark jobs). For a caller that holds the lock of what it writes and reads the rest at versions it planned;
+        entering the block (as on taking a lock) forgets what was seen before it."""
+        with self._heads_guard:
+            self._pins += 1
+            self._heads.clear()
+        try:
+            yield
+        finally:
+            with self._heads_guard:
+                self._pins -= 1
+                if not self._pins:
+                    self._heads.clear()
+
+    def _head(self, path: str) -> Head | None:
+        """The table's latest commit: within ``pinned``, as last seen."""
+        with self._heads_guard:
+            if self._pins and path in self._heads:
+                return self._heads[path]
+        return self._seen(path)
+
+    def _seen(self, path: str) -> Head | None:
+        """The table's latest commit asked of its log now (after a write of the engine's own), remembered."""
+        head = self._log.head(path)
+        with self._heads_guard:
+            if self._pins:
+                self._heads[path] = head
+        return head
+
+    @contextmanager
+    def _committing(self, path: str) -> Iterator[None]:
+        """A write whose commit the block does not look up (a MERGE, a compaction): the next look asks the log."""
+        try:
+            yield
+        finally:
+            with self._heads_guard:
+                self._heads.pop(path, None)
 
     def version(self, path: str) -> int | None:
-        head = self._log.head(path)
+        head = self._head(path)
         return None if head is None else head.version
 
     def schema(self, path: str, version: int | None = None) -> StructType | None:
         if version is not None:  # a time-travel read plans from the log at that version; nothing runs
             frame = self.read(path, version)
             return None if frame is None else frame.schema
-        head = self._log.head(path)
+        head = self._head(path)
         return None if head is None else self._log.schema(path, head)
 
     def read(self, path: str, version: int | None = None, where: str | None = None) -> DataFrame | None:
-        head = self._log.head(path)
+        head = self._head(path)
         if head is None:
             return None
         df = self._frame(path, version, None if where is not None else self._log.files(path, head, version))
@@ -139,7 +184,7 @@ class SparkDeltaEngine:
     def lookup(self, path: str, column: str, values: Sequence[str], where: str | None = None) -> pa.Table | None:
         """The files the version's checksum lists whose statistics leave room for one of ``values``, read as plain
         Parquet (often none: no Spark job); a read through Delta (planning it rebuilds the table's state) otherwise."""
-        head = self._log.head(path)
+        head = self._head(path)
         if head is None:
             return None
         listed = self._log.files(path, head, None)
@@ -151,7 +196,7 @@ class SparkDeltaEngine:
         return self._frame(path, None, listed, candidates).where(one_of(column, values, where)).toArrow()
 
     def max_value(self, path: str, column: str, version: int | None = None) -> int | None:
-        head = self._log.head(path)
+        head = self._head(path)
         if head is None:
             return None
         at = (head.stamp, head.version if version is None else version)
@@ -175,11 +220,11 @@ class SparkDeltaEngine:
         return maximum
 
     def info(self, path: str, app_id: str) -> TableInfo | None:
-        head = self._log.head(path)
+        head = self._head(path)
         return None if head is None else TableInfo(head.version, self._log.schema(path, head), self._log.recorded(path, head, app_id))
 
     def txn_version(self, path: str, app_id: str) -> int | None:
-        head = self._log.head(path)
+        head = self._head(path)
         return None if head is None else self._log.recorded(path, head, app_id).version
 
     def _check(self, table: str, head: Head | None, txn: Txn | None) -> Recorded | None:
@@ -246,13 +291,14 @@ class SparkDeltaEngine:
         """This engine holds no table open: each call asks Delta's log for its latest state."""
 
     def drop(self, path: str) -> None:
-        if is_table_name(path):
-            self.spark.sql(f"DROP TABLE IF EXISTS {path}")
-        else:
-            self._log.remove(path)
+        with self._committing(path):
+            if is_table_name(path):
+                self.spark.sql(f"DROP TABLE IF EXISTS {path}")
+            else:
+                self._log.remove(path)
 
     def append(self, path: str, df: Data, txn: Txn | None = None, properties: dict[str, str] | None = None) -> int | None:
-        head = self._log.head(path)  # one look at the log: the transaction check and the version to compare
+        head = self._head(path)  # one look at the log: the transaction check and the version to compare
         recorded = self._check(path, head, txn)
         if recorded is not None and recorded.covers(txn):  # type: ignore[arg-type] - a record needs a txn
             return None
@@ -260,13 +306,14 @@ class SparkDeltaEngine:
         creating = NEW_TABLE | (properties or {}) if head is None else {}  # a writer's ``delta.*`` options set a new table's properties
         if head is not None and isinstance(df, pa.Table) and df.num_rows == 0:
             recorded = None  # no rows: only an app transaction, an action of its own, makes Delta commit
-        if head is None and is_table_name(path):
-            # A write that creates a catalog table runs as CREATE TABLE AS SELECT, which reports none of the metrics
-            # observed on ``frame`` (ingest counts its rows that way): the table is made empty first, then appended to.
-            _append_to(path, self.spark.createDataFrame([], frame.schema), creating)
-            creating = {}
-        _append_to(path, frame, _recording(txn, recorded, WRITER_OPTIONS) | creating)
-        after = self._log.head(path)
+        with self._committing(path):
+            if head is None and is_table_name(path):
+                # A write that creates a catalog table runs as CREATE TABLE AS SELECT, which reports none of the metrics
+                # observed on ``frame`` (ingest counts its rows that way): the table is made empty first, then appended to.
+                _append_to(path, self.spark.createDataFrame([], frame.schema), creating)
+                creating = {}
+            _append_to(path, frame, _recording(txn, recorded, WRITER_OPTIONS) | creating)
+        after = self._seen(path)
         if head is None or after.version != head.version:  # type: ignore[union-attr] - the append made the table
             if isinstance(df, pa.Table):
                 return df.num_rows
@@ -276,7 +323,8 @@ class SparkDeltaEngine:
             return None
         # Delta commits nothing for a write of no rows, marker or not: record the batch by an app transaction,
         # an action of its own, so the table says it was written (gold is, every batch).
-        _append_to(path, frame.limit(0), _recording(txn, None, WRITER_OPTIONS))
+        with self._committing(path):
+            _append_to(path, frame.limit(0), _recording(txn, None, WRITER_OPTIONS))
         return 0
 
     def merge(
@@ -289,24 +337,26 @@ class SparkDeltaEngine:
         aligned: Aligned | None = None,
         on_match: OnMatch | None = None,
     ) -> Merged | None:
-        head = self._log.head(path)
+        head = self._head(path)
         if head is None:
             written = self.append(path, df, txn)
             return None if written is None else Merged(written, 0)
         recorded = self._check(path, head, txn)
         if self._written(path, recorded, txn):
             return None
-        counts = self._merge(path, df, txn, recorded, lambda source: merge_statement(sql_name(path), source, match_condition(key, aligned), evict, on_match))
+        with self._committing(path):
+            counts = self._merge(path, df, txn, recorded, lambda source: merge_statement(sql_name(path), source, match_condition(key, aligned), evict, on_match))
         return Merged(int(counts["num_inserted_rows"]), int(counts["num_deleted_rows"]))
 
     def apply_changes(self, path: str, df: Data, keys: Sequence[str], retraction: str, txn: Txn | None = None) -> int | None:
-        head = self._log.head(path)
+        head = self._head(path)
         recorded = self._check(path, head, txn)
         if self._written(path, recorded, txn):
             return None
         condition, kept = changes_merge(keys, retraction)
         clauses = f"WHEN MATCHED AND {retraction} THEN DELETE WHEN MATCHED AND {kept} THEN UPDATE SET * WHEN NOT MATCHED AND {kept} THEN INSERT *"
-        counts = self._merge(path, df, txn, recorded, lambda source: f"MERGE WITH SCHEMA EVOLUTION INTO {sql_name(path)} AS target USING {source} AS source ON {condition} {clauses}")
+        with self._committing(path):
+            counts = self._merge(path, df, txn, recorded, lambda source: f"MERGE WITH SCHEMA EVOLUTION INTO {sql_name(path)} AS target USING {source} AS source ON {condition} {clauses}")
         changed = int(counts["num_affected_rows"])
         if changed == 0:  # a MERGE that changes nothing commits nothing: the write is recorded by a commit of no rows
             self.append(path, pa.Table.from_pylist([], to_arrow_schema(as_frame(self.spark, df).schema)), txn)
@@ -358,7 +408,7 @@ class SparkDeltaEngine:
         """The MERGE on a session that refuses settings: the marker first, in a commit of no rows with the table's own
         schema (unless a run this one resumes made it), then the MERGE, on the source's own session."""
         if txn is not None and not (recorded is not None and recorded.marks_merge_of(txn)):
-            schema = self._log.schema(path, self._log.head(path))  # type: ignore[arg-type] - a MERGE's table exists
+            schema = self._log.schema(path, self._head(path))  # type: ignore[arg-type] - a MERGE's table exists
             # Delta commits nothing for no rows without an app transaction of its own
             _append_to(path, self.spark.createDataFrame([], schema), _recording(txn, None, WRITER_OPTIONS, before_merge=True))
         reached(f"marked:{path}")
@@ -374,15 +424,17 @@ class SparkDeltaEngine:
     def optimize(self, path: str, order_by: str | None = None) -> None:
         if self.version(path) is None:
             return
-        if order_by is None:
-            self.spark.sql(f"OPTIMIZE {sql_name(path)}").collect()
-            return
-        with self._session({SORT_WITHIN_FILES: "true"}) as session:  # Z-order alone only range-partitions
-            session.sql(f"OPTIMIZE {sql_name(path)} ZORDER BY (`{order_by}`)").collect()
+        with self._committing(path):
+            if order_by is None:
+                self.spark.sql(f"OPTIMIZE {sql_name(path)}").collect()
+                return
+            with self._session({SORT_WITHIN_FILES: "true"}) as session:  # Z-order alone only range-partitions
+                session.sql(f"OPTIMIZE {sql_name(path)} ZORDER BY (`{order_by}`)").collect()
 
     def vacuum(self, path: str, retention_hours: int) -> None:
         if self.version(path) is not None:
-            self.spark.sql(f"VACUUM {sql_name(path)} RETAIN {retention_hours} HOURS").collect()
+            with self._committing(path):
+                self.spark.sql(f"VACUUM {sql_name(path)} RETAIN {retention_hours} HOURS").collect()
 
     def checkpoint(self, path: str) -> None:
         if self.version(path) is not None:
