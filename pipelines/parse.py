@@ -21,10 +21,11 @@ from pyspark.sql.types import AtomicType, DataType, StringType, StructField, Str
 
 from state.engines.delta_log import is_connect, is_restricted
 from state.errors import FileRefused, LakejoinError
-from state.names import column, nested_names_storable, quoted, stored_names
+from state.names import column, literal, nested_names_storable, quoted, stored_names
 
 FORMATS = {".jsonl": "json", ".ndjson": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 CORRUPT = "_corrupt_record"
+BYTE_ORDER_MARK = "^\ufeff"  # a UTF-8 byte-order mark at a file's start (a regular expression)
 CASE_SENSITIVE = "spark.sql.caseSensitive"
 
 # monotonically_increasing_id(): a row's partition index sits above this many bits, its place in the partition below.
@@ -47,21 +48,22 @@ class Parsed:
 def numbered_lines(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
     """Non-blank lines of text files with their file (``_source_file``, as ``paths`` names it) and 1-based line number
     (``_source_line``), a UTF-8 byte-order mark at a file's start dropped: each file of at most ``WHOLE_FILE_BYTES``
-    read whole and split into its lines where it is read, a larger one in blocks (``_lines_by_block``)."""
+    read whole and split into its lines where it is read, a larger one in blocks (``_lines_by_block``). Plans here are
+    SQL text: each Column object built is a call to the JVM, and a few-row ingest's cost is mostly such calls."""
     whole = [path for path in paths if os.path.getsize(path) <= WHOLE_FILE_BYTES]
     large = [path for path in paths if path not in whole]
     parts = ([_lines_of_whole(spark, whole)] if whole else []) + ([_lines_by_block(spark, large)] if large else [])
     lines = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
-    lines = lines.withColumn("_raw", F.when(F.col("_source_line") == 1, F.regexp_replace("_raw", "^\ufeff", "")).otherwise(F.col("_raw")))
-    return lines.where(F.trim("_raw") != "")
+    unmarked = f"CASE WHEN _source_line = 1 THEN regexp_replace(_raw, {literal(BYTE_ORDER_MARK)}, '') ELSE _raw END AS _raw"
+    return lines.selectExpr("_source_file", "_source_line", unmarked).where("trim(_raw) != ''")
 
 
 def _lines_of_whole(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
     """Each file one row, split into its lines as Spark's text reader splits them (at ``\\r\\n``, ``\\r`` or
     ``\\n``): a line's number is its place in the file, with no job of its own."""
-    files = spark.read.text(list(paths), wholetext=True).select(local_path(F.col("_metadata.file_path")).alias("_spark_path"), "value")
-    lines = files.select(*named_files(paths), F.posexplode(F.split("value", "\r\n|\r|\n")).alias("_place", "_raw"))
-    return lines.select("_source_file", (F.col("_place") + 1).alias("_source_line"), "_raw")
+    files = spark.read.text(list(paths), wholetext=True)
+    lines = files.selectExpr(f"{named_file(paths, local_path('_metadata.file_path'))} AS _source_file", "posexplode(split(value, '\\r\\n|\\r|\\n')) AS (_place, _raw)")
+    return lines.selectExpr("_source_file", "_place + 1 AS _source_line", "_raw")
 
 
 def _lines_by_block(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
@@ -69,7 +71,7 @@ def _lines_by_block(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
     after the lines of the file's earlier blocks, which a small aggregate over the same lines counts and the job
     broadcasts back."""
     lines = spark.read.text(list(paths)).select(
-        local_path(F.col("_metadata.file_path")).alias("_spark_path"),
+        F.expr(local_path("_metadata.file_path")).alias("_spark_path"),
         F.col("_metadata.file_block_start").alias("_block"),
         F.monotonically_increasing_id().alias("_row"),
         F.col("value").alias("_raw"),
@@ -78,25 +80,23 @@ def _lines_by_block(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
     blocks = lines.groupBy("_spark_path", "_block").agg(F.min("_row").alias("_first_row"), F.count(F.lit(1)).alias("_lines"))
     blocks = blocks.withColumn("_before", F.coalesce(F.sum("_lines").over(earlier), F.lit(0)))
     return lines.join(F.broadcast(blocks), ["_spark_path", "_block"]).select(
-        *named_files(paths),
+        F.expr(named_file(paths)).alias("_source_file"),
         (F.col("_before") + F.col("_row") - F.col("_first_row") + 1).alias("_source_line"),
         "_raw",
     )
 
 
-def local_path(uri: Column) -> Column:
-    """A file's path as Spark names it (``file:/a%20b.jsonl``) as the file system does (``/a b.jsonl``): percent-escapes
-    decoded ('+' is a plus in a path, not a space) and the local scheme dropped."""
-    return F.regexp_replace(F.url_decode(F.regexp_replace(uri, "\\+", "%2B")), "^(file|dbfs):", "")
+def local_path(uri: str) -> str:
+    """A file's path as Spark names it (``file:/a%20b.jsonl``, the SQL ``uri``) as the file system does (``/a b.jsonl``):
+    percent-escapes decoded ('+' is a plus in a path, not a space) and the local scheme dropped."""
+    return f"regexp_replace(url_decode(regexp_replace({uri}, {literal(chr(92) + '+')}, '%2B')), '^(file|dbfs):', '')"
 
 
-def named_files(paths: Sequence[str]) -> list[Column]:
-    """``_source_file``: the path given for each of ``paths`` (matched on ``_spark_path``), which every read row must
-    have (a row of no file given stops the job rather than land under no name)."""
-    given = {os.path.abspath(path): path for path in paths}
-    lookup = F.create_map(*[F.lit(value) for pair in given.items() for value in pair])
-    found = lookup[F.col("_spark_path")]
-    return [F.coalesce(found, F.raise_error(F.concat(F.lit("lakejoin: Spark read a file it was not given: "), F.col("_spark_path")))).alias("_source_file")]
+def named_file(paths: Sequence[str], spark_path: str = "_spark_path") -> str:
+    """``_source_file`` (SQL): the path given for each of ``paths`` (matched on the path Spark read, ``spark_path``),
+    which every read row must have (a row of no file given stops the job rather than land under no name)."""
+    given = ", ".join(f"{literal(os.path.abspath(path))}, {literal(path)}" for path in paths)
+    return f"coalesce(map({given})[{spark_path}], raise_error(concat('lakejoin: Spark read a file it was not given: ', {spark_path})))"
 
 
 def numbered(frame: DataFrame, name: str) -> DataFrame:
@@ -161,13 +161,13 @@ def parse_files(spark: SparkSession, paths: Sequence[str], fmt: str) -> Parsed:
     if fmt == "csv":
         headers = {path: _csv_header(path) for path in paths}
         (header,) = {tuple(names) for names, _ in headers.values()}
-        after = F.create_map(*[F.lit(value) for path, (_, line) in headers.items() for value in (path, line)])
-        return _parse_text(lines.where(F.col("_source_line") > after[F.col("_source_file")]), [(name, StringType()) for name in header], F.from_csv)
+        after = ", ".join(f"{literal(path)}, {line}" for path, (_, line) in headers.items())
+        return _parse_text(lines.where(f"_source_line > map({after})[_source_file]"), [(name, StringType()) for name in header], "from_csv")
     schema = _json_schema(spark, paths)
     inferred = [(f.name, f.dataType) for f in schema.fields if f.name != CORRUPT]
     if CORRUPT in schema.fieldNames():
         inferred += [(key, StringType()) for key in _keys_beyond(lines, {name for name, _ in inferred})]
-    return _parse_text(lines, inferred, F.from_json)
+    return _parse_text(lines, inferred, "from_json")
 
 
 def csv_header(path: str) -> tuple[str, ...]:
@@ -226,24 +226,25 @@ def _case_sensitive(spark: SparkSession) -> SparkSession:
         return session
 
 
-def _parse_text(lines: DataFrame, fields: list[tuple[str, DataType]], parser) -> Parsed:  # noqa: ANN001 - F.from_json or F.from_csv
+def _parse_text(lines: DataFrame, fields: list[tuple[str, DataType]], parser: str) -> Parsed:
     """Every field as its text (a nested JSON value as its JSON), so a value that fits no type can be named.
-    ``fields`` are the file's own names (a JSON key, a CSV header) with the type the file suggests."""
+    ``fields`` are the file's own names (a JSON key, a CSV header) with the type the file suggests; ``parser``: the
+    SQL function that parses a line (``from_json``, ``from_csv``)."""
     names = stored_columns([name for name, _ in fields])
     as_text = [*(StructField(name, StringType()) for name, _ in fields), StructField(CORRUPT, StringType())]
-    options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
     ddl = ", ".join(f"{quoted(f.name)} {f.dataType.simpleString()}" for f in as_text)
-    record = lines.select("*", parser(F.col("_raw"), ddl, options).alias("_record"))
-    unparsable = F.col("_record").isNull() | F.col(f"_record.{CORRUPT}").isNotNull()
-    data = [F.col(f"_record.{quoted(name)}").alias(names[name]) for name, _ in fields]
+    options = f"map('mode', 'PERMISSIVE', 'columnNameOfCorruptRecord', {literal(CORRUPT)})"
+    record = lines.selectExpr("_source_file", "_source_line", "_raw", f"{parser}(_raw, {literal(ddl)}, {options}) AS _record")
+    data = [f"_record.{quoted(name)} AS {quoted(names[name])}" for name, _ in fields]
     types = {names[name]: given if nested_names_storable(given) else StringType() for name, given in fields}
-    return Parsed(record.select("_source_file", "_source_line", "_raw", unparsable.alias("_unparsable"), *data), types, text=True)
+    frame = record.selectExpr("_source_file", "_source_line", "_raw", f"_record IS NULL OR _record.{CORRUPT} IS NOT NULL AS _unparsable", *data)
+    return Parsed(frame, types, text=True)
 
 
 def _parse_parquet(spark: SparkSession, paths: Sequence[str]) -> Parsed:
     df = spark.read.parquet(*paths)
-    located = df.select("*", local_path(F.col("_metadata.file_path")).alias("_spark_path"), F.col("_metadata.row_index").alias("_row_index"))
-    return parse_frame(located.select(*named_files(paths), "*"), df.columns, F.col("_row_index") + 1)
+    located = df.select("*", F.expr(local_path("_metadata.file_path")).alias("_spark_path"), F.col("_metadata.row_index").alias("_row_index"))
+    return parse_frame(located.select(F.expr(named_file(paths)).alias("_source_file"), "*"), df.columns, F.col("_row_index") + 1)
 
 
 def parse_frame(df: DataFrame, columns: list[str], line: Column) -> Parsed:
