@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import reduce
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
@@ -33,7 +33,7 @@ from state.engines import DeltaEngine
 from state.errors import FileRefused, LakejoinError
 from state.event_time import INTEGER, INTEGER_TEXT, STORED_TYPE, TIMESTAMP, as_event_time, kind_of, on_axis
 from state.layout import Warehouse
-from state.names import column, quoted
+from state.names import column, literal, quoted
 from state.relations import DELETE, ID, INSERT, OP, SEQ, TS, UPDATE, ChangeSpec, Relation, RelationSpec, others
 
 def typed(
@@ -152,14 +152,14 @@ def _event_time_kind(
     return TIMESTAMP if parsed.frame.where(looks_like_time).limit(1).count() else INTEGER
 
 
-def _typed(parsed: Parsed, layout: _Layout) -> list[tuple[str, Column, Column | None]]:
-    """Each data column as (name, typed value, the reason when its value fits no type)."""
+def _typed(parsed: Parsed, layout: _Layout) -> list[tuple[str, str, str | None]]:
+    """Each data column as (name, its typed value, the reason when its value fits no type), in SQL."""
     typed = []
     for name, declared in parsed.types.items():
         given = StringType() if parsed.text else declared  # text formats hold every value as its text until here
-        value, wanted = column(name), layout.types[name]
+        value, wanted = quoted(name), layout.types[name]
         if name == layout.spec.event_time and kind_of(given) == layout.kind:  # of its kind already: nothing to parse
-            typed.append((name, value.cast(STORED_TYPE[layout.kind]), None))
+            typed.append((name, f"CAST({value} AS {STORED_TYPE[layout.kind].simpleString()})", None))
             continue
         if name == layout.spec.event_time:
             converted = as_event_time(value, layout.kind)
@@ -168,88 +168,99 @@ def _typed(parsed: Parsed, layout: _Layout) -> list[tuple[str, Column, Column | 
             typed.append((name, value, None))
             continue
         elif parsed.text and isinstance(wanted, (StructType, ArrayType, MapType)):
-            converted, description = F.from_json(value, wanted), wanted.simpleString()
+            converted, description = f"from_json({value}, {literal(wanted.json())})", wanted.simpleString()
         else:
-            converted, description = value.try_cast(wanted), wanted.simpleString()
-        text = F.trim(value.cast("string"))
-        misfit = F.when(value.isNotNull() & (text != "") & converted.isNull(), F.concat(F.lit(f"{name} is not {description}: "), text))
+            converted, description = f"try_cast({value} AS {sql_type(wanted)})", wanted.simpleString()
+        text = f"trim(CAST({value} AS STRING))"
+        misfit = f"CASE WHEN {value} IS NOT NULL AND {text} != '' AND ({converted}) IS NULL THEN concat({literal(f'{name} is not {description}: ')}, {text}) END"
         typed.append((name, converted, misfit))
     return typed
+
+
+def sql_type(data_type: DataType) -> str:
+    """``data_type`` as SQL spells it, a nested field's name quoted whatever characters it holds."""
+    if isinstance(data_type, StructType):
+        return f"STRUCT<{', '.join(f'{quoted(field.name)}: {sql_type(field.dataType)}' for field in data_type.fields)}>"
+    if isinstance(data_type, ArrayType):
+        return f"ARRAY<{sql_type(data_type.elementType)}>"
+    if isinstance(data_type, MapType):
+        return f"MAP<{sql_type(data_type.keyType)}, {sql_type(data_type.valueType)}>"
+    return data_type.simpleString()
 
 
 # Classification: every parsed row is accepted, a duplicate (skipped) or quarantined with a reason.
 
 
 def _normalize(parsed: Parsed, layout: _Layout) -> DataFrame:
-    """Data columns typed, plus ``_id`` and ``_ts`` (state/relations.py), and the reason for what fails."""
+    """Data columns typed, plus ``_id`` and ``_ts`` (state/relations.py), and the reason for what fails: one
+    projection of SQL text (built as Column objects it was ~200 calls to the JVM a file)."""
     spec = layout.spec
     present = set(parsed.types)
     typed = _typed(parsed, layout)
     values = {name: value for name, value, _ in typed}
-    present_ids = [values[c].cast("string") for c in spec.id if c in present]
+    present_ids = [f"CAST({values[c]} AS STRING)" for c in spec.id if c in present]
     if len(present_ids) < len(spec.id):  # a file without an id column: every row is quarantined for it
-        record_id = F.lit(None).cast("string")
+        record_id = "CAST(NULL AS STRING)"
     else:
-        record_id = present_ids[0] if len(spec.id) == 1 else F.to_json(F.array(*present_ids))
-    reason = F.coalesce(
-        F.when(F.col("_unparsable"), F.lit("unparsable line")),
+        record_id = present_ids[0] if len(spec.id) == 1 else f"to_json(array({', '.join(present_ids)}))"
+    reasons = [
+        "CASE WHEN _unparsable THEN 'unparsable line' END",
         *[_missing(name, parsed) for name in spec.record_columns],
         *[misfit for name, _, misfit in typed if misfit is not None and name == spec.event_time],
         *[misfit for name, _, misfit in typed if misfit is not None and name != spec.event_time],
-    )
+    ]
     if spec.changes is not None and spec.changes.cdf:
         changes = _feed_columns()
     elif spec.changes is not None and present >= set(spec.record_columns):
         changes = _change_columns(spec.changes, values, layout.types)
     else:
         changes = {}
-    if changes:
-        reason = F.coalesce(reason, *[misfit for _, misfit in changes.values()])
-    axis = on_axis(values[spec.event_time], layout.kind) if spec.event_time in present else F.lit(None)
+    reasons += [misfit for _, misfit in changes.values()]
+    axis = on_axis(values[spec.event_time], layout.kind) if spec.event_time in present else "NULL"
     whence = [name for name in parsed.frame.columns if name.startswith("_source_") or name == "_arrival_seq"]  # a line; a file, a table's version, a place
-    return parsed.frame.select(
+    return parsed.frame.selectExpr(
         *whence,
         "_raw",
-        reason.alias("_reason"),
-        *[value.alias(name) for name, value in values.items()],
-        record_id.alias(ID),
-        axis.cast("long").alias(TS),
-        *[value.alias(name) for name, (value, _) in changes.items()],
+        f"coalesce({', '.join(reasons)}) AS _reason",
+        *[f"{value} AS {quoted(name)}" for name, value in values.items()],
+        f"{record_id} AS {ID}",
+        f"CAST({axis} AS BIGINT) AS {TS}",
+        *[f"{value} AS {name}" for name, (value, _) in changes.items()],
     )
 
 
-def _feed_columns() -> dict[str, tuple[Column, Column]]:
+def _feed_columns() -> dict[str, tuple[str, str]]:
     """A Change Data Feed's ``_op`` and ``_seq`` (its commit version), as ``_change_columns`` gives a file's
-    (pipelines/sources.py reads the feed; an update comes as its new version)."""
-    kind = F.col("_change_type")
-    op = F.when(kind == "insert", F.lit(INSERT)).when(kind == "update_postimage", F.lit(UPDATE)).when(kind == "delete", F.lit(DELETE))
-    return {OP: (op, F.when(op.isNull(), F.concat(F.lit("not a change: "), kind))), SEQ: (F.col("_commit_version").cast("long"), F.lit(None).cast("string"))}
+    (pipelines/sources.py reads the feed; an update comes as its new version), each with the reason it fails (SQL)."""
+    op = f"CASE _change_type WHEN 'insert' THEN {literal(INSERT)} WHEN 'update_postimage' THEN {literal(UPDATE)} WHEN 'delete' THEN {literal(DELETE)} END"
+    return {OP: (op, f"CASE WHEN ({op}) IS NULL THEN concat('not a change: ', _change_type) END"), SEQ: ("CAST(_commit_version AS BIGINT)", "CAST(NULL AS STRING)")}
 
 
-def _change_columns(changes: ChangeSpec, values: dict[str, Column], types: dict[str, DataType]) -> dict[str, tuple[Column, Column]]:
+def _change_columns(changes: ChangeSpec, values: dict[str, str], types: dict[str, DataType]) -> dict[str, tuple[str, str]]:
     """A change file's ``_op`` (insert, update or delete, from the operation column's configured values) and ``_seq``
-    (the sequence column as a number: an integer, or a timestamp's microseconds), each with the reason it fails."""
-    given = F.trim(values[changes.op].cast("string"))  # type: ignore[index] - a change file names its op column
-    op = F.coalesce(*[F.when(given.isin(*group), F.lit(name)) for name, group in changes.values.items()])
+    (the sequence column as a number: an integer, or a timestamp's microseconds), each with the reason it fails (SQL)."""
+    given = f"trim(CAST({values[changes.op]} AS STRING))"  # type: ignore[index] - a change file names its op column
+    whens = [f"WHEN {given} IN ({', '.join(map(literal, group))}) THEN {literal(name)}" for name, group in changes.values.items() if group]
+    op = f"CASE {' '.join(whens)} END"
     named = "; ".join(f"{name}: {', '.join(group)}" for name, group in changes.values.items())
     sequence = values[changes.sequence_by]  # type: ignore[index]
     if isinstance(types.get(changes.sequence_by), (TimestampType, TimestampNTZType, DateType)):  # type: ignore[arg-type]
-        seq = F.unix_micros(sequence.cast("timestamp"))
+        seq = f"unix_micros(CAST({sequence} AS TIMESTAMP))"
     else:
-        seq = sequence.cast("string").try_cast("long")
+        seq = f"try_cast(CAST({sequence} AS STRING) AS BIGINT)"
     return {
-        OP: (op, F.when(op.isNull(), F.concat(F.lit(f"{changes.op} is not a change operation ({named}): "), given))),
-        SEQ: (seq, F.when(seq.isNull(), F.concat(F.lit(f"{changes.sequence_by} is not an integer or a timestamp: "), sequence.cast("string")))),
+        OP: (op, f"CASE WHEN ({op}) IS NULL THEN concat({literal(f'{changes.op} is not a change operation ({named}): ')}, {given}) END"),
+        SEQ: (seq, f"CASE WHEN ({seq}) IS NULL THEN concat({literal(f'{changes.sequence_by} is not an integer or a timestamp: ')}, CAST({sequence} AS STRING)) END"),
     }
 
 
-def _missing(name: str, parsed: Parsed) -> Column:
-    """Why a record column's value is missing: absent from the input, null, or (held as text) blank."""
+def _missing(name: str, parsed: Parsed) -> str:
+    """Why a record column's value is missing (SQL): absent from the input, null, or (held as text) blank."""
     if name not in parsed.types:
-        return F.lit(f"missing column {name}")
-    value = column(name)
-    blank = F.trim(value.cast("string")) == "" if parsed.text or isinstance(parsed.types[name], StringType) else F.lit(False)
-    return F.when(value.isNull() | blank, F.lit(f"missing {name}"))
+        return literal(f"missing column {name}")
+    value = quoted(name)
+    blank = f"trim(CAST({value} AS STRING)) = ''" if parsed.text or isinstance(parsed.types[name], StringType) else "false"
+    return f"CASE WHEN {value} IS NULL OR {blank} THEN {literal(f'missing {name}')} END"
 
 
 DIGEST = "_digest"  # a record's content as one number (``digest``), kept in bronze and state to find copies by

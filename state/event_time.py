@@ -12,8 +12,6 @@ from __future__ import annotations
 import re
 from datetime import date, datetime, timedelta, timezone
 
-from pyspark.sql import Column
-from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ByteType,
     DataType,
@@ -29,6 +27,7 @@ from pyspark.sql.types import (
 from state.engines import DeltaEngine
 from state.errors import LakejoinError
 from state.layout import Warehouse
+from state.names import literal
 from state.spans import describe_span
 
 TIMESTAMP, DATE, INTEGER = "timestamp", "date", "integer"
@@ -52,23 +51,23 @@ def kind_of(data_type: DataType) -> str | None:
     return None
 
 
-def as_event_time(value: Column, kind: str) -> Column:
-    """``value`` (any type; text as ISO-8601 or digits) as the kind's stored type; null where it does not parse."""
-    text = F.trim(value.cast(StringType()))
+def as_event_time(value: str, kind: str) -> str:
+    """``value`` (SQL, of any type; text as ISO-8601 or digits) as the kind's stored type; null where it does not parse."""
+    text = f"trim(CAST({value} AS STRING))"
     if kind == INTEGER:
-        return F.when(text.rlike(INTEGER_TEXT), text.try_cast(LongType()))
+        return f"CASE WHEN {text} RLIKE {literal(INTEGER_TEXT)} THEN try_cast({text} AS BIGINT) END"
     # Spark would read "2026" as a year and cut the time off "2026-01-02T23:30:00+05:00" for a date: neither is kept.
-    readable = text.rlike(DATE_TEXT) if kind == DATE else ~text.rlike(INTEGER_TEXT)
-    return F.when(readable, value.try_cast(STORED_TYPE[kind]))
+    readable = f"{text} RLIKE {literal(DATE_TEXT)}" if kind == DATE else f"NOT ({text} RLIKE {literal(INTEGER_TEXT)})"
+    return f"CASE WHEN {readable} THEN try_cast({value} AS {STORED_TYPE[kind].simpleString()}) END"
 
 
-def on_axis(stored: Column, kind: str) -> Column:
-    """A stored event time as its number on the axis (``_ts``)."""
+def on_axis(stored: str, kind: str) -> str:
+    """A stored event time (SQL) as its number on the axis (``_ts``)."""
     if kind == TIMESTAMP:
-        return F.unix_micros(stored.cast(TimestampType()))
+        return f"unix_micros(CAST({stored} AS TIMESTAMP))"
     if kind == DATE:
-        return F.unix_date(stored).cast(LongType())
-    return stored.cast(LongType())
+        return f"CAST(unix_date({stored}) AS BIGINT)"
+    return f"CAST({stored} AS BIGINT)"
 
 
 def span_on_axis(span: int | timedelta, kind: str, setting: str) -> int:
