@@ -291,10 +291,9 @@ def _holds_map(data_type: DataType) -> bool:
     return isinstance(data_type, ArrayType) and _holds_map(data_type.elementType)
 
 
-def earlier_digest(columns: list[str], of: str) -> str:
-    """The digest (SQL, of the relation ``of``'s columns) warehouses landed before ``_digest`` kept
-    (``_content_hash``): compared with their rows only."""
-    return f"sha2(to_json(struct({', '.join(f'{of}.{quoted(name)}' for name in columns)})), 256)"
+def earlier_digest(columns: list[str]) -> str:
+    """The digest (SQL) warehouses landed before ``_digest`` kept (``_content_hash``): compared with their rows only."""
+    return f"sha2(to_json(struct({', '.join(quoted(name) for name in columns)})), 256)"
 
 
 def holds_digests(table: DataFrame) -> bool:
@@ -314,53 +313,45 @@ def outcomes(normalized: DataFrame, known: DataFrame | None, changes: bool) -> D
     """Each row's outcome. A record's id names it once, so an id seen before with other content is a conflict; in a
     change feed an id names every change of its record, and only a row seen before whole (same content) is skipped.
     ``known``: the records held already (``held_digests``); rows come in the order of ``_arrival_seq`` where they have
-    one (a batch's landed files), else of ``_source_line``. One SQL statement: built as Column objects it took ~380
-    calls to the JVM, a step of the few-row ingest's fixed cost."""
+    one (a batch's landed files), else of ``_source_line``. Projections of SQL text: built as Column objects they took
+    ~380 calls to the JVM, a step of the few-row ingest's fixed cost."""
     content = content_columns(normalized)
     identity = ", ".join([ID, DIGEST] if changes else [ID])
     order = "_arrival_seq" if "_arrival_seq" in normalized.columns else "_source_line"
     files = "_source_file" in normalized.columns
-    first_file = ", CASE WHEN _reason IS NULL THEN first(_source_file) OVER by_id END AS _first_file" if files else ""
-    ranked = f"""
-        SELECT *,
-            CASE WHEN _reason IS NULL THEN row_number() OVER by_id END AS _nth,
-            CASE WHEN _reason IS NULL THEN first({DIGEST}) OVER by_id END AS _first_hash,
-            CASE WHEN _reason IS NULL THEN first(_source_line) OVER by_id END AS _first_line{first_file}
-        FROM (SELECT *, {digest(normalized, content)} AS {DIGEST} FROM {{arrivals}})
-        WINDOW by_id AS (PARTITION BY _reason IS NULL, {identity} ORDER BY {order})"""
-    frames = {"arrivals": normalized}
+    by_id = f"OVER (PARTITION BY _reason IS NULL, {identity} ORDER BY {order})"
+    firsts = {"_first_hash": DIGEST, "_first_line": "_source_line", **({"_first_file": "_source_file"} if files else {})}
+    ranked = normalized.selectExpr("*", f"{digest(normalized, content)} AS {DIGEST}").selectExpr(
+        "*",
+        f"CASE WHEN _reason IS NULL THEN row_number() {by_id} END AS _nth",
+        *[f"CASE WHEN _reason IS NULL THEN first({value}) {by_id} END AS {name}" for name, value in firsts.items()],
+    )
     if known is None:
-        held = f"SELECT *, false AS _held, CAST(NULL AS BOOLEAN) AS _same FROM ({ranked})"
+        held = ranked.selectExpr("*", "false AS _held", "CAST(NULL AS BOOLEAN) AS _same")
     else:
         # What is held outgrows any input: find the input's ids in it with the ids broadcast (a scan, no shuffle of
         # what is held), then join back the few it holds. A row of an earlier layout has only its SHA-256: the
         # arrival's is computed for it alone.
-        frames["known"] = known
-        existing = {name: name if name in known.columns else f"CAST(NULL AS {kind})" for name, kind in ((DIGEST, "BIGINT"), (EARLIER_DIGEST, "STRING"))}
-        same = f"CASE WHEN held.{DIGEST} IS NOT NULL THEN held.{DIGEST} = ranked.{DIGEST}"
+        ids = normalized.selectExpr(f"{ID} AS _arriving").where("_arriving IS NOT NULL").distinct()
+        existing = known.selectExpr(
+            f"{ID} AS _held_id",
+            *[f"{name if name in known.columns else f'CAST(NULL AS {kind})'} AS _held{name}" for name, kind in ((DIGEST, "BIGINT"), (EARLIER_DIGEST, "STRING"))],
+        ).join(F.broadcast(ids), F.expr("_held_id = _arriving"), "left_semi")
+        same = f"CASE WHEN _held{DIGEST} IS NOT NULL THEN _held{DIGEST} = {DIGEST}"
         if EARLIER_DIGEST in known.columns:
-            same += f" WHEN held.{EARLIER_DIGEST} IS NOT NULL THEN held.{EARLIER_DIGEST} = {earlier_digest(content, 'ranked')}"
+            same += f" WHEN _held{EARLIER_DIGEST} IS NOT NULL THEN _held{EARLIER_DIGEST} = {earlier_digest(content)}"
         same += " END"
-        held = f"""
-            SELECT /*+ BROADCAST(held) */ ranked.*, held.{ID} IS NOT NULL AS _held, {same} AS _same
-            FROM ({ranked}) ranked
-            LEFT JOIN (
-                SELECT /*+ BROADCAST(ids) */ {ID}, {existing[DIGEST]} AS {DIGEST}, {existing[EARLIER_DIGEST]} AS {EARLIER_DIGEST}
-                FROM {{known}} LEFT SEMI JOIN (SELECT DISTINCT {ID} AS _arriving FROM {{arrivals}} WHERE {ID} IS NOT NULL) ids
-                ON {ID} = ids._arriving
-            ) held
-            ON ranked._reason IS NULL AND ranked.{ID} = held.{ID}{f" AND {same}" if changes else ""}"""
+        matches = f"_reason IS NULL AND {ID} = _held_id" + (f" AND {same}" if changes else "")
+        held = ranked.join(F.broadcast(existing), F.expr(matches), "left").selectExpr("*", "_held_id IS NOT NULL AS _held", f"{same} AS _same")
     elsewhere = "CASE WHEN _first_file != _source_file THEN concat(' of ', _first_file) ELSE '' END" if files else "''"
     reason = f"""coalesce(
         _reason,
         CASE WHEN _nth > 1 AND {DIGEST} != _first_hash
             THEN concat('id conflict: same id with other content at line ', CAST(_first_line AS STRING), {elsewhere}) END,
         CASE WHEN _held AND NOT _same THEN 'id conflict: id already in bronze with other content' END)"""
-    kept = ", ".join(quoted(name) for name in [*normalized.columns, DIGEST] if name != "_reason")
-    return normalized.sparkSession.sql(
-        f"""
-        SELECT {kept}, _why AS _reason,
-            CASE WHEN _why IS NOT NULL THEN 'quarantined' WHEN _nth > 1 OR (_held AND _same) THEN 'duplicate' ELSE 'accepted' END AS _outcome
-        FROM (SELECT *, {reason} AS _why FROM ({held}))""",
-        **frames,
+    kept = [quoted(name) for name in [*normalized.columns, DIGEST] if name != "_reason"]
+    return held.selectExpr("*", f"{reason} AS _why").selectExpr(
+        *kept,
+        "_why AS _reason",
+        "CASE WHEN _why IS NOT NULL THEN 'quarantined' WHEN _nth > 1 OR (_held AND _same) THEN 'duplicate' ELSE 'accepted' END AS _outcome",
     )
