@@ -288,7 +288,7 @@ class SparkDeltaEngine:
         return changes
 
     def refresh(self) -> None:
-        """This engine holds no table open: each call asks Delta's log for its latest state."""
+        """This engine holds no table open: outside ``pinned`` each call asks Delta's log for its latest state."""
 
     def drop(self, path: str) -> None:
         with self._committing(path):
