@@ -95,10 +95,11 @@ class TableChecks:
         """``rows`` with each row rule's flag."""
         return rows.selectExpr("*", *[f"{check.fails()} AS {check.flag}" for check in self.row_checks]) if self.row_checks else rows
 
-    def metrics(self) -> dict[str, Column]:
-        """The aggregates a job over ``flagged`` rows computes for the rules, by name: the rows, and each row rule's
-        failures."""
-        return {EVALUATED: F.count(F.lit(1)), **{check.flag: F.expr(f"count(CASE WHEN {check.flag} THEN 1 END)") for check in self.row_checks}}
+    def metrics(self) -> list[Column]:
+        """The aggregates a job over ``flagged`` rows computes for the rules, each named as ``results`` reads it: the
+        rows, and each row rule's failures (each one SQL expression: a call to Spark, where columns built in Python
+        take several)."""
+        return [F.expr(f"count(1) AS {EVALUATED}"), *[F.expr(f"count(CASE WHEN {check.flag} THEN 1 END) AS {check.flag}") for check in self.row_checks]]
 
     def written(self, flagged: DataFrame) -> DataFrame:
         """What the table gets of ``flagged``: a ``fail`` rule's row stops the job, a ``quarantine`` rule's rows are left
@@ -153,7 +154,7 @@ class TableChecks:
         return BROKE + self.table in str(error)
 
     def _counts(self, flagged: DataFrame) -> dict[str, int]:
-        return flagged.agg(*[metric.alias(name) for name, metric in self.metrics().items()]).first().asDict()
+        return flagged.agg(*self.metrics()).first().asDict()
 
     def _examples(self, flagged: DataFrame, check: Check) -> list[str]:
         rows = flagged.where(F.col(check.flag)).select(*[column(key) for key in self.keys]).limit(EXAMPLES).collect()

@@ -54,12 +54,12 @@ def with_pair_checks(
     alone = {rel: " AND ".join([present[rel], *[f"NOT ({present[other]})" for other in relations if other != rel]]) for rel in relations}
     owner = label(owned_by) if owned_by is not None else f"CASE WHEN {complete} THEN {owner_label(relations)} " + " ".join(f"WHEN {alone[rel]} THEN {label(rel)}" for rel in relations) + " END"
     return paired.selectExpr(
-        *[quoted(name) for name in gold.columns],
+        "*",
         f"CASE WHEN {complete} THEN coalesce({condition}, false) ELSE true END AS _dq_predicate",
         f"{owner} AS _dq_owner",
         f"greatest({stamps}) - least({stamps}) AS _dq_gap",
         f"({' OR '.join([f'({complete})', *[f'({alone[rel]})' for rel in relations if rel in preserved]])}) AS _dq_complete",
-    )
+    ).drop(*[name for rel in relations for name in (rel.name, f"_dq_{rel.name}_id")])
 
 
 def with_nothing_to_check(gold: DataFrame) -> DataFrame:

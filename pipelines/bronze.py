@@ -44,7 +44,7 @@ from state.engines.base import DeltaReader
 from state.errors import FileRefused, LakejoinError, first_line
 from state.faults import step
 from state.layout import BRONZE_STATISTICS, Warehouse, statistics_of
-from state.names import column, literal
+from state.names import column, literal, quoted
 from state.relations import ID, OP, SEQ, TS, Relation, RelationSpec
 
 OUTCOMES = ("accepted", "quarantined", "duplicate")
@@ -114,7 +114,7 @@ class Watch:
     before the rows are written."""
 
     signals: Callable[[DataFrame], DataFrame]
-    counts: list[Column]
+    counts: list[str]  # aggregates in Spark SQL
 
 
 @dataclass(frozen=True)
@@ -227,7 +227,7 @@ def _land(
     rows = bronze_rows(tallied.observe(observation, *metrics), source)
     watch = lander.watch(rel, rows)
     if watch is not None:
-        rows = watch.signals(rows).observe(watching, *watch.counts).select(*[column(name) for name in rows.columns])
+        rows = watch.signals(rows).observe(watching, *map(F.expr, watch.counts)).selectExpr(*map(quoted, rows.columns))
     try:
         with step(f"bronze_{rel.name}"):
             bronze = lander.warehouse.bronze(rel)

@@ -215,7 +215,7 @@ def _execute(
     with timed("read"):
         arrived = read(batch, states)
     with timed("measure"):
-        measured = watched(arrived, landed) or measure(arrived, plan.watermarks, plan.bound <= BROADCAST_ROWS)
+        measured = watched(arrived, landed) or measure(batch.engine.spark, arrived, plan.watermarks, plan.bound <= BROADCAST_ROWS)
     for rel in batch.relations:
         missing = measured.pointers.get(rel.name)
         if missing is not None and (error := missing_rows(batch.config.spec(rel.name).table, missing, measured.rows[rel.name])):  # type: ignore[arg-type] - a source table's

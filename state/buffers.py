@@ -25,6 +25,7 @@ from state.engines.base import Aligned
 from state.faults import step
 from state.joiner import Side
 from state.layout import IN_STORE, PROVENANCE, STATE_STATISTICS, Buffer, Warehouse, statistics_of
+from state.names import quoted
 from state.relations import ID, TS, Relation, others
 
 BUFFER_KEY = ID
@@ -86,13 +87,14 @@ def read_sides(
         return state
 
     widest = {table.relation: widened(table) for table in tables}
+    held_columns = {rel: set(state.columns) for rel, state in widest.items() if state is not None}
     membership = {table.relation: [buffer.column for buffer in table.buffers] for table in tables}
 
     def buffer(buffer: Buffer) -> DataFrame:
         state = widest[buffer.holds]
-        if state is None or buffer.column not in state.columns:
+        if state is None or buffer.column not in held_columns[buffer.holds]:
             return arrivals[buffer.holds].limit(0)
-        held = state.where(F.col(buffer.column)).drop(*membership[buffer.holds], *PROVENANCE)
+        held = state.where(quoted(buffer.column)).drop(*membership[buffer.holds], *PROVENANCE)
         gone = replaced.get(buffer.holds)
         return held if gone is None else held.join(gone, ID, "left_anti")
 
@@ -249,10 +251,11 @@ def kept_by_buffers(arrivals: DataFrame, eviction: Memberships) -> DataFrame:
     table keeps no more (``Memberships.gone``): they can meet no future arrival, and no copy of them can arrive on time.
     A change feed's rows (state/changes.py) are all stored, tombstones in no buffer: each holds its id's version, which
     an older change must not undo."""
-    live = ~F.coalesce(F.col(DELETED), F.lit(False)) if DELETED in arrivals.columns else F.lit(True)
-    flags = {column: live if cutoff is None else (F.col(cutoff.column) >= cutoff.below) & live for column, cutoff in eviction.cutoffs.items()}
+    changes = DELETED in arrivals.columns
+    live = f"NOT coalesce({DELETED}, false)" if changes else "true"
+    flags = {column: F.expr(live if cutoff is None else f"{quoted(cutoff.column)} >= {cutoff.below} AND {live}") for column, cutoff in eviction.cutoffs.items()}
     flagged = arrivals.withColumns(flags)
     gone = eviction.gone()
-    if DELETED in arrivals.columns or gone is None:
+    if changes or gone is None:
         return flagged
-    return flagged.where(~F.expr(gone))
+    return flagged.where(f"NOT ({gone})")

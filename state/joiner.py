@@ -29,6 +29,7 @@ from state.names import quoted
 from state.predicate import conjuncts
 from state.relations import ID, RELATIONS, TS, Relation
 
+PACKED = "_tuple"  # a tuple's gold columns in one struct (``Projection.packed``)
 BROADCAST_ROWS = 1_000_000  # arrivals per relation up to which a batch broadcasts them into its joins (``batch_tuples``)
 
 
@@ -80,6 +81,17 @@ class Projection:
             body = [f"{quoted(rel.name)}.{quoted(name)} AS {quoted(f'{rel.name}_{name}')}" for rel in relations for name in self.columns.get(rel.name, ())]
         return [*identity, *body, f"{owner} AS owner"]
 
+    def packed(self, owner: str, relations: Sequence[Relation] = RELATIONS) -> list[str]:
+        """The projection as few expressions as ``selectExpr`` takes: with the default projection, whose every column is
+        named, one struct of them (``PACKED``, spread again by ``unpacked``), so a frame projected and unioned costs a
+        call to Spark or two rather than one per column; a ``select``'s expressions as they are, each named by Spark."""
+        columns = self.of(owner, relations)
+        return columns if self.select is not None else [f"struct({', '.join(columns)}) AS {PACKED}"]
+
+    def unpacked(self, frame: DataFrame) -> DataFrame:
+        """``frame`` projected by ``packed``, with the projection's columns."""
+        return frame if self.select is not None else frame.selectExpr(f"{PACKED}.*")
+
 
 def label(rel: Relation) -> str:
     """``rel``'s label as a Spark SQL literal (a row's owner)."""
@@ -94,13 +106,13 @@ class _Condition:
 
 
 def owned_tuples(owner: Side, sides: Sequence[Side], predicate: str, projection: Projection, broadcast: bool = True) -> DataFrame:
-    """The tuples the store of ``owner`` produces in this batch (their oldest member is in ``owner``); ``broadcast``:
-    each term's arrivals are broadcast into its joins."""
+    """The tuples the store of ``owner`` produces in this batch (their oldest member is in ``owner``), projected by
+    ``projection.packed``; ``broadcast``: each term's arrivals are broadcast into its joins."""
     relations = [side.relation for side in sides]
     parts = _conditions(predicate, relations)
     parts += [_Condition(older(owner.relation, rel), frozenset({owner.relation.name, rel.name}), False) for rel in relations if rel != owner.relation]
     order = [*(side for side in sides if side is not owner), owner]
-    columns = projection.of(label(owner.relation), relations)
+    columns = projection.packed(label(owner.relation), relations)
     terms = []
     for k, new in enumerate(order):
         inputs = {new.relation: new.arrivals}
@@ -151,4 +163,4 @@ def batch_tuples(sides: Sequence[Side], predicate: str, projection: Projection, 
     """Every tuple one micro-batch produces, each with its owner. ``broadcast``: the arrivals are broadcast into the
     joins, so the state is scanned where it lies (a batch of at most ``BROADCAST_ROWS`` arrivals per relation); a larger
     batch is joined as Spark plans it, never collected whole to the driver."""
-    return reduce(DataFrame.unionByName, [owned_tuples(owner, sides, predicate, projection, broadcast) for owner in sides])
+    return projection.unpacked(reduce(DataFrame.unionByName, [owned_tuples(owner, sides, predicate, projection, broadcast) for owner in sides]))

@@ -127,7 +127,7 @@ def _is_late(plan: BatchPlan, rel: Relation, changes: bool) -> str:
 def _screened(part: Arrived, broke: list[str]) -> DataFrame:
     """What the relation's rules keep of its rows (of a change feed's candidates): all of them, unless a quarantine
     rule broke on some (``broke``: their flags), which the rows are then flagged by again to leave them out."""
-    kept = part.flagged.where(~set_aside(broke)).drop(*[name for name in part.flagged.columns if name.startswith(DERIVED_PREFIX)]) if broke else part.checked
+    kept = part.flagged.where(f"NOT {set_aside(broke)}").drop(*[name for name in part.flagged.columns if name.startswith(DERIVED_PREFIX)]) if broke else part.checked
     return kept.drop(CURRENT)
 
 

@@ -15,10 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import reduce
 
-from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame, SparkSession
 
 from expectations.batch import EVALUATED, TableChecks
 from pipelines.batch.context import Batch
@@ -28,6 +26,7 @@ from pipelines.bronze import Watch
 from pipelines.classify import holds_digests
 from state.batch_log import RuleCount
 from state.engines.base import Aligned
+from state.names import literal, quoted
 from state.relations import DELETE, ID, OP, TS, Relation
 
 PART = "_part"
@@ -56,67 +55,77 @@ class Measured:
         return total
 
 
-def late(watermark: int | None) -> Column:
-    """A row below its relation's watermark before the batch."""
-    return F.lit(False) if watermark is None else F.col(TS) < watermark
+def late(watermark: int | None) -> str:
+    """A row below its relation's watermark before the batch (Spark SQL)."""
+    return "false" if watermark is None else f"{TS} < {watermark}"
 
 
-def set_aside(flags: list[str]) -> Column:
-    """A row a quarantine rule takes out (``flags``: those rules' flags)."""
-    return reduce(Column.__or__, [F.col(flag) for flag in flags], F.lit(False))
+def set_aside(flags: list[str]) -> str:
+    """A row a quarantine rule takes out (``flags``: those rules' flags), in Spark SQL."""
+    return "(" + " OR ".join([*map(quoted, flags), "false"]) + ")"
 
 
-def measure(arrived: dict[Relation, Arrived], watermarks: dict[str, int], broadcast: bool) -> Measured:
-    """The one job: every relation's narrowed rows, and its other parts (a change feed's raw and ignored rows, a
-    source table's pointers, the state rows an arrival's id is held in), unioned and counted by part. ``broadcast``:
-    the batch is small enough to broadcast its arrivals' ids to the state's."""
+def measure(spark: SparkSession, arrived: dict[Relation, Arrived], watermarks: dict[str, int], broadcast: bool) -> Measured:
+    """The one job, as one statement: every relation's narrowed rows, and its other parts (a change feed's raw and
+    ignored rows, a source table's pointers, the state rows an arrival's id is held in), unioned and counted by part.
+    ``broadcast``: the batch is small enough to broadcast its arrivals' ids to the state's. Built as SQL text, so the
+    plan costs a few calls to Spark whatever the relations and rules."""
+    signals = {rel: _signals(part.checks, watermarks.get(rel.name), part.upsert, part.resolved is not None) for rel, part in arrived.items()}
+    flags = list(dict.fromkeys(name for columns in signals.values() for name in columns if name not in ("_late", "_on_time")))
+    frames: dict[str, DataFrame] = {}
+
+    def part_of(label: str, frame: DataFrame, columns: dict[str, str] | None = None, semi_join: DataFrame | None = None) -> str:
+        """One part's rows as the counts read them: every signal column, null where the part has none (``semi_join``:
+        only the rows whose id it holds, broadcast to them when the batch is small)."""
+        name = f"part{len(frames)}"
+        frames[name] = frame
+        columns = columns or {}
+        listed = ", ".join(f"{columns.get(signal, 'NULL')} AS {quoted(signal)}" for signal in ("_late", "_on_time", *flags))
+        if semi_join is None:
+            return f"SELECT {literal(label)} AS {PART}, {listed} FROM {{{name}}}"
+        frames[f"{name}_ids"] = semi_join
+        hint = "/*+ BROADCAST(ids) */ " if broadcast else ""
+        return f"SELECT {hint}{literal(label)} AS {PART}, {listed} FROM {{{name}}} AS held LEFT SEMI JOIN {{{name}_ids}} AS ids ON held.{ID} = ids.{ID}"
+
     parts = []
     for rel, part in arrived.items():
-        parts.append(_narrowed(rel, part, watermarks.get(rel.name)))
+        parts.append(part_of(rel.name, part.flagged, signals[rel]))
         if part.resolved is not None:
-            parts += [part.rows.select(F.lit(f"{rel.name}:rows").alias(PART)), part.resolved.ignored.select(F.lit(f"{rel.name}:ignored").alias(PART))]
+            parts += [part_of(f"{rel.name}:rows", part.rows), part_of(f"{rel.name}:ignored", part.resolved.ignored)]
         elif part.state is not None:
-            ids = part.rows.select(ID)
-            parts.append(part.state.select(ID).join(F.broadcast(ids) if broadcast else ids, ID, "left_semi").select(F.lit(f"{rel.name}:held").alias(PART)))
+            parts.append(part_of(f"{rel.name}:held", part.state.select(ID), semi_join=part.rows.select(ID)))
         if part.pointers is not None:
-            parts.append(part.pointers.select(F.lit(f"{rel.name}:pointers").alias(PART)))
-    narrowed = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
-    flags = [name for name in narrowed.columns if not name.startswith("_") or name.startswith("_dq_")]  # the rules' flags, a change feed's kinds
-    found = {row[PART]: row.asDict() for row in narrowed.groupBy(PART).agg(*_counts(flags)).collect()}
+            parts.append(part_of(f"{rel.name}:pointers", part.pointers))
+    query = f"SELECT {PART}, {', '.join(_counts(flags))} FROM ({' UNION ALL '.join(parts)}) GROUP BY {PART}"
+    found = {row[PART]: row.asDict() for row in spark.sql(query, **frames).collect()}
     return _measured(arrived, found)
 
 
-def _counts(flags: list[str]) -> list[Column]:
-    """The aggregates of rows carrying ``_signals``' columns (``flags``: the rules' flags, a change feed's kinds)."""
+def _counts(flags: list[str]) -> list[str]:
+    """The aggregates of rows carrying ``_signals``' columns (``flags``: the rules' flags, a change feed's kinds), in
+    Spark SQL."""
     return [
-        F.count(F.lit(1)).alias(EVALUATED),
-        F.count(F.when(F.col("_late"), 1)).alias("late"),
-        F.max("_on_time").alias("newest"),
-        F.min("_on_time").alias("low"),
-        *[F.count(F.when(F.col(name), 1)).alias(name) for name in flags],
+        f"count(1) AS {EVALUATED}",
+        "count(CASE WHEN _late THEN 1 END) AS late",
+        "max(_on_time) AS newest",
+        "min(_on_time) AS low",
+        *[f"count(CASE WHEN {quoted(name)} THEN 1 END) AS {quoted(name)}" for name in flags],
     ]
 
 
-def _signals(checks: TableChecks, watermark: int | None, upsert: Column | None = None, changes: bool = False) -> dict[str, Column]:
-    """What the counts read of a relation's flagged rows: late, the event time of those on time, the rules' flags, and
-    (``changes``) a change feed's kind of change (``upsert``: a row that is a version of its record; None: every row)."""
-    upsert = F.lit(True) if upsert is None else upsert
-    kept = ~set_aside([check.flag for check in checks.row_checks if check.policy == "quarantine"])
-    on_time = upsert & ~late(watermark) & kept
+def _signals(checks: TableChecks, watermark: int | None, upsert: str = "true", changes: bool = False) -> dict[str, str]:
+    """What the counts read of a relation's flagged rows, in Spark SQL: late, the event time of those on time, the
+    rules' flags, and (``changes``) a change feed's kind of change (``upsert``: a row that is a version of its record)."""
+    kept = f"NOT {set_aside([check.flag for check in checks.row_checks if check.policy == 'quarantine'])}"
+    on_time = f"({upsert}) AND NOT ({late(watermark)}) AND {kept}"
     columns = {
-        "_late": upsert & late(watermark) & kept,
-        "_on_time": F.when(on_time, F.col(TS)),
-        **{check.flag: F.col(check.flag) for check in checks.row_checks},
+        "_late": f"({upsert}) AND ({late(watermark)}) AND {kept}",
+        "_on_time": f"CASE WHEN {on_time} THEN {TS} END",
+        **{check.flag: quoted(check.flag) for check in checks.row_checks},
     }
     if changes:
-        columns |= {"inserted": on_time & ~F.col(CURRENT), "updated": on_time & F.col(CURRENT), "deleted": (F.col(OP) == DELETE) & kept}
+        columns |= {"inserted": f"{on_time} AND NOT {CURRENT}", "updated": f"{on_time} AND {CURRENT}", "deleted": f"{OP} = {literal(DELETE)} AND {kept}"}
     return columns
-
-
-def _narrowed(rel: Relation, part: Arrived, watermark: int | None) -> DataFrame:
-    """The relation's flagged rows as the counts read them, named by the relation."""
-    columns = {PART: F.lit(rel.name), **_signals(part.checks, watermark, part.upsert, part.resolved is not None)}
-    return part.flagged.select(*[column.alias(name) for name, column in columns.items()])
 
 
 def watch(batch: Batch, states: dict[Relation, DataFrame | None]) -> Callable[[Relation, DataFrame], Watch | None]:
@@ -139,8 +148,8 @@ def watch(batch: Batch, states: dict[Relation, DataFrame | None]) -> Callable[[R
         present = {name.lower() for name in rows.columns}
         if any(name.lower() not in present for check in checks.row_checks for name in check.reads):
             return None
-        signals = _signals(checks, plan.watermarks.get(rel.name))
-        return Watch(lambda frame: checks.flagged(frame).withColumns(signals), _counts([check.flag for check in checks.row_checks]))
+        added = [f"{sql} AS {name}" for name, sql in _signals(checks, plan.watermarks.get(rel.name)).items() if name in ("_late", "_on_time")]
+        return Watch(lambda frame: checks.flagged(frame).selectExpr("*", *added), _counts([check.flag for check in checks.row_checks]))
 
     return counted
 

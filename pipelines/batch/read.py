@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from expectations.batch import TableChecks
@@ -16,6 +16,7 @@ from pipelines.classify import held_digests
 from state.buffers import held_versions, snapshot
 from state.changes import DELETED, Resolved, resolve
 from state.engines import as_frame
+from state.names import literal
 from state.pointers import arrivals_with_source_columns
 from state.relations import DELETE, ID, OP, SEQ, TS, Relation
 
@@ -37,9 +38,9 @@ class Arrived:
     pointers: DataFrame | None = None  # a source table's bronze rows, each naming one row of the table
 
     @property
-    def upsert(self) -> Column:
-        """A flagged row that is a version of its record (not a change feed's delete)."""
-        return F.col(OP) != DELETE if self.resolved is not None else F.lit(True)
+    def upsert(self) -> str:
+        """A flagged row that is a version of its record (not a change feed's delete), in Spark SQL."""
+        return f"{OP} != {literal(DELETE)}" if self.resolved is not None else "true"
 
 
 def tables_at_plan(batch: Batch) -> dict[Relation, DataFrame | None]:

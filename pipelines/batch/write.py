@@ -52,14 +52,14 @@ class Checking:
         flagged = checks.flagged(rows)
         metrics = checks.metrics()
         observation = Observation()
-        observed = flagged.observe(observation, *[metric.alias(name) for name, metric in metrics.items()])
+        observed = flagged.observe(observation, *metrics)
         try:
             done = write(checks.written(observed))
         except Exception as exc:
             if checks.broke(exc):
                 raise checks.failure(flagged, self.batch_id, written=True) from None  # type: ignore[misc] - a fail rule broke
             raise
-        counts = observation.get if done is not None else flagged.agg(*[metric.alias(name) for name, metric in metrics.items()]).first().asDict()
+        counts = observation.get if done is not None else flagged.agg(*metrics).first().asDict()
         results = checks.results(flagged, counts)
         aside = checks.set_aside(flagged, results, self.batch_id)
         with self._guard:
