@@ -146,11 +146,6 @@ def check_format(path: str, fmt: str) -> None:
         raise FileRefused(f"it is {what}")
 
 
-def parse_file(spark: SparkSession, path: str, fmt: str) -> Parsed:
-    """One file given to ``ingest``: ``parse_files`` of it alone."""
-    return parse_files(spark, [path], fmt)
-
-
 def parse_files(spark: SparkSession, paths: Sequence[str], fmt: str) -> Parsed:
     """Files of one format read together, each row with ``_source_file`` and ``_source_line``. Their columns are
     those of all of them (JSON keys inferred over all, a CSV header and a Parquet schema that every one of them

@@ -115,7 +115,7 @@ def warehouse_status(engine: DeltaReader, warehouse: Warehouse, config: Config) 
     return WarehouseStatus(
         warehouse=warehouse.root,
         tables=tables,
-        last_committed_batch=tail.committed_batch_id,
+        last_committed_batch=tail.last_batch_id,
         joined_up_to=tail.last_seq,
         unfinished_batch=None if tail.unfinished is None else tail.unfinished.batch_id,
         pending=pending,

@@ -174,14 +174,6 @@ class LogTail:
     last: dict[str, Any] | None = None  # the last committed batch's log row
     unfinished: BatchPlan | None = None
 
-    @property
-    def committed_batch_id(self) -> int:
-        return self.last_batch_id
-
-    @property
-    def newest_batch_id(self) -> int:
-        return self.last_batch_id + (self.unfinished is not None)
-
 
 class BatchLog:
     def __init__(self, engine: DeltaReader, path: str, app_id: str) -> None:

@@ -171,8 +171,8 @@ def _check_output(
     app_id = warehouse.app_id(pipeline, path)
     info = engine.info(path, app_id)
     if info is None:
-        if written_every_batch and tail.committed_batch_id > 0:
-            raise LakejoinError(f"{name} is missing, but the batch log has committed batch {tail.committed_batch_id}: {fix}")
+        if written_every_batch and tail.last_batch_id > 0:
+            raise LakejoinError(f"{name} is missing, but the batch log has committed batch {tail.last_batch_id}: {fix}")
         return {}
     _require_columns(warehouse, path, info.schema, columns)
     if info.recorded.unknown:  # the app's commits have left the log: the batch log is the record
@@ -181,9 +181,9 @@ def _check_output(
         raise LakejoinError(
             f"{name} was not written by pipeline '{pipeline}' (no Delta transaction of {app_id!r}): move it away, or {fix}"
         )
-    if written_every_batch and info.txn_version < tail.committed_batch_id and not _left_unchanged(engine, warehouse, info.txn_version):
+    if written_every_batch and info.txn_version < tail.last_batch_id and not _left_unchanged(engine, warehouse, info.txn_version):
         raise LakejoinError(
-            f"{name} ends at batch {info.txn_version}, but the batch log has committed batch {tail.committed_batch_id} "
+            f"{name} ends at batch {info.txn_version}, but the batch log has committed batch {tail.last_batch_id} "
             f"(was it restored to an older version?): {fix}"
         )
     return _check_batches(engine, warehouse, path, pipeline, tail)
