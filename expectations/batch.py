@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from functools import reduce
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -23,6 +22,7 @@ from expectations.rules import RULES, Rule
 from state.batch_log import RuleCount
 from state.config import Config
 from state.errors import LakejoinError
+from state.frames import union_by_name
 from state.names import column
 
 EXAMPLES = 5  # failing rows' keys kept per rule in the batch log and error messages
@@ -142,7 +142,7 @@ class TableChecks:
             for check in self.row_checks
             if check.rule.name in broke
         ]
-        return reduce(DataFrame.unionByName, parts) if parts else None
+        return union_by_name(parts) if parts else None
 
     def failure(self, flagged: DataFrame, batch_id: int, written: bool) -> ExpectationFailed | None:
         """The error a batch stops with when a ``fail`` rule breaks on ``flagged`` (one job, on the way out)."""

@@ -8,7 +8,6 @@ are taken as of the last committed batch, so a run under way beside the audit sh
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import reduce
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
@@ -16,6 +15,7 @@ from pyspark.sql.types import ArrayType, DataType, MapType, StructType
 
 from expectations.batch import row_key
 from state.config import Config
+from state.frames import union_by_name
 from state.pointers import records
 from state.batch_log import BatchLog, LogTail
 from state.engines import DeltaEngine, Eviction
@@ -161,7 +161,7 @@ def batch_join(
     parts += [row_of(final_only(relations[rel].join(matched(rel), ID, "left_anti"), rel), rel, columns, projection) for rel in kind.preserves(order)]
     if kind.first_match:
         parts.append(row_of(relations[left].join(matched(left), ID, "left_semi"), left, columns, projection))
-    return reduce(DataFrame.unionByName, parts)
+    return union_by_name(parts)
 
 
 def reconcile(expected: DataFrame, gold: DataFrame) -> Reconciliation:

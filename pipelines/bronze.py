@@ -24,7 +24,6 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from functools import reduce
 from urllib.parse import quote
 
 import pyarrow as pa
@@ -43,6 +42,7 @@ from state.engines import DeltaEngine, Txn
 from state.engines.base import DeltaReader
 from state.errors import FileRefused, LakejoinError, first_line
 from state.faults import step
+from state.frames import union_by_name
 from state.layout import BRONZE_STATISTICS, Warehouse, statistics_of
 from state.names import column, literal, quoted
 from state.relations import ID, OP, SEQ, TS, Relation, RelationSpec
@@ -320,7 +320,7 @@ def _typed_files(lander: Lander, rel: Relation, files: Sequence[Placed]) -> tupl
         settled = {**types, **settled}
     if not frames:
         return None, refused
-    return reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames), refused
+    return union_by_name(frames, allow_missing=True), refused
 
 
 def _kinds(files: Sequence[Placed]) -> list[list[Placed]]:

@@ -6,7 +6,6 @@ accepted, a duplicate (skipped) or quarantined with a reason.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import reduce
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -32,6 +31,7 @@ from pipelines.parse import Parsed
 from state.engines import DeltaEngine
 from state.errors import FileRefused, LakejoinError
 from state.event_time import INTEGER, INTEGER_TEXT, STORED_TYPE, TIMESTAMP, as_event_time, kind_of, on_axis
+from state.frames import union_by_name
 from state.layout import Warehouse
 from state.names import column, literal, quoted
 from state.relations import DELETE, ID, INSERT, OP, SEQ, TS, UPDATE, ChangeSpec, Relation, RelationSpec, others
@@ -306,7 +306,7 @@ def held_digests(*tables: DataFrame | None) -> DataFrame | None:
     them: ``_id`` and its digests, the tables together (None when none holds any)."""
     holding = [table for table in tables if table is not None and holds_digests(table)]
     parts = [table.select(ID, *[name for name in (DIGEST, EARLIER_DIGEST) if name in table.columns]) for table in holding]
-    return reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts) if parts else None
+    return union_by_name(parts, allow_missing=True) if parts else None
 
 
 def outcomes(normalized: DataFrame, known: DataFrame | None, changes: bool) -> DataFrame:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import reduce
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -17,6 +16,7 @@ from state.batch_log import BatchPlan
 from state.clock import now
 from state.engines import DeltaEngine, Txn
 from state.faults import step
+from state.frames import union_by_name
 from state.joiner import identity_column
 from state.layout import Warehouse
 from state.names import quoted
@@ -46,7 +46,7 @@ class Retraction:
             return cls(None, keys, bool(ids))
         rows = engine.read(gold, version)
         parts = [rows.join(F.broadcast(changed.select(F.col(ID).alias(identity_column(rel, ID)))), identity_column(rel, ID), "left_semi") for rel, changed in ids.items()]
-        return cls(reduce(DataFrame.unionByName, parts).dropDuplicates(list(keys)), keys, True)
+        return cls(union_by_name(parts).dropDuplicates(list(keys)), keys, True)
 
 
 def write_gold(
@@ -92,7 +92,7 @@ def _log_changes(engine: DeltaEngine, warehouse: Warehouse, signed: list[DataFra
     """``gold/changes``: the batch's added rows as ``+`` and (a second frame) the rows it took out as ``-``."""
     with step("gold_changes"):
         marked = [frame.withColumn(CHANGE, F.lit(sign)) for frame, sign in zip(signed, "+-")]
-        engine.append(warehouse.gold_changes, reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), marked), txn(warehouse.gold_changes))
+        engine.append(warehouse.gold_changes, union_by_name(marked, allow_missing=True), txn(warehouse.gold_changes))
 
 
 def _counted(added: DataFrame, retracted: DataFrame) -> tuple[int, int]:

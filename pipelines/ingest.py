@@ -19,7 +19,6 @@ import hashlib
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import reduce
 
 import pyarrow as pa
 from pyspark.sql import DataFrame
@@ -32,6 +31,7 @@ from pipelines.spark import held
 from state.engines import DeltaEngine, Txn, as_frame
 from state.errors import FileRefused
 from state.faults import step
+from state.frames import union_by_name
 from state.layout import Warehouse
 from state.names import column, literal
 from state.relations import Relation, RelationSpec, default_specs
@@ -271,7 +271,7 @@ def set_aside(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, frames: 
         return
     name = digests[0] if len(digests) == 1 else hashlib.sha256(" ".join(sorted(digests)).encode()).hexdigest()
     with step("quarantine"):
-        engine.append(warehouse.quarantine, reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames), Txn(f"lakejoin-ingest:{rel.name}:{name}", 1))
+        engine.append(warehouse.quarantine, union_by_name(frames, allow_missing=True), Txn(f"lakejoin-ingest:{rel.name}:{name}", 1))
 
 
 def log_row(lander: Lander, rel: Relation, placed: Placed, digest: str | None, tally: Tally, refused: str | None = None, **source: object) -> dict:

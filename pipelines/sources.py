@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, replace
-from functools import reduce
 
 from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
@@ -29,6 +28,7 @@ from pipelines.parse import Parsed, firsts, numbered
 from state.engines import Actions, DeltaEngine
 from state.engines.base import CHANGE_FEED, DeltaReader, no_change_feed
 from state.errors import LakejoinError
+from state.frames import union_by_name
 from state.layout import Warehouse
 from state.names import column
 from state.pointers import read_failure, require_distinct_names, schema_at
@@ -216,7 +216,7 @@ def _ingest_changes(lander: Lander, rel: Relation, table: str, commits: list[Com
         parts.append(_change_rows(changes, schema, table, first_line=len(commits[0].files) if commits[0].operation == "snapshot" else 0))
     if not parts:
         return Landed(rel.name), Placed(table, first, 0)
-    frame = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
+    frame = union_by_name(parts, allow_missing=True)
     kept = [field for field in schema.fields if not field.name.startswith("_")]
     whole = replace(source, kept=tuple(field.name for field in kept))  # every column, each version's own
     parsed, placed = _placed(Parsed(frame, {field.name: field.dataType for field in kept}, text=False), table, first)

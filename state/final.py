@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from functools import reduce
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -27,6 +26,7 @@ from state.bounds import Watermarks, store_eviction
 from state.buffers import BufferUpdate, EvictionRule, StateTable, buffer_updates, state_tables, store_probe_rule
 from state.engines import Eviction, OnMatch
 from state.engines.base import Aligned
+from state.frames import union_by_name
 from state.joiner import Projection, Side, identity_column, label
 from state.layout import Warehouse
 from state.relations import ID, TS, Relation
@@ -205,7 +205,7 @@ def emit(spec: JoinSpec, sides: Sequence[Side], tuples: DataFrame, projection: P
             parts.append(row_of(final, rel, columns, projection))
     if kind.first_match:
         parts.append(row_of(first_matches(side_of[left], newly[left]), left, columns, projection))
-    return Emitted(reduce(DataFrame.unionByName, parts), newly)
+    return Emitted(union_by_name(parts), newly)
 
 
 def _emit_as_of(spec: JoinSpec, sides: Sequence[Side], projection: Projection, marks: Watermarks, cutoff: Eviction | None, nothing: DataFrame) -> Emitted:

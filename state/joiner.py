@@ -20,11 +20,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from functools import reduce
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from state.frames import union_by_name
 from state.names import quoted
 from state.predicate import conjuncts
 from state.relations import ID, RELATIONS, TS, Relation
@@ -119,7 +119,7 @@ def owned_tuples(owner: Side, sides: Sequence[Side], predicate: str, projection:
         inputs |= {side.relation: owner.buffered(side.relation) for side in order[:k]}
         inputs |= {side.relation: owner.buffered(side.relation).unionByName(side.arrivals, allowMissingColumns=True) for side in order[k + 1 :]}
         terms.append(_linked_join(inputs, new.relation, parts, broadcast).selectExpr(*columns))
-    return reduce(DataFrame.unionByName, terms)
+    return union_by_name(terms)
 
 
 def joined(frames: dict[Relation, DataFrame], predicate: str) -> DataFrame:
@@ -163,4 +163,4 @@ def batch_tuples(sides: Sequence[Side], predicate: str, projection: Projection, 
     """Every tuple one micro-batch produces, each with its owner. ``broadcast``: the arrivals are broadcast into the
     joins, so the state is scanned where it lies (a batch of at most ``BROADCAST_ROWS`` arrivals per relation); a larger
     batch is joined as Spark plans it, never collected whole to the driver."""
-    return projection.unpacked(reduce(DataFrame.unionByName, [owned_tuples(owner, sides, predicate, projection, broadcast) for owner in sides]))
+    return projection.unpacked(union_by_name([owned_tuples(owner, sides, predicate, projection, broadcast) for owner in sides]))

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from functools import reduce
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame
@@ -31,6 +30,7 @@ from state.errors import LakejoinError
 from state.event_time import render, render_span
 from state.final import state_updates
 from state.final import emit as final_rows
+from state.frames import union_by_name
 from state.joiner import BROADCAST_ROWS, Projection, Side, batch_tuples, data_columns, identity_column
 from state.progress import raised
 from state.relations import ID, TS, Relation
@@ -142,13 +142,13 @@ def _late(config: Config, kind: str | None, plan: BatchPlan, late: dict[Relation
         if measured.late[rel.name]
     ]
     parts += [ignored_rows(applied.resolved, rel.name, plan.batch_id) for rel, applied in changes.items() if measured.changes[rel.name]["ignored"]]
-    return reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts) if parts else None
+    return union_by_name(parts, allow_missing=True) if parts else None
 
 
 def _set_aside(arrived: dict[Relation, Arrived], measured: Measured, batch_id: int) -> DataFrame | None:
     parts = [part.checks.set_aside(part.flagged, measured.rules[rel.name], batch_id) for rel, part in arrived.items() if measured.quarantined[rel.name]]
     found = [part for part in parts if part is not None]
-    return reduce(DataFrame.unionByName, found) if found else None
+    return union_by_name(found) if found else None
 
 
 def _pairs(sides: list[Side], predicate: str, projection: Projection, every_one: bool, broadcast: bool) -> DataFrame:
@@ -182,7 +182,7 @@ def _members(sides: list[Side]) -> dict[Relation, DataFrame]:
     members = {}
     for side in sides:
         frames = [side.arrivals, side.store, *(other.probes[side.relation] for other in sides if other is not side)]
-        members[side.relation] = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames).dropDuplicates([ID])
+        members[side.relation] = union_by_name(frames, allow_missing=True).dropDuplicates([ID])
     return members
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from functools import reduce
 
 from pyspark.sql import DataFrame
 
@@ -26,6 +25,7 @@ from state.engines import Txn, as_frame
 from state.engines.base import DeltaReader
 from state.errors import FileRefused
 from state.faults import step
+from state.frames import union_by_name
 from state.layout import Warehouse
 from state.relations import Relation
 
@@ -81,7 +81,7 @@ def land(batch: Batch, known: Callable[[Relation], DataFrame | None], watch: Cal
         parts.append(as_frame(engine.spark, table))
     with step("quarantine"):
         if parts:
-            engine.append(warehouse.quarantine, reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts), batch.txn(warehouse.quarantine))
+            engine.append(warehouse.quarantine, union_by_name(parts, allow_missing=True), batch.txn(warehouse.quarantine))
     outside = [file for file in plan.files if not file.lands]
     return [replace(landing, files=(*landing.files, *[file for file in outside if file.relation == landing.relation])) for landing, _ in landed] + [
         Landing(rel.name, plan.batch_id, 0, 0, 0, tuple(file for file in outside if file.relation == rel.name))

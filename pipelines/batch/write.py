@@ -10,7 +10,6 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import reduce
 from typing import TypeVar
 
 from pyspark.sql import DataFrame, Observation
@@ -23,6 +22,7 @@ from pipelines.gold import CHANGE, write_gold
 from state.batch_log import RuleCount
 from state.buffers import update_buffers
 from state.faults import step
+from state.frames import union_by_name
 
 R = TypeVar("R")
 
@@ -83,7 +83,7 @@ def write(batch: Batch, outputs: Outputs) -> Written:
     aside = [frame for frame in (outputs.set_aside, *checking.set_aside) if frame is not None]
     with step("dq_quarantine"):
         if aside:
-            batch.engine.append(batch.warehouse.dq_quarantine, reduce(DataFrame.unionByName, aside), batch.txn(batch.warehouse.dq_quarantine))
+            batch.engine.append(batch.warehouse.dq_quarantine, union_by_name(aside), batch.txn(batch.warehouse.dq_quarantine))
     return Written(pairs, retracted, evicted, checking.results)
 
 

@@ -24,7 +24,6 @@ import uuid
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from functools import reduce
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
@@ -37,6 +36,7 @@ from state.engines.base import Actions, Aligned, Data, Memberships, Merged, OnMa
 from state.engines.delta_log import USER_METADATA, DeltaLogReader, Head, Listed, greatest_after, is_connect, is_restricted, sql_name
 from state.errors import LakejoinError
 from state.faults import reached
+from state.frames import union_by_name
 from state.layout import NEW_TABLE_LOG, is_table_name
 from state.names import column
 
@@ -272,7 +272,7 @@ class SparkDeltaEngine:
         # A Delta read has no _metadata.row_index: a row's index in its file is its place in the file's read order, its
         # split's start first (a split reads its row groups in order; each row group belongs to one split)
         in_file = Window.partitionBy("_file_name").orderBy("_block", "_read")
-        return reduce(DataFrame.unionByName, reads).withColumn("_row_index", F.row_number().over(in_file) - 1).drop("_block", "_read")
+        return union_by_name(reads).withColumn("_row_index", F.row_number().over(in_file) - 1).drop("_block", "_read")
 
     def _at_version(self, table: str, version: int) -> DataFrame:
         reader = self.spark.read.format("delta").option("versionAsOf", version)
