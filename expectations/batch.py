@@ -16,9 +16,8 @@ from dataclasses import dataclass, replace
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from expectations.compiled import Check
 from expectations.frames import DERIVED_PREFIX
-from expectations.rules import RULES, Rule
+from expectations.rules import RULES, Check, Rule
 from state.batch_log import RuleCount
 from state.config import Config
 from state.errors import LakejoinError

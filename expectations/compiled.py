@@ -11,15 +11,12 @@ Spark job. tests/test_expectations.py checks every rule against Great Expectatio
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pyspark.sql.types import StructType
 
 from state.names import literal, quoted
 
-if TYPE_CHECKING:
-    from expectations.rules import Rule
 
 RowTest = Callable[[dict[str, Any]], str]
 SchemaTest = Callable[[dict[str, Any], StructType], bool]
@@ -66,42 +63,3 @@ SCHEMA_TESTS: dict[str, SchemaTest] = {
         kwargs["column"] not in schema.fieldNames() or type(schema[kwargs["column"]].dataType).__name__ not in kwargs["type_list"]
     ),
 }
-
-
-@dataclass(frozen=True)
-class Check:
-    """One rule bound to one table of a batch: its arguments, its policy, and the name of the column that flags the
-    rows breaking it (row rules)."""
-
-    rule: Rule
-    kwargs: dict[str, Any]
-    policy: str
-    table: str  # e.g. bronze/r
-    proven: bool = False  # the batch's inputs prove the rule holds on its rows: no row is recounted (TableChecks.proven_unique)
-
-    @property
-    def row_level(self) -> bool:
-        return self.rule.row_level
-
-    @property
-    def flag(self) -> str:
-        """The column true on the rows that break the rule."""
-        return f"_dq_fails_{self.rule.name}"
-
-    @property
-    def columns(self) -> tuple[str, ...]:
-        """The columns a rule on one column or on a list of them reads (empty for the others)."""
-        return tuple(self.kwargs.get("column_list") or ([self.kwargs["column"]] if "column" in self.kwargs else []))
-
-    @property
-    def reads(self) -> tuple[str, ...]:
-        """Every column a row rule reads."""
-        return self.columns + tuple(self.kwargs[name] for name in ("column_A", "column_B") if name in self.kwargs)
-
-    def fails(self) -> str:
-        """True on a row that breaks the rule (never null), as Spark SQL."""
-        return "false" if self.proven else f"coalesce({ROW_TESTS[self.rule.expectation](self.kwargs)}, false)"
-
-    def fails_on(self, schema: StructType) -> bool:
-        """A table rule's verdict on the rows' schema."""
-        return SCHEMA_TESTS[self.rule.expectation](self.kwargs, schema)

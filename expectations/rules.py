@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pyspark.sql.types import StructType
 
 from expectations.compiled import ROW_TESTS, SCHEMA_TESTS
 from state.config import Expectations
@@ -121,3 +122,42 @@ def check_policy(rule: Rule, policy: object) -> None:
 
 
 RULES = load_rules()
+
+
+@dataclass(frozen=True)
+class Check:
+    """One rule bound to one table of a batch: its arguments, its policy, and the name of the column that flags the
+    rows breaking it (row rules)."""
+
+    rule: Rule
+    kwargs: dict[str, Any]
+    policy: str
+    table: str  # e.g. bronze/r
+    proven: bool = False  # the batch's inputs prove the rule holds on its rows: no row is recounted (TableChecks.proven_unique)
+
+    @property
+    def row_level(self) -> bool:
+        return self.rule.row_level
+
+    @property
+    def flag(self) -> str:
+        """The column true on the rows that break the rule."""
+        return f"_dq_fails_{self.rule.name}"
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The columns a rule on one column or on a list of them reads (empty for the others)."""
+        return tuple(self.kwargs.get("column_list") or ([self.kwargs["column"]] if "column" in self.kwargs else []))
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        """Every column a row rule reads."""
+        return self.columns + tuple(self.kwargs[name] for name in ("column_A", "column_B") if name in self.kwargs)
+
+    def fails(self) -> str:
+        """True on a row that breaks the rule (never null), as Spark SQL."""
+        return "false" if self.proven else f"coalesce({ROW_TESTS[self.rule.expectation](self.kwargs)}, false)"
+
+    def fails_on(self, schema: StructType) -> bool:
+        """A table rule's verdict on the rows' schema."""
+        return SCHEMA_TESTS[self.rule.expectation](self.kwargs, schema)

@@ -344,11 +344,11 @@ class Pipeline:
         given = self._given or Config()
         creates = _creates(command, given)
         if reader is not None and not _names_catalog_tables(given):
-            warehouse, engine = Warehouse(self.root).defined_by(given), reader
+            warehouse, engine = given.placed(Warehouse(self.root)), reader
         else:
             # A Spark Connect server resolves a relative path against its own working folder, not this process's.
             root = os.path.abspath(self.root) if is_connect(self.spark) and is_local(self.root) else self.root
-            warehouse = Warehouse(root).defined_by(given)
+            warehouse = given.placed(Warehouse(root))
             engine = make_engine(self.spark, given.engine, catalog=warehouse.holds_catalog_tables)
         require_engine_for(warehouse, engine)
         if creates:  # a warehouse is created in an empty folder only
@@ -358,10 +358,10 @@ class Pipeline:
         if command == "reset":
             current = in_force(recorded(engine, warehouse))
             settled = Settled(self._given or current)
-            warehouse = warehouse.defined_by(current)
+            warehouse = current.placed(warehouse)
         else:
             settled = settle(engine, warehouse, self._given, command)
-            warehouse = warehouse.defined_by(settled.config)
+            warehouse = settled.config.placed(warehouse)
         if engine is reader and _names_catalog_tables(settled.config):
             engine = make_engine(self.spark, settled.config.engine, catalog=True)
         elif engine is not reader and settled.config.engine not in ("auto", engine.name):

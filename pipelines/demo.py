@@ -165,7 +165,7 @@ def run_demo(options: DemoOptions, given: Config | None = None, engine_name: str
         own = {**without_window(own), "join": options.join, bound: "1 hour", "allowed_lateness": f"{options.disorder} seconds"}
     config = (given or Config(**own)).with_overrides(engine=engine_name)  # type: ignore[arg-type]
     workdir = tempfile.mkdtemp(prefix="lakejoin-demo-")
-    warehouse = Warehouse(warehouse_root or os.path.join(workdir, "warehouse")).defined_by(config)
+    warehouse = config.placed(Warehouse(warehouse_root or os.path.join(workdir, "warehouse")))
     names = [rel.name for rel in config.joined]
     what = f"{options.rows} orders and {options.rows} payments, {options.keys} customers" if not market else (
         f"{options.rows} records each of {', '.join(names)}, {options.keys} symbols")

@@ -235,6 +235,10 @@ class Config:
         members = self.join_kind.row_keys(self.joined)
         return {"ts_min": self.quality.ts_min, "ts_max": self.quality.ts_max, "window": self.reach, "record_columns": record, "members": members}
 
+    def placed(self, warehouse: Warehouse) -> Warehouse:
+        """``warehouse``'s tables as this config places and names them."""
+        return replace(warehouse, relations=self.joined, pipeline=self.pipeline, layers=tuple(self.layers.items()), gold_table=self.gold_table)  # type: ignore[union-attr] - normalised
+
     def on_axis(self, kind: str | None) -> Config:
         """This config with ``allowed_lateness``, ``window`` and ``tolerance`` as numbers on the event-time axis of
         ``kind`` (state/event_time.py); a duration for integer time, or an integer for timestamps, is a config error."""

@@ -14,13 +14,10 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
-from typing import TYPE_CHECKING
 
 from state.errors import LakejoinError
 from state.relations import ID, RELATIONS, TS, Relation, others
 
-if TYPE_CHECKING:
-    from state.config import Config
 
 # The layers a config may place on their own (``layers``): the top folders of a warehouse's tables.
 LAYERS = ("bronze", "silver", "gold", "quarantine")
@@ -100,10 +97,6 @@ class Warehouse:
         if len(set(paths)) < len(paths):
             twice = next(path for path in paths if paths.count(path) > 1)
             raise LakejoinError(f"config: two tables would be at {twice}: give those layers places of their own, or gold another name")
-
-    def defined_by(self, config: Config) -> Warehouse:
-        """This warehouse's tables as ``config`` places and names them."""
-        return replace(self, relations=config.joined, pipeline=config.pipeline, layers=tuple(config.layers.items()), gold_table=config.gold_table)  # type: ignore[union-attr] - normalised
 
     @property
     def in_catalog(self) -> bool:

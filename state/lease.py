@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from pyspark.sql import SparkSession
 
 from state.errors import LakejoinError, WarehouseBusy
-from state.lock import Held
 from state.names import literal
 
 LEASE_SECONDS = 300  # a holder that stops renewing (it died, or hangs) loses the lease after this long
@@ -49,7 +48,7 @@ def lease_table(root: str) -> str:
 
 
 @dataclass
-class Lease(Held):
+class Lease:
     """A job's lease on a catalog warehouse, held by this process from ``take`` to ``release``."""
 
     spark: SparkSession

@@ -16,10 +16,11 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Protocol
 
 from state.errors import WarehouseBusy
 from state.layout import is_catalog_schema
+from state.lease import Lease, lease_table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -37,11 +38,17 @@ def lock_path(root: str, job: str) -> str:
     return os.path.join(root, f"_lakejoin_{job}.lock")
 
 
-class Held:
+class Held(Protocol):
     """A lock held: ``check`` proves it still is, before a batch writes and before it commits."""
 
+    def check(self) -> None: ...
+
+
+class _Unexpiring:
+    """A file lock, held until its holder ends (or, on an object store, no lock at all): nothing to prove."""
+
     def check(self) -> None:
-        """A file lock is held until its holder ends: nothing to prove."""
+        return None
 
 
 @contextmanager
@@ -52,8 +59,6 @@ def hold(root: str, job: str, wait_seconds: float | None = 0.0, spark: SparkSess
     Raises ``WarehouseBusy`` naming the holder when the wait runs out.
     """
     if is_catalog_schema(root) and spark is not None:
-        from state.lease import Lease, lease_table
-
         lease = Lease(spark, lease_table(root), job)
         lease.take(wait_seconds)
         try:
@@ -62,7 +67,7 @@ def hold(root: str, job: str, wait_seconds: float | None = 0.0, spark: SparkSess
             lease.release()
         return
     if not is_local(root):
-        yield Held()
+        yield _Unexpiring()
         return
     os.makedirs(root, exist_ok=True)
     with open(lock_path(root, job), "a+", encoding="utf-8") as handle:
@@ -71,7 +76,7 @@ def hold(root: str, job: str, wait_seconds: float | None = 0.0, spark: SparkSess
         handle.truncate()
         handle.write(f"pid {os.getpid()} on {socket.gethostname()} since {datetime.now(timezone.utc):%Y-%m-%d %H:%M:%S} UTC")
         handle.flush()
-        yield Held()
+        yield _Unexpiring()
 
 
 def holder(root: str, job: str) -> str | None:

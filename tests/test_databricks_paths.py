@@ -55,7 +55,7 @@ MEDALLION = {"layers": {"bronze": "main.raw", "silver": "main.silver", "gold": "
 
 
 def test_each_layer_may_live_in_a_schema_of_its_own_its_tables_named_without_the_layer():
-    warehouse = Warehouse("main.lakejoin").defined_by(config_from(MEDALLION))
+    warehouse = config_from(MEDALLION).placed(Warehouse("main.lakejoin"))
     assert (warehouse.bronze(R), warehouse.ingest_log) == ("main.raw.r", "main.raw.ingests")
     assert (warehouse.state(R), warehouse.batches) == ("main.silver.r_state", "main.silver.batches")
     assert (warehouse.gold, warehouse.gold_changes) == ("main.analytics.orders_payments", "main.analytics.changes")
@@ -67,13 +67,13 @@ def test_each_layer_may_live_in_a_schema_of_its_own_its_tables_named_without_the
 
 
 def test_a_layer_may_live_in_a_folder_of_its_own():
-    warehouse = Warehouse("/lake/wh").defined_by(config_from({"layers": {"gold": "/lake/gold", "silver": "main.silver"}}))
+    warehouse = config_from({"layers": {"gold": "/lake/gold", "silver": "main.silver"}}).placed(Warehouse("/lake/wh"))
     assert (warehouse.gold, warehouse.state(R), warehouse.bronze(R)) == ("/lake/gold/join_results", "main.silver.r_state", "/lake/wh/bronze/r")
     assert warehouse.name_of(warehouse.gold) == "gold/join_results"
 
 
 def test_delta_rs_refuses_a_layer_in_a_catalog_schema_naming_it(deltars):
-    warehouse = Warehouse("/lake/wh").defined_by(config_from({"layers": {"silver": "main.silver"}}))
+    warehouse = config_from({"layers": {"silver": "main.silver"}}).placed(Warehouse("/lake/wh"))
     with pytest.raises(LakejoinError, match="^main.silver is a Unity Catalog schema: its tables need Delta on Spark"):
         require_engine_for(warehouse, deltars)
 
@@ -93,7 +93,7 @@ def test_a_bad_layer_or_gold_name_is_refused_in_one_line(settings, error):
 
 def test_two_tables_at_one_place_are_refused_before_anything_is_written():
     with pytest.raises(LakejoinError, match=re.escape("two tables would be at main.x.changes: give those layers places of their own, or gold another name")):
-        Warehouse("main.lakejoin").defined_by(config_from({"layers": {"gold": "main.x"}, "gold_table": "changes"}))
+        config_from({"layers": {"gold": "main.x"}, "gold_table": "changes"}).placed(Warehouse("main.lakejoin"))
 
 
 def test_a_run_finds_the_layers_in_the_recorded_definition_and_a_config_that_moves_one_is_refused(deltars, tmp_path):
