@@ -35,7 +35,16 @@ from collections.abc import Callable
 from pyspark.sql import DataFrame, SparkSession
 
 from benchmarks.by_hand import ByHand
-from benchmarks.peers import RELATIONS, SCHEMA, Measured, landed_batches, one_shot, phase_medians, same_pairs, _stream_join
+from benchmarks.peers import (
+    RELATIONS,
+    SCHEMA,
+    Measured,
+    _stream_join,
+    landed_batches,
+    one_shot,
+    phase_medians,
+    same_pairs,
+)
 from benchmarks.report import LOG_READERS, use_log_reader, write_json
 from pipelines.api import Pipeline
 from pipelines.demo import DemoOptions
@@ -55,15 +64,22 @@ def landed_backlog(files: int, file_rows: int, root: str) -> tuple[int, list[dic
 def median_of(rounds: list[Measured]) -> tuple[Measured, dict[str, object]]:
     """The round of median total, and every round's total with their median."""
     totals = [measured.total_s for measured in rounds]
-    return sorted(rounds, key=lambda measured: measured.total_s)[len(rounds) // 2], {"total_s_rounds": totals, "total_s": statistics.median(totals)}
+    return sorted(rounds, key=lambda measured: measured.total_s)[len(rounds) // 2], {
+        "total_s_rounds": totals,
+        "total_s": statistics.median(totals),
+    }
 
 
-def run_lakejoin(spark: SparkSession, folders: dict[str, str], workdir: str, engine: str, route: str, max_batch_rows: int | None) -> Measured:
+def run_lakejoin(
+    spark: SparkSession, folders: dict[str, str], workdir: str, engine: str, route: str, max_batch_rows: int | None
+) -> Measured:
     """One scheduled run of lakejoin (its defaults unless ``max_batch_rows``); the ingest of the files (the run's time
     outside its batches, on the landing route) and the batches' phases kept for the report."""
     root = os.path.join(workdir, "lakejoin")
     landing = route == "landing"
-    relations = {name: ({"landing": folder} if landing else {}) | {"required": ["key"]} for name, folder in folders.items()}
+    relations = {
+        name: ({"landing": folder} if landing else {}) | {"required": ["key"]} for name, folder in folders.items()
+    }
     started = time.perf_counter()
     pipeline = Pipeline(root, config={"relations": relations, "engine": engine}, spark=spark)
     if not landing:
@@ -89,12 +105,18 @@ def run_streams(spark: SparkSession, folders: dict[str, str], workdir: str, pred
     for rel in RELATIONS:
         bronze = os.path.join(workdir, "bronze", rel.name)
         query = (
-            spark.readStream.schema(SCHEMA).parquet(folders[rel.name]).writeStream.format("delta")
-            .option("checkpointLocation", os.path.join(workdir, "bronze-checkpoint", rel.name)).trigger(availableNow=True).start(bronze)
+            spark.readStream.schema(SCHEMA)
+            .parquet(folders[rel.name])
+            .writeStream.format("delta")
+            .option("checkpointLocation", os.path.join(workdir, "bronze-checkpoint", rel.name))
+            .trigger(availableNow=True)
+            .start(bronze)
         )
         query.awaitTermination()
     bronze_s = time.perf_counter() - started
-    streams = {rel: spark.readStream.format("delta").load(os.path.join(workdir, "bronze", rel.name)) for rel in RELATIONS}
+    streams = {
+        rel: spark.readStream.format("delta").load(os.path.join(workdir, "bronze", rel.name)) for rel in RELATIONS
+    }
     measured = _stream_join(spark, streams, workdir, predicate, None, engine, "delta-source")
     measured.total_s += bronze_s
     measured.phases = [{"bronze": bronze_s}]
@@ -123,28 +145,58 @@ def print_steps(lakejoin: dict[str, float], floor: dict[str, float]) -> None:
         if seconds < 0.005 and name not in floor:
             continue
         mine = floor.get(name)
-        print(f"{name:<16} {seconds:>10.2f} {'-' if mine is None else f'{mine:.2f}':>10} {'-' if not mine else f'{seconds / mine:.1f}x':>6}")
+        print(
+            f"{name:<16} {seconds:>10.2f} {'-' if mine is None else f'{mine:.2f}':>10} {'-' if not mine else f'{seconds / mine:.1f}x':>6}"
+        )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--engine", choices=["delta-rs", "spark"], default="delta-rs", help="lakejoin's Delta engine (spark needs LAKEJOIN_DELTA_JARS)")
+    parser.add_argument(
+        "--engine",
+        choices=["delta-rs", "spark"],
+        default="delta-rs",
+        help="lakejoin's Delta engine (spark needs LAKEJOIN_DELTA_JARS)",
+    )
     parser.add_argument("--files", type=int, default=25, help="Parquet files per relation (default 25)")
     parser.add_argument("--file-rows", type=int, default=20_000, help="records per file (default 20000)")
-    parser.add_argument("--route", choices=["landing", "ingest"], default="landing", help="landing folders in the config (default), or ingest then run")
-    parser.add_argument("--max-batch-rows", help="lakejoin's batch size: arrivals per batch, or 'all' (default: the config's default)")
+    parser.add_argument(
+        "--route",
+        choices=["landing", "ingest"],
+        default="landing",
+        help="landing folders in the config (default), or ingest then run",
+    )
+    parser.add_argument(
+        "--max-batch-rows", help="lakejoin's batch size: arrivals per batch, or 'all' (default: the config's default)"
+    )
     parser.add_argument("--rounds", type=int, default=3, help="rounds of every system, medians reported (default 3)")
-    parser.add_argument("--driver-memory", default="4g", help="the Spark driver's heap (default 4g, lakejoin's local default)")
-    parser.add_argument("--systems", default="lakejoin,by-hand,structured-streaming,one-shot", help="comma-separated systems to run (default all)")
-    parser.add_argument("--log-reader", choices=LOG_READERS, default="auto", help="Delta on Spark's log reader (default: the one lakejoin picks)")
+    parser.add_argument(
+        "--driver-memory", default="4g", help="the Spark driver's heap (default 4g, lakejoin's local default)"
+    )
+    parser.add_argument(
+        "--systems",
+        default="lakejoin,by-hand,structured-streaming,one-shot",
+        help="comma-separated systems to run (default all)",
+    )
+    parser.add_argument(
+        "--log-reader",
+        choices=LOG_READERS,
+        default="auto",
+        help="Delta on Spark's log reader (default: the one lakejoin picks)",
+    )
     parser.add_argument("--out", help="default benchmarks/results/backlog[_ingest][_spark].json")
     args = parser.parse_args()
     use_log_reader(args.log_reader)
-    args.out = args.out or f"benchmarks/results/backlog{'' if args.route == 'landing' else '_ingest'}{'' if args.engine == 'delta-rs' else '_spark'}.json"
+    args.out = (
+        args.out
+        or f"benchmarks/results/backlog{'' if args.route == 'landing' else '_ingest'}{'' if args.engine == 'delta-rs' else '_spark'}.json"
+    )
 
     root = tempfile.mkdtemp(prefix="lakejoin-backlog-")
     rows, batches, folders = landed_backlog(args.files, args.file_rows, root)
-    max_batch_rows = None if args.max_batch_rows is None else 2 * rows if args.max_batch_rows == "all" else int(args.max_batch_rows)
+    max_batch_rows = (
+        None if args.max_batch_rows is None else 2 * rows if args.max_batch_rows == "all" else int(args.max_batch_rows)
+    )
     spark = get_spark(conf={"spark.driver.memory": args.driver_memory})
     if args.engine == "spark" and not session_has_delta(spark):
         raise SystemExit("--engine spark needs Delta on Spark: set LAKEJOIN_DELTA_JARS to Delta's jars")
@@ -155,7 +207,9 @@ def main() -> None:
         "structured-streaming": lambda workdir: run_streams(spark, folders, workdir, predicate, args.engine),
         "one-shot": lambda workdir: one_shot(spark, batches, workdir, predicate),
     }
-    systems = {name: system for name, system in every.items() if name in args.systems.split(",") or name == "one-shot"}  # the reference
+    systems = {
+        name: system for name, system in every.items() if name in args.systems.split(",") or name == "one-shot"
+    }  # the reference
     warm = tempfile.mkdtemp(dir=root)  # the session's first jobs, once, in no system's time
     one_shot(spark, batches[:1], warm, predicate)
     rounds: dict[str, list[Measured]] = {name: [] for name in systems}
@@ -175,15 +229,29 @@ def main() -> None:
             "same_pairs_as_one_shot": same_pairs(median_round.pairs, reference),  # type: ignore[arg-type]
         }
     lakejoin = figures.get("lakejoin", {}).get("total_s")
-    ratios = {f"lakejoin_over_{name.replace('-', '_')}": lakejoin / figures[name]["total_s"] for name in ("by-hand", "structured-streaming", "one-shot") if lakejoin and name in figures}
+    ratios = {
+        f"lakejoin_over_{name.replace('-', '_')}": lakejoin / figures[name]["total_s"]
+        for name in ("by-hand", "structured-streaming", "one-shot")
+        if lakejoin and name in figures
+    }
     if "by-hand" in figures and "structured-streaming" in figures:
-        ratios["by_hand_over_structured_streaming"] = figures["by-hand"]["total_s"] / figures["structured-streaming"]["total_s"]
-    streams = "files -> bronze Delta -> join -> gold Delta" if args.engine == "spark" else "files -> join -> gold Delta (delta-rs)"
-    print(f"\nbacklog: {rows:,} records per relation in {args.files} Parquet files each, {pairs:,} pairs; lakejoin on {args.engine} "
-          f"({args.route} route, max_batch_rows {max_batch_rows or 'default'}), Structured Streaming {streams}; {args.rounds} round(s), medians")
+        ratios["by_hand_over_structured_streaming"] = (
+            figures["by-hand"]["total_s"] / figures["structured-streaming"]["total_s"]
+        )
+    streams = (
+        "files -> bronze Delta -> join -> gold Delta"
+        if args.engine == "spark"
+        else "files -> join -> gold Delta (delta-rs)"
+    )
+    print(
+        f"\nbacklog: {rows:,} records per relation in {args.files} Parquet files each, {pairs:,} pairs; lakejoin on {args.engine} "
+        f"({args.route} route, max_batch_rows {max_batch_rows or 'default'}), Structured Streaming {streams}; {args.rounds} round(s), medians"
+    )
     print(f"{'system':<22} {'total s':>8} {'batches':>8}  same pairs")
     for name, row in figures.items():
-        print(f"{name:<22} {row['total_s']:>8.1f} {row['batches'] or '-':>8}  {'yes' if row['same_pairs_as_one_shot'] else 'NO'}")
+        print(
+            f"{name:<22} {row['total_s']:>8.1f} {row['batches'] or '-':>8}  {'yes' if row['same_pairs_as_one_shot'] else 'NO'}"
+        )
     print("; ".join(f"{name.replace('_', ' ')}: {ratio:.2f}" for name, ratio in ratios.items()))
     if lakejoin:
         print(f"lakejoin: {lakejoin / (2 * rows / 1e6):.1f} s per million records")

@@ -19,10 +19,10 @@ import time
 from benchmarks.report import tenths, write_json
 from benchmarks.stream import replay
 from expectations.reconcile import check_gold
-from state.config import Config
 from pipelines.demo import DemoOptions, generate_stream, write_chunks
 from pipelines.silver import BatchReport
 from pipelines.spark import get_spark
+from state.config import Config
 from state.engines import make_engine
 from state.layout import Warehouse
 
@@ -40,7 +40,13 @@ def main() -> None:
     parser.add_argument("--out", default="benchmarks/results/bounded_state.json")
     args = parser.parse_args()
 
-    options = DemoOptions(rows=args.rows, keys=args.keys, disorder=args.disorder, chunk_rows=args.chunk_rows, max_batch_rows=args.max_batch_rows)
+    options = DemoOptions(
+        rows=args.rows,
+        keys=args.keys,
+        disorder=args.disorder,
+        chunk_rows=args.chunk_rows,
+        max_batch_rows=args.max_batch_rows,
+    )
     bounds = {} if args.unbounded else {"allowed_lateness": args.disorder, "window": args.window}
     config = Config(max_batch_rows=args.max_batch_rows, engine="delta-rs", **bounds)
     workdir = tempfile.mkdtemp(prefix="lakejoin-bench-state-")
@@ -53,7 +59,10 @@ def main() -> None:
 
     def measure_state(number: int, reports: list[BatchReport]) -> None:
         state_rows.append({name: engine.read(path).count() for name, path in warehouse.buffers().items()})
-        print(f"[chunk {number}/{len(chunks)}] batches {len(reports)}, last {reports[-1].seconds:.2f} s, state {state_rows[-1]}", flush=True)
+        print(
+            f"[chunk {number}/{len(chunks)}] batches {len(reports)}, last {reports[-1].seconds:.2f} s, state {state_rows[-1]}",
+            flush=True,
+        )
 
     started = time.perf_counter()
     batch_seconds = [report.seconds for report in replay(engine, warehouse, config, chunks, measure_state)]
@@ -78,7 +87,9 @@ def main() -> None:
     }
     write_json(args.out, result)
     print(f"batches: {len(batch_seconds)} (warm-up {args.warmup})")
-    print(f"median seconds per batch: first tenth {early:.3f}, last tenth {late:.3f}, ratio {late / early:.2f} (target <= 1.3)")
+    print(
+        f"median seconds per batch: first tenth {early:.3f}, last tenth {late:.3f}, ratio {late / early:.2f} (target <= 1.3)"
+    )
     print(f"state rows at the end: {result['state_rows_final']}; largest: {result['state_rows_max']}")
     print(f"{check.describe()}\nwritten: {args.out}")
     spark.stop()

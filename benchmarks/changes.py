@@ -21,9 +21,9 @@ import pandas as pd
 from benchmarks.report import write_json
 from benchmarks.stream import replay
 from expectations.reconcile import check_gold
-from state.config import Config
 from pipelines.demo import DemoOptions, generate_stream, write_chunks
 from pipelines.spark import get_spark
+from state.config import Config
 from state.engines import make_engine
 from state.layout import Warehouse
 
@@ -44,7 +44,9 @@ def as_changes(stream: pd.DataFrame, updates: float, deletes: float, lag: int, k
     changes = pd.concat([updated, deleted])
     changes["seq"] = len(stream) + np.arange(len(changes))
     changes["place"] = changes["place"] + 2 * lag + 1
-    return pd.concat([inserts, changes]).sort_values("place", kind="stable").drop(columns="place").reset_index(drop=True)
+    return (
+        pd.concat([inserts, changes]).sort_values("place", kind="stable").drop(columns="place").reset_index(drop=True)
+    )
 
 
 def main() -> None:
@@ -56,15 +58,26 @@ def main() -> None:
     parser.add_argument("--updates", type=float, default=0.10, help="share of records updated later (default 0.10)")
     parser.add_argument("--deletes", type=float, default=0.05, help="share of records deleted later (default 0.05)")
     parser.add_argument("--warmup", type=int, default=2, help="batches left out of each median")
-    parser.add_argument("--engine", default="delta-rs", choices=["delta-rs", "spark"], help="spark: Delta on Spark (LAKEJOIN_DELTA_JARS)")
+    parser.add_argument(
+        "--engine",
+        default="delta-rs",
+        choices=["delta-rs", "spark"],
+        help="spark: Delta on Spark (LAKEJOIN_DELTA_JARS)",
+    )
     parser.add_argument("--out", default="benchmarks/results/changes.json")
     args = parser.parse_args()
 
-    options = DemoOptions(rows=args.rows, keys=args.keys, chunk_rows=args.chunk_rows, max_batch_rows=args.max_batch_rows)
+    options = DemoOptions(
+        rows=args.rows, keys=args.keys, chunk_rows=args.chunk_rows, max_batch_rows=args.max_batch_rows
+    )
     stream = generate_stream(options)
     inserts = as_changes(stream, 0.0, 0.0, args.chunk_rows, args.keys, options.seed)
     changed = as_changes(stream, args.updates, args.deletes, args.chunk_rows, args.keys, options.seed)
-    feed = Config(relations={"r": {"changes": CHANGES}, "s": {"changes": CHANGES}}, max_batch_rows=args.max_batch_rows, engine=args.engine)
+    feed = Config(
+        relations={"r": {"changes": CHANGES}, "s": {"changes": CHANGES}},
+        max_batch_rows=args.max_batch_rows,
+        engine=args.engine,
+    )
     variants = {
         "append-only": (Config(max_batch_rows=args.max_batch_rows, engine=args.engine), stream),
         "change feed, inserts only": (feed, inserts),
@@ -80,12 +93,30 @@ def main() -> None:
         seconds = [report.seconds for report in reports][args.warmup :]
         check = check_gold(engine, warehouse, config)
         applied = engine.read(warehouse.batches).where("changes IS NOT NULL") if config.reads_changes else None
-        counts = {} if applied is None else {row["key"]: row["total"] for row in applied.selectExpr("explode(changes)").groupBy("key").agg({"value": "sum"}).withColumnRenamed("sum(value)", "total").collect()}
+        counts = (
+            {}
+            if applied is None
+            else {
+                row["key"]: row["total"]
+                for row in applied.selectExpr("explode(changes)")
+                .groupBy("key")
+                .agg({"value": "sum"})
+                .withColumnRenamed("sum(value)", "total")
+                .collect()
+            }
+        )
         results[name] = {
-            "arrivals": len(records), "batches": len(reports), "median_batch_s": statistics.median(seconds), "gold_rows": check.actual,
-            "check": "PASS" if check.passed else "FAIL", "changes": counts,
+            "arrivals": len(records),
+            "batches": len(reports),
+            "median_batch_s": statistics.median(seconds),
+            "gold_rows": check.actual,
+            "check": "PASS" if check.passed else "FAIL",
+            "changes": counts,
         }
-        print(f"{name}: {len(reports)} batches, median {results[name]['median_batch_s']:.3f} s per batch, {check.actual} gold rows, {results[name]['check']}, {counts}", flush=True)
+        print(
+            f"{name}: {len(reports)} batches, median {results[name]['median_batch_s']:.3f} s per batch, {check.actual} gold rows, {results[name]['check']}, {counts}",
+            flush=True,
+        )
     base = results["append-only"]["median_batch_s"]
     for name, result in results.items():
         result["over_append_only"] = result["median_batch_s"] / base

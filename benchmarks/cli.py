@@ -47,14 +47,23 @@ def landed_files(folder: str, rows: int, seed: int) -> dict[str, str]:
         files[side] = os.path.join(folder, f"{side}.jsonl")
         with open(files[side], "w", encoding="utf-8") as handle:
             for i in range(rows):
-                handle.write(json.dumps({"id": f"{side}{seed}-{i}", "ts": rng.randrange(1000), "key": f"k{rng.randrange(3)}"}) + "\n")
+                handle.write(
+                    json.dumps({"id": f"{side}{seed}-{i}", "ts": rng.randrange(1000), "key": f"k{rng.randrange(3)}"})
+                    + "\n"
+                )
     return files
 
 
 def by_cli(files: dict[str, str], warehouse: str, env: dict[str, str]) -> Timed:
     def lakejoin(*args: str) -> float:
         started = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "pipelines.cli", *args, "--warehouse", warehouse], check=True, capture_output=True, cwd=REPO, env=env)
+        subprocess.run(
+            [sys.executable, "-m", "pipelines.cli", *args, "--warehouse", warehouse],
+            check=True,
+            capture_output=True,
+            cwd=REPO,
+            env=env,
+        )
         return time.perf_counter() - started
 
     (first, path), (second, other) = files.items()
@@ -89,7 +98,9 @@ def main() -> None:
     workdir = tempfile.mkdtemp(prefix="lakejoin-bench-cli-")
     own = {**os.environ, "PYTHONPATH": REPO, HOME: os.path.join(workdir, "no-server")}
     served = {**own, HOME: os.path.join(workdir, "home")}
-    subprocess.run([sys.executable, "-m", "pipelines.cli", "serve"], check=True, capture_output=True, cwd=REPO, env=served)
+    subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", "serve"], check=True, capture_output=True, cwd=REPO, env=served
+    )
     systems: dict[str, Callable[[dict[str, str], str], Timed]] = {
         "cli": lambda files, warehouse: by_cli(files, warehouse, own),
         "cli-served": lambda files, warehouse: by_cli(files, warehouse, served),
@@ -104,20 +115,43 @@ def main() -> None:
                 if round_:
                     timings[name].append(timed)
             if round_:
-                print(f"round {round_}: " + "; ".join(f"{name} ingest {t[-1]['ingest']:.2f} s, run {t[-1]['run']:.2f} s" for name, t in timings.items()), flush=True)
+                print(
+                    f"round {round_}: "
+                    + "; ".join(
+                        f"{name} ingest {t[-1]['ingest']:.2f} s, run {t[-1]['run']:.2f} s"
+                        for name, t in timings.items()
+                    ),
+                    flush=True,
+                )
     finally:
-        subprocess.run([sys.executable, "-m", "pipelines.cli", "serve", "--stop"], capture_output=True, cwd=REPO, env=served)
-    medians = {name: {step: statistics.median(t[step] for t in timed) for step in STEPS} for name, timed in timings.items()}
+        subprocess.run(
+            [sys.executable, "-m", "pipelines.cli", "serve", "--stop"], capture_output=True, cwd=REPO, env=served
+        )
+    medians = {
+        name: {step: statistics.median(t[step] for t in timed) for step in STEPS} for name, timed in timings.items()
+    }
     ratios = {
         f"{step}_{over}": medians[a][step] / medians[b][step]
         for step in STEPS
         for over, a, b in (("served_over_api", "cli-served", "api"), ("cli_over_served", "cli", "cli-served"))
     }
     for step in STEPS:
-        print(f"{engine} {step}: " + ", ".join(f"{name} {medians[name][step]:.2f} s" for name in systems)
-              + f"; served / API {ratios[f'{step}_served_over_api']:.2f} (target <= 2), CLI / served {ratios[f'{step}_cli_over_served']:.1f} (target >= 5)")
-    write_json(args.out or f"benchmarks/results/cli_{engine.replace('-', '')}.json",
-               {"engine": engine, "rows_per_relation": args.rows, "rounds": args.rounds, "seconds": timings, "median_s": medians, "ratios": ratios})
+        print(
+            f"{engine} {step}: "
+            + ", ".join(f"{name} {medians[name][step]:.2f} s" for name in systems)
+            + f"; served / API {ratios[f'{step}_served_over_api']:.2f} (target <= 2), CLI / served {ratios[f'{step}_cli_over_served']:.1f} (target >= 5)"
+        )
+    write_json(
+        args.out or f"benchmarks/results/cli_{engine.replace('-', '')}.json",
+        {
+            "engine": engine,
+            "rows_per_relation": args.rows,
+            "rounds": args.rounds,
+            "seconds": timings,
+            "median_s": medians,
+            "ratios": ratios,
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -59,7 +59,9 @@ class Cost:
         return [
             f"{name} {mine} > {theirs} (+{mine - theirs})"
             for name in COUNTS
-            if (mine := getattr(self, name)) is not None and (theirs := getattr(budget, name)) is not None and mine > theirs * slack.get(name, 1)
+            if (mine := getattr(self, name)) is not None
+            and (theirs := getattr(budget, name)) is not None
+            and mine > theirs * slack.get(name, 1)
         ]
 
 
@@ -143,9 +145,13 @@ class Cycles:
         self.spark, self.root, self.done = spark, root, 0
         relations = {name: {"required": ["key"]} for name in RELATIONS}
         self.landing = {name: os.path.join(root, "landing", name) for name in RELATIONS}
-        self.given = Pipeline(os.path.join(root, "given"), config={"relations": relations, "engine": engine}, spark=spark)
+        self.given = Pipeline(
+            os.path.join(root, "given"), config={"relations": relations, "engine": engine}, spark=spark
+        )
         landed = {name: {**spec, "landing": self.landing[name]} for name, spec in relations.items()}
-        self.landed = Pipeline(os.path.join(root, "landed"), config={"relations": landed, "engine": engine}, spark=spark)
+        self.landed = Pipeline(
+            os.path.join(root, "landed"), config={"relations": landed, "engine": engine}, spark=spark
+        )
         self.by_hand = ByHand(spark, engine, os.path.join(root, "by-hand")) if floor else None
 
     def next(self) -> dict[str, Cost]:
@@ -153,7 +159,10 @@ class Cycles:
 
         number, spark, costs = self.done, self.spark, {}
         given, landed = (os.path.join(self.root, name) for name in ("given", "landed"))
-        files = {name: write_jsonl(os.path.join(self.root, "files", f"{name}-{number}.jsonl"), records(name, 2 * number, 2)) for name in self.landing}
+        files = {
+            name: write_jsonl(os.path.join(self.root, "files", f"{name}-{number}.jsonl"), records(name, 2 * number, 2))
+            for name in self.landing
+        }
         with counted(spark, given) as costs["ingest"]:
             for name, path in files.items():
                 self.given.ingest(name, path)
@@ -183,8 +192,18 @@ def main() -> None:
     from state.engines import session_has_delta
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--engine", choices=["delta-rs", "spark"], default="delta-rs", help="lakejoin's Delta engine (spark needs LAKEJOIN_DELTA_JARS)")
-    parser.add_argument("--log-reader", choices=LOG_READERS, default="auto", help="Delta on Spark's log reader (default: the one lakejoin picks)")
+    parser.add_argument(
+        "--engine",
+        choices=["delta-rs", "spark"],
+        default="delta-rs",
+        help="lakejoin's Delta engine (spark needs LAKEJOIN_DELTA_JARS)",
+    )
+    parser.add_argument(
+        "--log-reader",
+        choices=LOG_READERS,
+        default="auto",
+        help="Delta on Spark's log reader (default: the one lakejoin picks)",
+    )
     parser.add_argument("--out", help="default benchmarks/results/costs[_spark].json")
     args = parser.parse_args()
     use_log_reader(args.log_reader)
@@ -198,7 +217,10 @@ def main() -> None:
     print(f"{'step':<14} {'jobs':>5} {'round trips':>12} {'commits':>8}")
     for step, cost in costs.items():
         print(f"{step:<14} {cost.jobs!s:>5} {cost.round_trips:>12} {cost.commits:>8}")
-    write_json(args.out or f"benchmarks/results/costs{'' if args.engine == 'delta-rs' else '_spark'}.json", {"config": vars(args), "steps": {step: asdict(cost) for step, cost in costs.items()}})
+    write_json(
+        args.out or f"benchmarks/results/costs{'' if args.engine == 'delta-rs' else '_spark'}.json",
+        {"config": vars(args), "steps": {step: asdict(cost) for step, cost in costs.items()}},
+    )
 
 
 if __name__ == "__main__":

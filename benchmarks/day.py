@@ -50,8 +50,10 @@ def main() -> None:
     args = parser.parse_args()
     engines = {engine: estimate(engine, args.records_a_day, args.runs_a_day) for engine in ENGINES}
     for engine, figures in engines.items():
-        print(f"{engine}: a run of {figures['run_arrivals']:,.0f} arrivals {figures['run_s']:.1f} s "
-              f"({figures['scheduled_run_s']:.2f} s + {figures['per_million_arrivals_s']:.1f} s a million), a day {figures['day_min']:.1f} min")
+        print(
+            f"{engine}: a run of {figures['run_arrivals']:,.0f} arrivals {figures['run_s']:.1f} s "
+            f"({figures['scheduled_run_s']:.2f} s + {figures['per_million_arrivals_s']:.1f} s a million), a day {figures['day_min']:.1f} min"
+        )
     write_json(args.out, {"config": vars(args), "engines": engines})
     print(f"written: {args.out}")
 

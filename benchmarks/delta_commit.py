@@ -74,8 +74,14 @@ def main() -> None:
     figures = {}
     for kind, seconds in measured.items():
         plain, checkpointing = split(seconds)
-        figures[kind] = {"commit_p50_s": statistics.median(plain), "checkpoint_commit_p50_s": statistics.median(checkpointing), "commits": len(seconds)}
-        print(f"{kind:<12} {figures[kind]['commit_p50_s']:.3f} s per commit, {figures[kind]['checkpoint_commit_p50_s']:.3f} s with a checkpoint")
+        figures[kind] = {
+            "commit_p50_s": statistics.median(plain),
+            "checkpoint_commit_p50_s": statistics.median(checkpointing),
+            "commits": len(seconds),
+        }
+        print(
+            f"{kind:<12} {figures[kind]['commit_p50_s']:.3f} s per commit, {figures[kind]['checkpoint_commit_p50_s']:.3f} s with a checkpoint"
+        )
     write_json(args.out, {"config": vars(args), "appends": figures})
     print(f"written: {args.out}")
     spark.stop()

@@ -26,7 +26,13 @@ def run_demo(engine: str) -> tuple[float, float]:
     if engine == "delta-rs":
         env.pop(DELTA_JARS, None)
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "pipelines.cli", "demo", "--engine", engine], capture_output=True, text=True, env=env, check=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", "demo", "--engine", engine],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
     wall = time.perf_counter() - started
     found = re.search(r"^seconds: ([0-9.]+)", done.stdout, re.M)
     if found is None or "PASS" not in done.stdout:
@@ -45,9 +51,21 @@ def main() -> None:
     for number in range(args.runs):
         runs.append(run_demo(args.engine))
         print(f"run {number + 1}: {runs[-1][0]:.1f} s of pipeline time, {runs[-1][1]:.1f} s wall", flush=True)
-    medians = {"pipeline_s": statistics.median(pipeline for pipeline, _ in runs), "wall_s": statistics.median(wall for _, wall in runs)}
-    print(f"lakejoin demo on {args.engine}, median of {args.runs}: {medians['pipeline_s']:.1f} s of pipeline time, {medians['wall_s']:.1f} s wall")
-    write_json(args.out, {"config": vars(args), "runs": [{"pipeline_s": pipeline, "wall_s": wall} for pipeline, wall in runs], "medians": medians})
+    medians = {
+        "pipeline_s": statistics.median(pipeline for pipeline, _ in runs),
+        "wall_s": statistics.median(wall for _, wall in runs),
+    }
+    print(
+        f"lakejoin demo on {args.engine}, median of {args.runs}: {medians['pipeline_s']:.1f} s of pipeline time, {medians['wall_s']:.1f} s wall"
+    )
+    write_json(
+        args.out,
+        {
+            "config": vars(args),
+            "runs": [{"pipeline_s": pipeline, "wall_s": wall} for pipeline, wall in runs],
+            "medians": medians,
+        },
+    )
     print(f"written: {args.out}")
 
 

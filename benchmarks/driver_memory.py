@@ -37,7 +37,9 @@ def peak_mib(pid: int | str = "self") -> float:
 def write_jsonl(path: str, relation: str, rows: int, keys: int, payload: str) -> str:
     with open(path, "w", encoding="utf-8") as handle:
         for n in range(rows):
-            handle.write(json.dumps({"id": f"{relation}{n}", "ts": n, "key": f"k{n % keys}", "payload": payload}) + "\n")
+            handle.write(
+                json.dumps({"id": f"{relation}{n}", "ts": n, "key": f"k{n % keys}", "payload": payload}) + "\n"
+            )
     return path
 
 
@@ -46,9 +48,9 @@ def phase(name: str, files: dict[str, str], driver_memory: str, max_batch_rows: 
     from pyspark import SparkContext
 
     from pipelines import silver
-    from state.config import Config
     from pipelines.ingest import ingest_files
     from pipelines.spark import get_spark
+    from state.config import Config
     from state.engines import make_engine
     from state.layout import Warehouse
     from state.relations import RELATIONS
@@ -81,10 +83,19 @@ def phase(name: str, files: dict[str, str], driver_memory: str, max_batch_rows: 
 
 def run_phase(checkout: str, name: str, files: dict[str, str], driver_memory: str, max_batch_rows: int) -> dict:
     """``phase`` in a fresh process whose imports come from ``checkout``."""
-    arguments = json.dumps({"name": name, "files": files, "driver_memory": driver_memory, "max_batch_rows": max_batch_rows})
+    arguments = json.dumps(
+        {"name": name, "files": files, "driver_memory": driver_memory, "max_batch_rows": max_batch_rows}
+    )
     child = subprocess.run(
-        [sys.executable, "-c", f"import sys; sys.path.insert(0, {ROOT!r}); from benchmarks.driver_memory import child; child()", arguments],
-        cwd=checkout, capture_output=True, text=True,
+        [
+            sys.executable,
+            "-c",
+            f"import sys; sys.path.insert(0, {ROOT!r}); from benchmarks.driver_memory import child; child()",
+            arguments,
+        ],
+        cwd=checkout,
+        capture_output=True,
+        text=True,
     )
     lines = [line for line in child.stdout.splitlines() if line.startswith("{")]
     if not lines:  # the process died: name the JVM's error if it logged one
@@ -102,7 +113,9 @@ def child() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=2_000_000, help="rows of the large file (default 2,000,000, ~300 MB)")
+    parser.add_argument(
+        "--rows", type=int, default=2_000_000, help="rows of the large file (default 2,000,000, ~300 MB)"
+    )
     parser.add_argument("--pair-rows", type=int, default=20_000, help="records per relation for the pairs batch")
     parser.add_argument("--pair-keys", type=int, default=100, help="keys they share: pairs = pair-rows^2 / pair-keys")
     parser.add_argument("--driver-memory", default="1g")
@@ -112,10 +125,16 @@ def main() -> None:
 
     folder = tempfile.mkdtemp(prefix="lakejoin-memory-files-")
     large = write_jsonl(os.path.join(folder, "large.jsonl"), "r", args.rows, args.rows, PAYLOAD)
-    pair_files = {rel: write_jsonl(os.path.join(folder, f"{rel}.jsonl"), rel, args.pair_rows, args.pair_keys, "p") for rel in ("r", "s")}
+    pair_files = {
+        rel: write_jsonl(os.path.join(folder, f"{rel}.jsonl"), rel, args.pair_rows, args.pair_keys, "p")
+        for rel in ("r", "s")
+    }
     checkout = os.path.abspath(args.checkout)
-    print(f"{checkout}: spark.driver.memory={args.driver_memory}; large file {os.path.getsize(large) / 2**20:.0f} MiB "
-          f"({args.rows} rows); pairs batch of {args.pair_rows ** 2 // args.pair_keys} pairs", flush=True)
+    print(
+        f"{checkout}: spark.driver.memory={args.driver_memory}; large file {os.path.getsize(large) / 2**20:.0f} MiB "
+        f"({args.rows} rows); pairs batch of {args.pair_rows**2 // args.pair_keys} pairs",
+        flush=True,
+    )
     figures = {
         "ingest": run_phase(checkout, "ingest", {"r": large}, args.driver_memory, 2 * args.pair_rows),
         "pairs": run_phase(checkout, "pairs", pair_files, args.driver_memory, 2 * args.pair_rows),
@@ -123,7 +142,9 @@ def main() -> None:
     for name, row in figures.items():
         print(f"{name:<7} {json.dumps(row)}", flush=True)
     if args.out:
-        write_json(args.out, {"config": vars(args), "file_mib": round(os.path.getsize(large) / 2**20), "phases": figures})
+        write_json(
+            args.out, {"config": vars(args), "file_mib": round(os.path.getsize(large) / 2**20), "phases": figures}
+        )
 
 
 if __name__ == "__main__":

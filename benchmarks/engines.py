@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from benchmarks.peers import phase_medians
 from benchmarks.report import write_json
 from benchmarks.stream import replay, small_stream_arguments
-from state.config import Config
 from pipelines.demo import DemoOptions, generate_stream, write_chunks
 from pipelines.spark import DELTA_JARS, get_spark
+from state.config import Config
 from state.engines import make_engine, session_has_delta
 from state.errors import LakejoinError
 from state.layout import Warehouse
@@ -44,7 +44,13 @@ def measure(spark, name: str, chunks: list[list[tuple[str, str]]], max_batch_row
     engine = make_engine(spark, name)
     warehouse = Warehouse(tempfile.mkdtemp(prefix=f"lakejoin-engines-{name}-"))
     measured = Measured()
-    reports = replay(engine, warehouse, Config(engine=name, max_batch_rows=max_batch_rows), chunks, after_ingest=measured.ingest_s.append)
+    reports = replay(
+        engine,
+        warehouse,
+        Config(engine=name, max_batch_rows=max_batch_rows),
+        chunks,
+        after_ingest=measured.ingest_s.append,
+    )
     measured.batch_s = [report.seconds for report in reports]
     measured.phases = [report.phases for report in reports]
     measured.gold = Counter(tuple(row) for row in engine.read(warehouse.gold).select("r_id", "s_id", "owner").collect())
@@ -57,7 +63,9 @@ def main() -> None:
     spark = get_spark()
     if not session_has_delta(spark):
         raise LakejoinError(f"the Spark engine needs Delta Lake's JVM jars: set {DELTA_JARS} to their folder")
-    options = DemoOptions(rows=args.rows, keys=args.keys, chunk_rows=args.chunk_rows, max_batch_rows=args.max_batch_rows)
+    options = DemoOptions(
+        rows=args.rows, keys=args.keys, chunk_rows=args.chunk_rows, max_batch_rows=args.max_batch_rows
+    )
     landing = tempfile.mkdtemp(prefix="lakejoin-engines-landing-")
     chunks = write_chunks(generate_stream(options), landing, args.chunk_rows)
     for name in ENGINES:  # warm-up: JIT, class loading, Python imports
@@ -81,16 +89,25 @@ def main() -> None:
         for name, measured in rounds.items()
     }
     same_gold = all(m.gold == rounds[ENGINES[0]][0].gold for measured in rounds.values() for m in measured)
-    ratios = {kind: figures["spark"][kind] / figures["delta-rs"][kind] for kind in ("total_s", "ingest_p50_s", "batch_p50_s")}
-    print(f"\n{args.rows} records per relation, {args.keys} keys, chunks of {args.chunk_rows}, batches of at most "
-          f"{args.max_batch_rows}, {args.rounds} rounds (medians)")
+    ratios = {
+        kind: figures["spark"][kind] / figures["delta-rs"][kind] for kind in ("total_s", "ingest_p50_s", "batch_p50_s")
+    }
+    print(
+        f"\n{args.rows} records per relation, {args.keys} keys, chunks of {args.chunk_rows}, batches of at most "
+        f"{args.max_batch_rows}, {args.rounds} rounds (medians)"
+    )
     print(f"{'engine':<10} {'total s':>8} {'s / ingest':>11} {'s / batch':>10}")
     for name, row in figures.items():
         print(f"{name:<10} {row['total_s']:>8.1f} {row['ingest_p50_s']:>11.2f} {row['batch_p50_s']:>10.2f}")
     for name, row in figures.items():
-        print(f"{name} batch phases (median s): " + ", ".join(f"{phase} {s:.2f}" for phase, s in row["batch_phase_p50_s"].items()))
-    print(f"spark / delta-rs: total {ratios['total_s']:.2f}, per ingest {ratios['ingest_p50_s']:.2f}, "
-          f"per batch {ratios['batch_p50_s']:.2f} (target <= 3); same gold: {'yes' if same_gold else 'NO'}")
+        print(
+            f"{name} batch phases (median s): "
+            + ", ".join(f"{phase} {s:.2f}" for phase, s in row["batch_phase_p50_s"].items())
+        )
+    print(
+        f"spark / delta-rs: total {ratios['total_s']:.2f}, per ingest {ratios['ingest_p50_s']:.2f}, "
+        f"per batch {ratios['batch_p50_s']:.2f} (target <= 3); same gold: {'yes' if same_gold else 'NO'}"
+    )
     write_json(args.out, {"config": vars(args), "engines": figures, "ratios": ratios, "same_gold": same_gold})
     print(f"written: {args.out}")
     spark.stop()

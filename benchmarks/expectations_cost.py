@@ -57,9 +57,14 @@ def main() -> None:
             seconds[name] += batches(name, number)
     medians = {name: statistics.median(values) for name, values in seconds.items()}
     added = medians["rules"] - medians["none"]
-    print(f"median batch: with the rules {medians['rules']:.3f} s, without {medians['none']:.3f} s; the rules add {added:.3f} s "
-          f"({added / medians['rules']:.0%} of a batch), {args.engine}", flush=True)
-    write_json(args.out, {"config": vars(args), "median_batch_s": medians, "rules_s": added, "share": added / medians["rules"]})
+    print(
+        f"median batch: with the rules {medians['rules']:.3f} s, without {medians['none']:.3f} s; the rules add {added:.3f} s "
+        f"({added / medians['rules']:.0%} of a batch), {args.engine}",
+        flush=True,
+    )
+    write_json(
+        args.out, {"config": vars(args), "median_batch_s": medians, "rules_s": added, "share": added / medians["rules"]}
+    )
     spark.stop()
 
 

@@ -57,7 +57,13 @@ def columns(schema: str, watermark: tuple[str, str, int] | None) -> str:
     if watermark is None:
         return ", ".join(given)
     rowtime, source, delay = watermark
-    return ", ".join([*given, f"`{rowtime}` AS TO_TIMESTAMP_LTZ(`{source}`, 0)", f"WATERMARK FOR `{rowtime}` AS `{rowtime}` - {interval(delay)}"])
+    return ", ".join(
+        [
+            *given,
+            f"`{rowtime}` AS TO_TIMESTAMP_LTZ(`{source}`, 0)",
+            f"WATERMARK FOR `{rowtime}` AS `{rowtime}` - {interval(delay)}",
+        ]
+    )
 
 
 def gold(schema: str, relations: list[str]) -> tuple[str, str]:
@@ -86,8 +92,15 @@ def uri(path: str) -> str:
     return "file://" + os.path.abspath(path)
 
 
-def join(inputs: str, output: str, workdir: str, predicate: str, schema: str, relations: list[str],
-         watermark: tuple[str, str, int] | None) -> dict[str, float]:
+def join(
+    inputs: str,
+    output: str,
+    workdir: str,
+    predicate: str,
+    schema: str,
+    relations: list[str],
+    watermark: tuple[str, str, int] | None,
+) -> dict[str, float]:
     """Runs the join of ``inputs`` into ``output`` to its end (checkpoints under ``workdir``); its timings in seconds."""
     from pyflink.common import Configuration
     from pyflink.table import EnvironmentSettings, TableEnvironment
@@ -95,19 +108,29 @@ def join(inputs: str, output: str, workdir: str, predicate: str, schema: str, re
     config = Configuration()
     config.set_string("parallelism.default", str(PARALLELISM))
     config.set_string("state.backend.type", "rocksdb")
-    config.set_string("execution.checkpointing.incremental", "true")  # new SST files only, as Spark's RocksDB store uploads
+    config.set_string(
+        "execution.checkpointing.incremental", "true"
+    )  # new SST files only, as Spark's RocksDB store uploads
     config.set_string("execution.checkpointing.dir", uri(os.path.join(workdir, "checkpoints")))
     config.set_string("execution.checkpointing.mode", "EXACTLY_ONCE")
     config.set_string("execution.checkpointing.interval", CHECKPOINT_INTERVAL)
-    tables = TableEnvironment.create(EnvironmentSettings.new_instance().in_streaming_mode().with_configuration(config).build())
+    tables = TableEnvironment.create(
+        EnvironmentSettings.new_instance().in_streaming_mode().with_configuration(config).build()
+    )
     for name in relations:
         source = uri(os.path.join(inputs, name))
-        tables.execute_sql(f"CREATE TABLE `{name}` ({columns(schema, watermark)}) WITH ('connector' = 'filesystem', 'path' = '{source}', 'format' = 'json')")
+        tables.execute_sql(
+            f"CREATE TABLE `{name}` ({columns(schema, watermark)}) WITH ('connector' = 'filesystem', 'path' = '{source}', 'format' = 'json')"
+        )
     written, values = gold(schema, relations)
-    tables.execute_sql(f"CREATE TABLE pairs ({written}) WITH ('connector' = 'filesystem', 'path' = '{uri(output)}', 'format' = 'json')")
+    tables.execute_sql(
+        f"CREATE TABLE pairs ({written}) WITH ('connector' = 'filesystem', 'path' = '{uri(output)}', 'format' = 'json')"
+    )
     r, s = relations
     submitted = time.perf_counter()
-    result = tables.execute_sql(f"INSERT INTO pairs SELECT {values} FROM `{r}` JOIN `{s}` ON {quoted(predicate, relations)}")
+    result = tables.execute_sql(
+        f"INSERT INTO pairs SELECT {values} FROM `{r}` JOIN `{s}` ON {quoted(predicate, relations)}"
+    )
     result.wait()
     total = time.perf_counter() - submitted
     net = result.get_job_client().get_job_execution_result().result().get_net_runtime() / 1000
@@ -124,8 +147,12 @@ def main() -> None:
     parser.add_argument("--predicate", required=True, help="the join predicate, Spark SQL over the relations' names")
     parser.add_argument("--schema", required=True, help="every relation's columns, Spark DDL")
     parser.add_argument("--relations", nargs=2, default=["r", "s"])
-    parser.add_argument("--watermark", nargs=3, metavar=("COLUMN", "SOURCE", "DELAY"),
-                        help="a rowtime attribute COLUMN, the bigint SOURCE as epoch seconds, watermarked DELAY seconds behind")
+    parser.add_argument(
+        "--watermark",
+        nargs=3,
+        metavar=("COLUMN", "SOURCE", "DELAY"),
+        help="a rowtime attribute COLUMN, the bigint SOURCE as epoch seconds, watermarked DELAY seconds behind",
+    )
     args = parser.parse_args()
     watermark = None if args.watermark is None else (args.watermark[0], args.watermark[1], int(args.watermark[2]))
     # The JVM inherits this process's stdout: the replies keep the pipe, anything else goes to stderr.
@@ -137,7 +164,10 @@ def main() -> None:
     answer(replies, {"ready": True})
     for line in sys.stdin:
         job = json.loads(line)
-        answer(replies, join(job["inputs"], job["output"], job["workdir"], args.predicate, args.schema, args.relations, watermark))
+        answer(
+            replies,
+            join(job["inputs"], job["output"], job["workdir"], args.predicate, args.schema, args.relations, watermark),
+        )
 
 
 if __name__ == "__main__":

@@ -34,9 +34,16 @@ WINDOW = 1_000  # ts units: the band window every warehouse joins within
 LATENESS = 2_000  # ts units: the stream's disorder
 
 
-def join_batch(spark: SparkSession, root: str, engine: str, history: list[dict[str, str]], batch: list[dict[str, str]]) -> dict[str, float]:
+def join_batch(
+    spark: SparkSession, root: str, engine: str, history: list[dict[str, str]], batch: list[dict[str, str]]
+) -> dict[str, float]:
     """``history``'s files ingested and joined (untimed), then ``batch``'s: the seconds of its ingest and of its run."""
-    config = {"relations": {rel.name: {"required": ["key"]} for rel in RELATIONS}, "engine": engine, "window": WINDOW, "allowed_lateness": LATENESS}
+    config = {
+        "relations": {rel.name: {"required": ["key"]} for rel in RELATIONS},
+        "engine": engine,
+        "window": WINDOW,
+        "allowed_lateness": LATENESS,
+    }
     pipeline = Pipeline(root, config=config, spark=spark)
     for files in [part for part in (history, batch) if part]:
         started = time.perf_counter()
@@ -45,15 +52,27 @@ def join_batch(spark: SparkSession, root: str, engine: str, history: list[dict[s
         ingested = time.perf_counter()
         report = pipeline.run()
         ran = time.perf_counter()
-    return {"ingest_s": ingested - started, "run_s": ran - ingested, "batches": len(report.batches), "pairs": sum(b.pairs for b in report.batches)}
+    return {
+        "ingest_s": ingested - started,
+        "run_s": ran - ingested,
+        "batches": len(report.batches),
+        "pairs": sum(b.pairs for b in report.batches),
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--engine", choices=["delta-rs", "spark"], default="delta-rs", help="lakejoin's Delta engine (spark needs LAKEJOIN_DELTA_JARS)")
+    parser.add_argument(
+        "--engine",
+        choices=["delta-rs", "spark"],
+        default="delta-rs",
+        help="lakejoin's Delta engine (spark needs LAKEJOIN_DELTA_JARS)",
+    )
     parser.add_argument("--file-rows", type=int, default=20_000, help="records per relation in a file (default 20000)")
     parser.add_argument("--batch-files", type=int, default=2, help="files per relation in the batch (default 2)")
-    parser.add_argument("--history", type=int, default=10, help="the history's rows as a multiple of the batch's (default 10)")
+    parser.add_argument(
+        "--history", type=int, default=10, help="the history's rows as a multiple of the batch's (default 10)"
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", help="default benchmarks/results/history[_spark].json")
     args = parser.parse_args()
@@ -62,7 +81,11 @@ def main() -> None:
     files = args.batch_files * (args.history + 1)
     rows = files * args.file_rows
     root = tempfile.mkdtemp(prefix="lakejoin-history-")
-    chunks = landed_batches(DemoOptions(rows=rows, keys=rows // 4, skew=0.0, disorder=LATENESS, seed=7), args.file_rows, os.path.join(root, "landing"))
+    chunks = landed_batches(
+        DemoOptions(rows=rows, keys=rows // 4, skew=0.0, disorder=LATENESS, seed=7),
+        args.file_rows,
+        os.path.join(root, "landing"),
+    )
     history, batch = chunks[: -args.batch_files], chunks[-args.batch_files :]
     spark = get_spark()
     join_batch(spark, os.path.join(root, "warm"), args.engine, [], batch)
@@ -76,12 +99,26 @@ def main() -> None:
         name: {key: statistics.median(run[key] for run in runs) for key in ("ingest_s", "run_s")} | {"rounds": runs}
         for name, runs in rounds.items()
     }
-    ratios = {f"{key}_history_over_empty": figures["history"][key] / figures["empty"][key] for key in ("ingest_s", "run_s")}
-    print(f"\nlakejoin on {args.engine}: a batch of {args.batch_files * args.file_rows} records per relation, after {args.history}× its rows "
-          f"joined or on an empty warehouse; medians of {args.rounds} rounds")
+    ratios = {
+        f"{key}_history_over_empty": figures["history"][key] / figures["empty"][key] for key in ("ingest_s", "run_s")
+    }
+    print(
+        f"\nlakejoin on {args.engine}: a batch of {args.batch_files * args.file_rows} records per relation, after {args.history}× its rows "
+        f"joined or on an empty warehouse; medians of {args.rounds} rounds"
+    )
     for key in ("ingest_s", "run_s"):
-        print(f"{key:<10} empty {figures['empty'][key]:6.2f} s   history {figures['history'][key]:6.2f} s   {ratios[f'{key}_history_over_empty']:.2f}×")
-    write_json(args.out, {"config": vars(args), "history_rows_per_relation": rows - args.batch_files * args.file_rows, "systems": figures, "ratios": ratios})
+        print(
+            f"{key:<10} empty {figures['empty'][key]:6.2f} s   history {figures['history'][key]:6.2f} s   {ratios[f'{key}_history_over_empty']:.2f}×"
+        )
+    write_json(
+        args.out,
+        {
+            "config": vars(args),
+            "history_rows_per_relation": rows - args.batch_files * args.file_rows,
+            "systems": figures,
+            "ratios": ratios,
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -17,12 +17,12 @@ import tempfile
 import time
 
 from benchmarks.report import write_json
-from state.config import Config
 from pipelines.demo import DemoOptions, generate_stream, write_chunks
 from pipelines.ingest import ingest_files
 from pipelines.silver import run
 from pipelines.spark import get_spark
 from pipelines.status import warehouse_status
+from state.config import Config
 from state.engines import make_engine
 from state.layout import Warehouse
 from state.progress import last_arrivals
@@ -59,7 +59,9 @@ def _idle_batches(engine, warehouse: Warehouse) -> list[tuple[int, float]]:  # n
     if log is None or "idle" not in log.columns:
         return []
     idle = log.where("size(idle) > 0").orderBy("batch_id")
-    return [(row["batch_id"], row["recorded_at"].timestamp()) for row in idle.select("batch_id", "recorded_at").collect()]
+    return [
+        (row["batch_id"], row["recorded_at"].timestamp()) for row in idle.select("batch_id", "recorded_at").collect()
+    ]
 
 
 def main() -> None:
@@ -67,7 +69,9 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=4_000, help="orders, and payments before they stop (default 4000)")
     parser.add_argument("--keys", type=int, default=500)
     parser.add_argument("--chunk-rows", type=int, default=1_000)
-    parser.add_argument("--idle-after", type=int, default=10, help="seconds without a payment before payments are idle (default 10)")
+    parser.add_argument(
+        "--idle-after", type=int, default=10, help="seconds without a payment before payments are idle (default 10)"
+    )
     parser.add_argument("--trigger", type=float, default=2.0, help="seconds between runs (default 2)")
     parser.add_argument("--out", default="benchmarks/results/idle.json")
     args = parser.parse_args()
@@ -84,7 +88,9 @@ def main() -> None:
     results = {}
     for name, idle in (("idle_after", {"idle_after": f"{args.idle_after} seconds"}), ("without", {})):
         config = Config(relations={"r": {"required": ["key"]}, "s": {"required": ["key"], **idle}}, **bounds)
-        results[name] = replay(engine, config, chunks, args.trigger, patience=args.idle_after * 4 if idle else args.idle_after * 2)
+        results[name] = replay(
+            engine, config, chunks, args.trigger, patience=args.idle_after * 4 if idle else args.idle_after * 2
+        )
         print(f"{name}: {results[name]}", flush=True)
     write_json(args.out, {"config": vars(args), "results": results})
     spark.stop()

@@ -18,16 +18,18 @@ import tempfile
 
 from benchmarks.report import write_json
 from benchmarks.stream import replay
-from state.config import Config
 from pipelines.demo import DemoOptions, generate_stream, market_events, market_settings, write_chunks
 from pipelines.spark import get_spark
+from state.config import Config
 from state.engines import make_engine
 from state.layout import Warehouse
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--arrivals", type=int, default=24_000, help="records of every relation together (default 24000)")
+    parser.add_argument(
+        "--arrivals", type=int, default=24_000, help="records of every relation together (default 24000)"
+    )
     parser.add_argument("--keys", type=int, default=2_000, help="symbols (default 2000)")
     parser.add_argument("--disorder", type=int, default=600, help="max arrival delay in seconds (default 600)")
     parser.add_argument("--window", default="5 minutes", help="every two members within this (default 5 minutes)")
@@ -43,7 +45,9 @@ def main() -> None:
     for n in (2, 3, 4):
         settings = {**market_settings(n), "window": args.window, "allowed_lateness": f"{args.disorder} seconds"}
         config = Config(**settings, max_batch_rows=args.max_batch_rows, engine="delta-rs")  # type: ignore[arg-type]
-        options = DemoOptions(rows=args.arrivals // n, keys=args.keys, disorder=args.disorder, chunk_rows=args.chunk_rows, seed=7)
+        options = DemoOptions(
+            rows=args.arrivals // n, keys=args.keys, disorder=args.disorder, chunk_rows=args.chunk_rows, seed=7
+        )
         workdir = tempfile.mkdtemp(prefix=f"lakejoin-bench-nway-{n}-")
         warehouse = Warehouse(os.path.join(workdir, "warehouse"), config.joined)
         names = [rel.name for rel in config.joined]

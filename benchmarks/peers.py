@@ -57,18 +57,18 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pyspark.sql import DataFrame, SparkSession
 from deltalake import write_deltalake
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from benchmarks.by_hand import append_delta, gold_columns, read_delta
 from benchmarks.flink_join import interval
 from benchmarks.report import tenths, write_json
-from state.config import Config
 from pipelines.demo import DEMO_START, DemoOptions, generate_stream
 from pipelines.ingest import ingest_files
 from pipelines.silver import run
 from pipelines.spark import get_spark
+from state.config import Config
 from state.engines import make_engine, session_has_delta
 from state.layout import Warehouse
 from state.relations import RELATIONS, relation
@@ -92,8 +92,12 @@ class Measured:
     peak_state_rows: int | None = None
     pairs: DataFrame | None = None
     phases: list[dict[str, float]] = field(default_factory=list)  # per micro-batch: seconds per phase, ingest included
-    net_s: float | None = None  # Flink: the job's run as its JobManager measures it (no planning, no mini-cluster start)
-    late_rows: int | None = None  # records left unjoined as late: lakejoin's quarantined, Structured Streaming's dropped
+    net_s: float | None = (
+        None  # Flink: the job's run as its JobManager measures it (no planning, no mini-cluster start)
+    )
+    late_rows: int | None = (
+        None  # records left unjoined as late: lakejoin's quarantined, Structured Streaming's dropped
+    )
 
 
 def landed_batches(options: DemoOptions, batch: int, folder: str) -> list[dict[str, str]]:
@@ -130,8 +134,15 @@ def copied(batches: list[dict[str, str]], folder: str) -> list[dict[str, str]]:
     return result
 
 
-def run_lakejoin(spark: SparkSession, batches: list[dict[str, str]], workdir: str, batch: int, engine_name: str,
-                 window: int | None = None, lateness: int | None = None) -> Measured:
+def run_lakejoin(
+    spark: SparkSession,
+    batches: list[dict[str, str]],
+    workdir: str,
+    batch: int,
+    engine_name: str,
+    window: int | None = None,
+    lateness: int | None = None,
+) -> Measured:
     """With a band ``window`` and an allowed ``lateness``, bounded state: lakejoin evicts what they leave behind."""
     engine = make_engine(spark, engine_name)
     warehouse = Warehouse(os.path.join(workdir, "lakejoin"))
@@ -153,16 +164,22 @@ def run_lakejoin(spark: SparkSession, batches: list[dict[str, str]], workdir: st
     return measured
 
 
-def run_structured_streaming(spark: SparkSession, batches: list[dict[str, str]], workdir: str, predicate: str, delay: int | None, engine: str) -> Measured:
+def run_structured_streaming(
+    spark: SparkSession, batches: list[dict[str, str]], workdir: str, predicate: str, delay: int | None, engine: str
+) -> Measured:
     """File streams over the landed Parquet files, one file per trigger, into a Delta table as ``engine`` writes it."""
     streams = {
-        rel: spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(os.path.dirname(batches[0][rel.name]))
+        rel: spark.readStream.schema(SCHEMA)
+        .option("maxFilesPerTrigger", 1)
+        .parquet(os.path.dirname(batches[0][rel.name]))
         for rel in RELATIONS
     }
     return _stream_join(spark, streams, workdir, predicate, delay, engine)
 
 
-def run_structured_streaming_delta(spark: SparkSession, batches: list[dict[str, str]], workdir: str, predicate: str, delay: int | None, engine: str) -> Measured:
+def run_structured_streaming_delta(
+    spark: SparkSession, batches: list[dict[str, str]], workdir: str, predicate: str, delay: int | None, engine: str
+) -> Measured:
     """Delta streams over two bronze tables holding one version (one file) per micro-batch, into a Delta table. The
     bronze tables are written beforehand, untimed, as an ingest job would have."""
     streams = {}
@@ -174,7 +191,15 @@ def run_structured_streaming_delta(spark: SparkSession, batches: list[dict[str, 
     return _stream_join(spark, streams, workdir, predicate, delay, engine, "delta-source")
 
 
-def _stream_join(spark: SparkSession, streams: dict, workdir: str, predicate: str, delay: int | None, engine: str, name: str = "files") -> Measured:
+def _stream_join(
+    spark: SparkSession,
+    streams: dict,
+    workdir: str,
+    predicate: str,
+    delay: int | None,
+    engine: str,
+    name: str = "files",
+) -> Measured:
     """The stream-stream inner join of ``streams`` (RocksDB state), run to the end of its input, one trigger per
     micro-batch, writing what lakejoin's gold holds (both records' columns and the owner) to a Delta table as lakejoin
     on ``engine`` writes it: Delta on Spark's streaming sink, or (delta-rs) each micro-batch's Arrow committed by
@@ -183,12 +208,22 @@ def _stream_join(spark: SparkSession, streams: dict, workdir: str, predicate: st
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
     if delay is not None:
         event_time = F.timestamp_seconds(F.col("ts") + SPARK_START)
-        streams = {rel: stream.withColumn(EVENT_TIME, event_time).withWatermark(EVENT_TIME, f"{delay} seconds") for rel, stream in streams.items()}
+        streams = {
+            rel: stream.withColumn(EVENT_TIME, event_time).withWatermark(EVENT_TIME, f"{delay} seconds")
+            for rel, stream in streams.items()
+        }
     r, s = RELATIONS
     columns = [column.split()[0] for column in SCHEMA.split(",")]
-    joined = streams[r].alias(r.name).join(streams[s].alias(s.name), F.expr(predicate)).select(*gold_columns({rel.name: columns for rel in RELATIONS}))
+    joined = (
+        streams[r]
+        .alias(r.name)
+        .join(streams[s].alias(s.name), F.expr(predicate))
+        .select(*gold_columns({rel.name: columns for rel in RELATIONS}))
+    )
     output = os.path.join(workdir, f"sss-{name}-output")
-    writer = joined.writeStream.option("checkpointLocation", os.path.join(workdir, f"sss-{name}-checkpoint")).trigger(availableNow=True)
+    writer = joined.writeStream.option("checkpointLocation", os.path.join(workdir, f"sss-{name}-checkpoint")).trigger(
+        availableNow=True
+    )
     if engine == "spark":
         writer = writer.format("delta").option("path", output)
     else:
@@ -218,9 +253,20 @@ class Flink:
         """With a watermark ``delay`` (seconds), each relation's event time ``ts_t`` watermarked that far behind."""
         started = time.perf_counter()
         self.watermarked = delay is not None
-        command = [FLINK_PYTHON, FLINK_JOB, "--predicate", predicate, "--schema", SCHEMA, "--relations", *(rel.name for rel in RELATIONS)]
+        command = [
+            FLINK_PYTHON,
+            FLINK_JOB,
+            "--predicate",
+            predicate,
+            "--schema",
+            SCHEMA,
+            "--relations",
+            *(rel.name for rel in RELATIONS),
+        ]
         command += [] if delay is None else ["--watermark", EVENT_TIME, "ts", str(delay)]
-        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env={**os.environ, "FLINK_LOG_DIR": logs})
+        self.process = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env={**os.environ, "FLINK_LOG_DIR": logs}
+        )
         self._reply()
         self.start_s = time.perf_counter() - started
 
@@ -264,14 +310,21 @@ def run_flink(spark: SparkSession, flink: Flink, batches: list[dict[str, str]], 
     return measured
 
 
-def one_shot(spark: SparkSession, batches: list[dict[str, str]], workdir: str, predicate: str, upto: int | None = None) -> Measured:
+def one_shot(
+    spark: SparkSession, batches: list[dict[str, str]], workdir: str, predicate: str, upto: int | None = None
+) -> Measured:
     """The batch join of the first ``upto`` micro-batches (all by default), written as Parquet."""
     chosen = batches[:upto]
     r, s = RELATIONS
-    sides = {rel: spark.read.schema(SCHEMA).parquet(*[files[rel.name] for files in chosen]).alias(rel.name) for rel in RELATIONS}
+    sides = {
+        rel: spark.read.schema(SCHEMA).parquet(*[files[rel.name] for files in chosen]).alias(rel.name)
+        for rel in RELATIONS
+    }
     output = os.path.join(workdir, f"one-shot-{upto or len(batches)}")
     started = time.perf_counter()
-    sides[r].join(sides[s], F.expr(predicate)).select(F.col("r.id").alias("r_id"), F.col("s.id").alias("s_id")).write.parquet(output)
+    sides[r].join(sides[s], F.expr(predicate)).select(
+        F.col("r.id").alias("r_id"), F.col("s.id").alias("s_id")
+    ).write.parquet(output)
     measured = Measured(time.perf_counter() - started)
     measured.pairs = spark.read.parquet(output)
     return measured
@@ -330,12 +383,27 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=50_000)
     parser.add_argument("--skew", type=float, default=0.0, help="Zipf exponent of key popularity (default 0: uniform)")
     parser.add_argument("--disorder", type=int, default=2_000)
-    parser.add_argument("--batch", type=int, default=10_000, help="arrivals per relation per micro-batch (default 10000)")
+    parser.add_argument(
+        "--batch", type=int, default=10_000, help="arrivals per relation per micro-batch (default 10000)"
+    )
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--recompute", action="store_true", help="also measure recomputing the join after every micro-batch")
-    parser.add_argument("--engine", choices=["delta-rs", "spark"], default="delta-rs", help="lakejoin's Delta engine (spark needs LAKEJOIN_DELTA_JARS)")
-    parser.add_argument("--bounded", action="store_true", help="bounded state: a band window and a watermark delay (the disorder) for every system")
-    parser.add_argument("--window", type=int, default=1_000, help="with --bounded, the band window in ts units (default 1000)")
+    parser.add_argument(
+        "--recompute", action="store_true", help="also measure recomputing the join after every micro-batch"
+    )
+    parser.add_argument(
+        "--engine",
+        choices=["delta-rs", "spark"],
+        default="delta-rs",
+        help="lakejoin's Delta engine (spark needs LAKEJOIN_DELTA_JARS)",
+    )
+    parser.add_argument(
+        "--bounded",
+        action="store_true",
+        help="bounded state: a band window and a watermark delay (the disorder) for every system",
+    )
+    parser.add_argument(
+        "--window", type=int, default=1_000, help="with --bounded, the band window in ts units (default 1000)"
+    )
     parser.add_argument("--out", help="default benchmarks/results/peers.json, with --bounded peers_bounded.json")
     args = parser.parse_args()
     args.out = args.out or f"benchmarks/results/{'peers_bounded' if args.bounded else 'peers'}.json"
@@ -347,12 +415,18 @@ def main() -> None:
     window, delay = (args.window, args.disorder) if args.bounded else (None, None)
     predicate, stream_predicate = predicates(Config().predicate, window)  # type: ignore[arg-type] - normalised to a str
     systems: dict[str, Callable[[list[dict[str, str]], str], Measured]] = {
-        "lakejoin": lambda chosen, workdir: run_lakejoin(spark, chosen, workdir, args.batch, args.engine, window, delay),
-        "structured-streaming": lambda chosen, workdir: run_structured_streaming(spark, chosen, workdir, stream_predicate, delay, args.engine),
+        "lakejoin": lambda chosen, workdir: run_lakejoin(
+            spark, chosen, workdir, args.batch, args.engine, window, delay
+        ),
+        "structured-streaming": lambda chosen, workdir: run_structured_streaming(
+            spark, chosen, workdir, stream_predicate, delay, args.engine
+        ),
         "one-shot": lambda chosen, workdir: one_shot(spark, chosen, workdir, predicate),
     }
     if session_has_delta(spark):
-        systems["structured-streaming-delta"] = lambda chosen, workdir: run_structured_streaming_delta(spark, chosen, workdir, stream_predicate, delay, args.engine)
+        systems["structured-streaming-delta"] = lambda chosen, workdir: run_structured_streaming_delta(
+            spark, chosen, workdir, stream_predicate, delay, args.engine
+        )
     flink = Flink(stream_predicate, os.path.join(root, "flink-logs"), delay) if os.path.exists(FLINK_PYTHON) else None
     if flink:
         systems["flink"] = lambda chosen, workdir: run_flink(spark, flink, chosen, workdir)
@@ -392,7 +466,11 @@ def main() -> None:
             "batch_s": median_round.batch_s,
             "peak_state_rows": median_round.peak_state_rows,
             "late_rows": median_round.late_rows,
-            **(dict(zip(("first_tenth_batch_s", "last_tenth_batch_s"), tenths(median_round.batch_s))) if median_round.batch_s else {}),
+            **(
+                dict(zip(("first_tenth_batch_s", "last_tenth_batch_s"), tenths(median_round.batch_s)))
+                if median_round.batch_s
+                else {}
+            ),
             "same_pairs_as_one_shot": identical[name],
             **({"phase_s_per_batch": phase_medians(median_round.phases)} if median_round.phases else {}),
             **({"net_s_rounds": [m.net_s for m in measured]} if median_round.net_s is not None else {}),
@@ -404,44 +482,75 @@ def main() -> None:
     ratios = {
         "lakejoin_over_structured_streaming": lakejoin / figures["structured-streaming"]["total_s"],
         "lakejoin_over_one_shot": lakejoin / figures["one-shot"]["total_s"],
-        "lakejoin_last_over_first_tenth": figures["lakejoin"]["last_tenth_batch_s"] / figures["lakejoin"]["first_tenth_batch_s"],
+        "lakejoin_last_over_first_tenth": figures["lakejoin"]["last_tenth_batch_s"]
+        / figures["lakejoin"]["first_tenth_batch_s"],
     }
     if "structured-streaming-delta" in figures:
         ratios["lakejoin_over_structured_streaming_delta"] = lakejoin / figures["structured-streaming-delta"]["total_s"]
     if flink:
         ratios["lakejoin_over_flink"] = lakejoin / figures["flink"]["total_s"]
     if recompute:
-        figures["recompute-every-batch"] = {"total_s": sum(recompute), "batch_s": recompute, "records_per_s": arrivals / sum(recompute)}
+        figures["recompute-every-batch"] = {
+            "total_s": sum(recompute),
+            "batch_s": recompute,
+            "records_per_s": arrivals / sum(recompute),
+        }
     bounded = f"; bounded: band window {window}, watermark delay {delay}" if args.bounded else ""
-    print(f"\nlakejoin on {args.engine}; {args.rows} records per relation, {args.keys} keys, skew {args.skew}, disorder {args.disorder}, "
-          f"{len(batches)} micro-batches of {args.batch} per relation, {expected_pairs} pairs, {args.rounds} rounds{bounded}")
-    print(f"{'system':<24} {'total s':>8} {'records/s':>10} {'p50 s':>7} {'p95 s':>7} {'peak state':>11} {'late':>6}  same pairs")
+    print(
+        f"\nlakejoin on {args.engine}; {args.rows} records per relation, {args.keys} keys, skew {args.skew}, disorder {args.disorder}, "
+        f"{len(batches)} micro-batches of {args.batch} per relation, {expected_pairs} pairs, {args.rounds} rounds{bounded}"
+    )
+    print(
+        f"{'system':<24} {'total s':>8} {'records/s':>10} {'p50 s':>7} {'p95 s':>7} {'peak state':>11} {'late':>6}  same pairs"
+    )
     for name, row in figures.items():
         p50 = f"{row['batch_p50_s']:.2f}" if row.get("batch_p50_s") is not None else "-"
         p95 = f"{row['batch_p95_s']:.2f}" if row.get("batch_p95_s") is not None else "-"
         state = f"{row['peak_state_rows']:,}" if row.get("peak_state_rows") is not None else "-"
         late = f"{row['late_rows']:,}" if row.get("late_rows") is not None else "-"
         same = {True: "yes", False: "NO", None: "-"}[row.get("same_pairs_as_one_shot")]
-        print(f"{name:<24} {row['total_s']:>8.1f} {row['records_per_s']:>10,.0f} {p50:>7} {p95:>7} {state:>11} {late:>6}  {same}")
+        print(
+            f"{name:<24} {row['total_s']:>8.1f} {row['records_per_s']:>10,.0f} {p50:>7} {p95:>7} {state:>11} {late:>6}  {same}"
+        )
     phases = figures["lakejoin"]["phase_s_per_batch"]
-    print("lakejoin seconds per micro-batch by phase (medians; writes overlap): " + ", ".join(f"{name} {seconds:.2f}" for name, seconds in phases.items()))
-    flat = {name: (row["first_tenth_batch_s"], row["last_tenth_batch_s"]) for name, row in figures.items() if "first_tenth_batch_s" in row}
-    print("seconds per micro-batch, median of the first tenth -> the last: " + "; ".join(
-        f"{name} {first:.2f} -> {last:.2f} ({last / first:.2f})" for name, (first, last) in flat.items())
-          + (" (lakejoin's target <= 1.3 at N x 4)" if args.bounded else ""))
-    print(f"lakejoin / structured streaming: {ratios['lakejoin_over_structured_streaming']:.2f} (target on delta-rs <= 1.0); "
-          f"lakejoin / one-shot: {ratios['lakejoin_over_one_shot']:.2f}"
-          + (f"; lakejoin / structured streaming on Delta: {ratios['lakejoin_over_structured_streaming_delta']:.2f} (target on Spark <= 1.5)" if "structured-streaming-delta" in figures else "")
-          + (f"; lakejoin / Flink: {ratios['lakejoin_over_flink']:.2f}" if flink else ""))
+    print(
+        "lakejoin seconds per micro-batch by phase (medians; writes overlap): "
+        + ", ".join(f"{name} {seconds:.2f}" for name, seconds in phases.items())
+    )
+    flat = {
+        name: (row["first_tenth_batch_s"], row["last_tenth_batch_s"])
+        for name, row in figures.items()
+        if "first_tenth_batch_s" in row
+    }
+    print(
+        "seconds per micro-batch, median of the first tenth -> the last: "
+        + "; ".join(f"{name} {first:.2f} -> {last:.2f} ({last / first:.2f})" for name, (first, last) in flat.items())
+        + (" (lakejoin's target <= 1.3 at N x 4)" if args.bounded else "")
+    )
+    print(
+        f"lakejoin / structured streaming: {ratios['lakejoin_over_structured_streaming']:.2f} (target on delta-rs <= 1.0); "
+        f"lakejoin / one-shot: {ratios['lakejoin_over_one_shot']:.2f}"
+        + (
+            f"; lakejoin / structured streaming on Delta: {ratios['lakejoin_over_structured_streaming_delta']:.2f} (target on Spark <= 1.5)"
+            if "structured-streaming-delta" in figures
+            else ""
+        )
+        + (f"; lakejoin / Flink: {ratios['lakejoin_over_flink']:.2f}" if flink else "")
+    )
     if flink:
         net = statistics.median(figures["flink"]["net_s_rounds"])
-        print(f"flink: total from submission to end (planning and the per-job mini-cluster's start included); the run alone, "
-              f"as its JobManager measures it, {net:.1f} s (median); its JVM started once in {flink.start_s:.1f} s, in no total")
+        print(
+            f"flink: total from submission to end (planning and the per-job mini-cluster's start included); the run alone, "
+            f"as its JobManager measures it, {net:.1f} s (median); its JVM started once in {flink.start_s:.1f} s, in no total"
+        )
 
     write_json(args.out, {"config": vars(args), "pairs": expected_pairs, "systems": figures, "ratios": ratios})
     png = os.path.splitext(args.out)[0] + ".png"
-    plot({name: row["batch_s"] for name, row in figures.items() if row.get("batch_s")}, png,
-         f"{args.rows:,} records per relation, micro-batches of {args.batch:,} per relation{bounded}")
+    plot(
+        {name: row["batch_s"] for name, row in figures.items() if row.get("batch_s")},
+        png,
+        f"{args.rows:,} records per relation, micro-batches of {args.batch:,} per relation{bounded}",
+    )
     print(f"written: {args.out}, {png}")
     spark.stop()
     shutil.rmtree(root, ignore_errors=True)

@@ -20,8 +20,11 @@ def measured_on() -> str:
     """The checkout's commit, with ``+changes`` when its tracked files other than results files differ from it
     (``unknown`` outside git): read when a benchmark starts (``MEASURED_ON``), since the code it measures is what it
     imported then. Results files are left out: a make target running several benchmarks rewrites them as it goes."""
+
     def git(*args: str) -> str:
-        return subprocess.run(["git", *args], capture_output=True, text=True, cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+        return subprocess.run(
+            ["git", *args], capture_output=True, text=True, cwd=os.path.dirname(os.path.abspath(__file__))
+        ).stdout.strip()
 
     commit = git("rev-parse", "--short", "HEAD")
     if not commit:

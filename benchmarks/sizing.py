@@ -87,13 +87,20 @@ def fit(runs: list[dict]) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--engine", choices=["delta-rs", "spark"], default="delta-rs", help="spark needs LAKEJOIN_DELTA_JARS")
+    parser.add_argument(
+        "--engine", choices=["delta-rs", "spark"], default="delta-rs", help="spark needs LAKEJOIN_DELTA_JARS"
+    )
     parser.add_argument("--rows", type=int, default=200_000, help="records per relation (default 200000)")
     parser.add_argument("--keys", type=int, default=50_000)
     parser.add_argument("--disorder", type=int, default=2_000)
     parser.add_argument("--files", type=int, default=20, help="Parquet files per relation (default 20)")
-    parser.add_argument("--max-batch-rows", type=int, nargs="+", default=[10_000, 100_000],
-                        help="the runs' batch sizes, below 2 x rows; a run with every arrival in one batch is added (default 10000 100000)")
+    parser.add_argument(
+        "--max-batch-rows",
+        type=int,
+        nargs="+",
+        default=[10_000, 100_000],
+        help="the runs' batch sizes, below 2 x rows; a run with every arrival in one batch is added (default 10000 100000)",
+    )
     parser.add_argument("--out", help="default benchmarks/results/sizing.json, with --engine spark sizing_spark.json")
     args = parser.parse_args()
     args.out = args.out or f"benchmarks/results/{'sizing_spark' if args.engine == 'spark' else 'sizing'}.json"
@@ -127,21 +134,36 @@ def main() -> None:
         "runs": runs,
         "fit": fitted,
     }
-    machine = (f"{os.cpu_count()} cores, {platform.platform()}, Python {platform.python_version()}, Spark {spark.version}, local[2]; "
-               f"load average {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end")
+    machine = (
+        f"{os.cpu_count()} cores, {platform.platform()}, Python {platform.python_version()}, Spark {spark.version}, local[2]; "
+        f"load average {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
+    )
 
-    print(f"\nlakejoin on {args.engine}; {args.rows:,} records per relation, {args.keys:,} keys, disorder {args.disorder}, "
-          f"{args.files} Parquet files per relation, unbounded state; {machine}")
-    print(f"ingest: {len(ingest_s)} files, {rows:,} rows: median {figures['ingest']['per_file_p50_s']:.2f} s a file, "
-          f"{figures['ingest']['per_million_rows_p50_s']:.1f} s per million rows (medians)")
-    print(f"{'max_batch_rows':>14} {'batches':>8} {'arrivals':>9} {'pairs':>9} {'run s':>7} {'s / batch':>10} {'residual s':>11}")
+    print(
+        f"\nlakejoin on {args.engine}; {args.rows:,} records per relation, {args.keys:,} keys, disorder {args.disorder}, "
+        f"{args.files} Parquet files per relation, unbounded state; {machine}"
+    )
+    print(
+        f"ingest: {len(ingest_s)} files, {rows:,} rows: median {figures['ingest']['per_file_p50_s']:.2f} s a file, "
+        f"{figures['ingest']['per_million_rows_p50_s']:.1f} s per million rows (medians)"
+    )
+    print(
+        f"{'max_batch_rows':>14} {'batches':>8} {'arrivals':>9} {'pairs':>9} {'run s':>7} {'s / batch':>10} {'residual s':>11}"
+    )
     for run, residual in zip(runs, fitted["residuals_s"]):
-        print(f"{run['max_batch_rows']:>14,} {run['batches']:>8} {run['arrivals']:>9,} {run['pairs']:>9,} {run['seconds']:>7.1f} "
-              f"{run['seconds_per_batch']:>10.2f} {residual:>11.2f}")
+        print(
+            f"{run['max_batch_rows']:>14,} {run['batches']:>8} {run['arrivals']:>9,} {run['pairs']:>9,} {run['seconds']:>7.1f} "
+            f"{run['seconds_per_batch']:>10.2f} {residual:>11.2f}"
+        )
     print(f"same pairs in every run: yes ({runs[0]['pairs']:,})")
-    print(f"fit: run s = batches x {fitted['per_batch_s']:.2f} s + arrivals x {fitted['per_million_arrivals_s']:.1f} s per million")
+    print(
+        f"fit: run s = batches x {fitted['per_batch_s']:.2f} s + arrivals x {fitted['per_million_arrivals_s']:.1f} s per million"
+    )
     for run in runs:
-        print(f"batch phases at {run['max_batch_rows']:,} (median s): " + ", ".join(f"{phase} {s:.2f}" for phase, s in list(run["batch_phase_p50_s"].items())[:6]))
+        print(
+            f"batch phases at {run['max_batch_rows']:,} (median s): "
+            + ", ".join(f"{phase} {s:.2f}" for phase, s in list(run["batch_phase_p50_s"].items())[:6])
+        )
     wall_s = time.perf_counter() - began
     write_json(args.out, {"config": vars(args), "machine": machine, "wall_s": wall_s, **figures})
     print(f"written: {args.out} ({wall_s:.0f} s in all)")

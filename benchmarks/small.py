@@ -40,7 +40,10 @@ DRAIN_FILES, DRAIN_FILE_ROWS, DRAIN_BATCH = 10, 4, 8  # per relation: 40 records
 
 def records(name: str, start: int, count: int) -> list[dict[str, object]]:
     """``count`` records of relation ``name`` from place ``start``, on two keys, so that every batch has pairs."""
-    return [{"id": f"{name}{place}", "ts": 10 * place + (name == "s"), "key": place % 2, "payload": f"{name}-{place}"} for place in range(start, start + count)]
+    return [
+        {"id": f"{name}{place}", "ts": 10 * place + (name == "s"), "key": place % 2, "payload": f"{name}-{place}"}
+        for place in range(start, start + count)
+    ]
 
 
 def write_jsonl(path: str, rows: list[dict[str, object]]) -> str:
@@ -50,19 +53,26 @@ def write_jsonl(path: str, rows: list[dict[str, object]]) -> str:
     return path
 
 
-def scheduled(spark: SparkSession, engine: str, root: str, runs: int, warm: int, ingested: bool = False) -> dict[str, list[float]]:
+def scheduled(
+    spark: SparkSession, engine: str, root: str, runs: int, warm: int, ingested: bool = False
+) -> dict[str, list[float]]:
     """(a), or (c) when ``ingested``: seconds per run, lakejoin's and by hand, runs interleaved (warm-up runs dropped)."""
     scenario = "(c)" if ingested else "(a)"
     root = os.path.join(root, scenario.strip("()"))
     landing = {name: os.path.join(root, "landing", name) for name in RELATIONS}
-    relations = {name: {"required": ["key"], **({} if ingested else {"landing": folder})} for name, folder in landing.items()}
+    relations = {
+        name: {"required": ["key"], **({} if ingested else {"landing": folder})} for name, folder in landing.items()
+    }
     for folder in landing.values():
         os.makedirs(folder)
     pipeline = Pipeline(os.path.join(root, "lakejoin"), config={"relations": relations, "engine": engine}, spark=spark)
     by_hand = ByHand(spark, engine, os.path.join(root, "by-hand"))
     seconds: dict[str, list[float]] = {"lakejoin": [], "by hand": []}
     for number in range(warm + runs):
-        files = {name: write_jsonl(os.path.join(landing[name], f"run-{number:03d}.jsonl"), records(name, 2 * number, 2)) for name in RELATIONS}
+        files = {
+            name: write_jsonl(os.path.join(landing[name], f"run-{number:03d}.jsonl"), records(name, 2 * number, 2))
+            for name in RELATIONS
+        }
         started = time.perf_counter()
         if ingested:
             for name, path in files.items():
@@ -87,11 +97,21 @@ def drain(spark: SparkSession, engine: str, root: str, rounds: int) -> dict[str,
     for number in range(1 + rounds):
         workdir = os.path.join(root, f"drain-{number}")
         files = [
-            (name, write_jsonl(os.path.join(workdir, "files", f"{name}-{part:02d}.jsonl"), records(name, DRAIN_FILE_ROWS * part, DRAIN_FILE_ROWS)))
+            (
+                name,
+                write_jsonl(
+                    os.path.join(workdir, "files", f"{name}-{part:02d}.jsonl"),
+                    records(name, DRAIN_FILE_ROWS * part, DRAIN_FILE_ROWS),
+                ),
+            )
             for part in range(DRAIN_FILES)
             for name in RELATIONS
         ]
-        pipeline = Pipeline(os.path.join(workdir, "lakejoin"), config={"relations": {name: {"required": ["key"]} for name in RELATIONS}, "engine": engine}, spark=spark)
+        pipeline = Pipeline(
+            os.path.join(workdir, "lakejoin"),
+            config={"relations": {name: {"required": ["key"]} for name in RELATIONS}, "engine": engine},
+            spark=spark,
+        )
         for name, path in files:
             pipeline.ingest(name, path)
         started = time.perf_counter()
@@ -100,27 +120,52 @@ def drain(spark: SparkSession, engine: str, root: str, rounds: int) -> dict[str,
 
         by_hand = ByHand(spark, engine, os.path.join(workdir, "by-hand"))
         # bronze by hand: the same records, each with its place in the arrival order (2 per place: r's, then s's)
-        placed = {name: [{**row, "seq": 2 * (row["ts"] // 10) + (name == "s")} for row in records(name, 0, DRAIN_FILES * DRAIN_FILE_ROWS)] for name in RELATIONS}
+        placed = {
+            name: [
+                {**row, "seq": 2 * (row["ts"] // 10) + (name == "s")}
+                for row in records(name, 0, DRAIN_FILES * DRAIN_FILE_ROWS)
+            ]
+            for name in RELATIONS
+        }
         by_hand.land({name: spark.createDataFrame(rows, f"{SCHEMA}, seq bigint") for name, rows in placed.items()})
         batches = DRAIN_FILES * DRAIN_FILE_ROWS * len(RELATIONS) // DRAIN_BATCH
         started = time.perf_counter()
         for batch in range(batches):
-            by_hand.join({name: by_hand.bronze_slice(name, batch * DRAIN_BATCH, (batch + 1) * DRAIN_BATCH) for name in RELATIONS}, batch + 1)
+            by_hand.join(
+                {
+                    name: by_hand.bronze_slice(name, batch * DRAIN_BATCH, (batch + 1) * DRAIN_BATCH)
+                    for name in RELATIONS
+                },
+                batch + 1,
+            )
         done = (time.perf_counter() - started) / batches
         if number:
             seconds["lakejoin"].append(lakejoin)
             seconds["by hand"].append(done)
-        print(f"(b) round {number + 1}: {len(report.batches)} batches, per batch lakejoin {lakejoin:.2f} s, by hand {done:.2f} s", flush=True)
+        print(
+            f"(b) round {number + 1}: {len(report.batches)} batches, per batch lakejoin {lakejoin:.2f} s, by hand {done:.2f} s",
+            flush=True,
+        )
     return seconds
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--engine", choices=["delta-rs", "spark"], default="delta-rs", help="lakejoin's Delta engine (spark needs LAKEJOIN_DELTA_JARS)")
+    parser.add_argument(
+        "--engine",
+        choices=["delta-rs", "spark"],
+        default="delta-rs",
+        help="lakejoin's Delta engine (spark needs LAKEJOIN_DELTA_JARS)",
+    )
     parser.add_argument("--runs", type=int, default=15, help="(a), (c): timed runs (default 15)")
     parser.add_argument("--warm", type=int, default=2, help="(a), (c): untimed runs first (default 2)")
     parser.add_argument("--rounds", type=int, default=5, help="(b): timed drains (default 5)")
-    parser.add_argument("--log-reader", choices=LOG_READERS, default="auto", help="Delta on Spark's log reader (default: the one lakejoin picks)")
+    parser.add_argument(
+        "--log-reader",
+        choices=LOG_READERS,
+        default="auto",
+        help="Delta on Spark's log reader (default: the one lakejoin picks)",
+    )
     parser.add_argument("--out", help="default benchmarks/results/small[_spark].json")
     args = parser.parse_args()
     use_log_reader(args.log_reader)
@@ -134,11 +179,16 @@ def main() -> None:
         "drain, per batch": drain(spark, args.engine, root, args.rounds),
         "ingest + run": scheduled(spark, args.engine, root, args.runs, args.warm, ingested=True),
     }
-    medians = {scenario: {system: statistics.median(values) for system, values in systems.items()} for scenario, systems in figures.items()}
+    medians = {
+        scenario: {system: statistics.median(values) for system, values in systems.items()}
+        for scenario, systems in figures.items()
+    }
     print(f"\na batch of a few rows, lakejoin on {args.engine}, medians (s)")
     print(f"{'scenario':<18} {'lakejoin':>9} {'by hand':>9} {'ratio':>7}")
     for scenario, row in medians.items():
-        print(f"{scenario:<18} {row['lakejoin']:>9.2f} {row['by hand']:>9.2f} {row['lakejoin'] / row['by hand']:>6.2f}x")
+        print(
+            f"{scenario:<18} {row['lakejoin']:>9.2f} {row['by hand']:>9.2f} {row['lakejoin'] / row['by hand']:>6.2f}x"
+        )
     write_json(args.out, {"config": vars(args), "seconds": figures, "medians": medians})
     print(f"written: {args.out}")
     spark.stop()

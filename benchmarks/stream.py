@@ -7,9 +7,9 @@ import argparse
 import time
 from collections.abc import Callable
 
-from state.config import Config
 from pipelines.ingest import ingest_files
 from pipelines.silver import BatchReport, run
+from state.config import Config
 from state.engines import DeltaEngine
 from state.layout import Warehouse
 from state.relations import relation
@@ -41,7 +41,9 @@ def small_stream_arguments(description: str, out: str, wide: bool = False) -> ar
     adds ``--extra-columns``, text columns added to every record."""
     parser = argparse.ArgumentParser(description=description)
     if wide:
-        parser.add_argument("--extra-columns", type=int, default=0, help="text columns (24 characters) added to each record")
+        parser.add_argument(
+            "--extra-columns", type=int, default=0, help="text columns (24 characters) added to each record"
+        )
     parser.add_argument("--rows", type=int, default=3_000, help="records per relation (default 3000)")
     parser.add_argument("--keys", type=int, default=500)
     parser.add_argument("--chunk-rows", type=int, default=1_500)

@@ -28,7 +28,9 @@ def summary(output: str) -> dict:
     if not found:
         raise SystemExit("no pytest summary line (N passed in S s) in the output")
     failed, passed, skipped, seconds = found[-1].groups()
-    slowest = [{"seconds": float(seconds), "when": when, "test": test} for seconds, when, test in DURATION.findall(output)]
+    slowest = [
+        {"seconds": float(seconds), "when": when, "test": test} for seconds, when, test in DURATION.findall(output)
+    ]
     return {
         "passed": int(passed), "failed": int(failed or 0), "skipped": int(skipped or 0), "wall_s": float(seconds),
         "wall_min": float(seconds) / 60, "slowest": sorted(slowest, key=lambda each: -each["seconds"])[:10],
@@ -45,12 +47,20 @@ def main() -> None:
         with open(args.log, encoding="utf-8") as handle:
             output = handle.read()
     else:
-        ran = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "--dist", "worksteal", "--durations=10"], capture_output=True, text=True)
+        ran = subprocess.run(
+            [sys.executable, "-m", "pytest", "-n", "2", "--dist", "worksteal", "--durations=10"],
+            capture_output=True,
+            text=True,
+        )
         output = ran.stdout
     figures = summary(output)
-    print(f"{figures['passed']} passed, {figures['failed']} failed, {figures['skipped']} skipped in {figures['wall_s']:.0f} s ({figures['wall_min']:.1f} min)")
+    print(
+        f"{figures['passed']} passed, {figures['failed']} failed, {figures['skipped']} skipped in {figures['wall_s']:.0f} s ({figures['wall_min']:.1f} min)"
+    )
     tested = {"commit": args.commit} if args.commit else {}
-    write_json(args.out, {"config": {**vars(args), "delta_jars": bool(os.environ.get(DELTA_JARS))}, **figures, **tested})
+    write_json(
+        args.out, {"config": {**vars(args), "delta_jars": bool(os.environ.get(DELTA_JARS))}, **figures, **tested}
+    )
     print(f"written: {args.out}")
 
 

@@ -24,11 +24,11 @@ from deltalake import write_deltalake
 
 from benchmarks.report import write_json
 from benchmarks.stream import replay, small_stream_arguments
-from state.config import Config
 from pipelines.demo import DemoOptions, generate_stream, write_chunks
 from pipelines.silver import run
 from pipelines.sources import ingest_sources
 from pipelines.spark import get_spark
+from state.config import Config
 from state.engines import make_engine
 from state.layout import Warehouse
 from state.relations import RELATIONS
@@ -64,11 +64,16 @@ def measure(spark, way: str, chunks: list[list[tuple[str, str]]], max_batch_rows
     warehouse, measured = Warehouse(os.path.join(root, "warehouse")), Measured()
     if way == "files":
         ingest_chunk: list[float] = []
-        reports = replay(engine, warehouse, Config(max_batch_rows=max_batch_rows), chunks, after_ingest=ingest_chunk.append)
+        reports = replay(
+            engine, warehouse, Config(max_batch_rows=max_batch_rows), chunks, after_ingest=ingest_chunk.append
+        )
         measured.ingest_s = [sum(ingest_chunk[i : i + 2]) for i in range(0, len(ingest_chunk), 2)]
     else:
         tables = {rel.name: os.path.join(root, "raw", rel.name) for rel in RELATIONS}
-        config = Config(relations={name: {"table": path, "required": ["key"]} for name, path in tables.items()}, max_batch_rows=max_batch_rows)
+        config = Config(
+            relations={name: {"table": path, "required": ["key"]} for name, path in tables.items()},
+            max_batch_rows=max_batch_rows,
+        )
         reports = []
         for files in chunks:
             for name, path in files:
@@ -87,8 +92,15 @@ def main() -> None:
     args = small_stream_arguments(__doc__.splitlines()[0], "benchmarks/results/table_sources.json", wide=True)
 
     spark = get_spark()
-    options = DemoOptions(rows=args.rows, keys=args.keys, chunk_rows=args.chunk_rows, max_batch_rows=args.max_batch_rows)
-    chunks = write_chunks(generate_stream(options), tempfile.mkdtemp(prefix="lakejoin-sources-landing-"), args.chunk_rows, widened(args.extra_columns))
+    options = DemoOptions(
+        rows=args.rows, keys=args.keys, chunk_rows=args.chunk_rows, max_batch_rows=args.max_batch_rows
+    )
+    chunks = write_chunks(
+        generate_stream(options),
+        tempfile.mkdtemp(prefix="lakejoin-sources-landing-"),
+        args.chunk_rows,
+        widened(args.extra_columns),
+    )
     for way in WAYS:  # warm-up: JIT, class loading, Python imports
         measure(spark, way, chunks[:1], args.max_batch_rows)
     rounds: dict[str, list[Measured]] = {way: [] for way in WAYS}
@@ -107,14 +119,21 @@ def main() -> None:
         for way, measured in rounds.items()
     }
     same_gold = all(m.gold == rounds["files"][0].gold for measured in rounds.values() for m in measured)
-    ratios = {kind: figures["tables"][kind] / figures["files"][kind] for kind in ("ingest_p50_s", "batch_p50_s", "bronze_bytes")}
-    print(f"\n{args.rows} records per relation, {args.keys} keys, chunks of {args.chunk_rows}, batches of at most "
-          f"{args.max_batch_rows}, {args.rounds} rounds (medians), delta-rs engine")
+    ratios = {
+        kind: figures["tables"][kind] / figures["files"][kind]
+        for kind in ("ingest_p50_s", "batch_p50_s", "bronze_bytes")
+    }
+    print(
+        f"\n{args.rows} records per relation, {args.keys} keys, chunks of {args.chunk_rows}, batches of at most "
+        f"{args.max_batch_rows}, {args.rounds} rounds (medians), delta-rs engine"
+    )
     print(f"{'source':<8} {'s / ingest':>11} {'s / batch':>10} {'bronze bytes':>13}")
     for way, row in figures.items():
         print(f"{way:<8} {row['ingest_p50_s']:>11.2f} {row['batch_p50_s']:>10.2f} {row['bronze_bytes']:>13,}")
-    print(f"tables / files: per ingest {ratios['ingest_p50_s']:.2f}, per batch {ratios['batch_p50_s']:.2f}, "
-          f"bronze bytes {ratios['bronze_bytes']:.2f}; same gold: {'yes' if same_gold else 'NO'}")
+    print(
+        f"tables / files: per ingest {ratios['ingest_p50_s']:.2f}, per batch {ratios['batch_p50_s']:.2f}, "
+        f"bronze bytes {ratios['bronze_bytes']:.2f}; same gold: {'yes' if same_gold else 'NO'}"
+    )
     write_json(args.out, {"config": vars(args), "ways": figures, "ratios": ratios, "same_gold": same_gold})
     print(f"written: {args.out}")
     spark.stop()

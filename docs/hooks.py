@@ -33,4 +33,6 @@ def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Fil
     from expectations import rules
     from state import config
 
-    return markdown.replace(CONFIG_REFERENCE, f"{config.reference()}### Rules and their default policies\n\n{rules.reference()}")
+    return markdown.replace(
+        CONFIG_REFERENCE, f"{config.reference()}### Rules and their default policies\n\n{rules.reference()}"
+    )

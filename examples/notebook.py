@@ -26,7 +26,9 @@ except NameError:  # run as a script: a local session
 
     spark = get_spark()
 
-ROOT = os.environ.get("LAKEJOIN_EXAMPLE_ROOT") or tempfile.mkdtemp(prefix="lakejoin-notebook-")  # e.g. /Volumes/main/lakejoin/example
+ROOT = os.environ.get("LAKEJOIN_EXAMPLE_ROOT") or tempfile.mkdtemp(
+    prefix="lakejoin-notebook-"
+)  # e.g. /Volumes/main/lakejoin/example
 
 # COMMAND ----------
 
@@ -39,8 +41,23 @@ ROOT = os.environ.get("LAKEJOIN_EXAMPLE_ROOT") or tempfile.mkdtemp(prefix="lakej
 
 rng = random.Random(7)
 customers = [f"c{i}" for i in range(20)]
-orders = [{"order_id": f"o{i}", "customer": rng.choice(customers), "order_time": f"2026-03-01T09:{rng.randrange(60):02d}:00Z", "amount": rng.randrange(5, 500)} for i in range(60)]
-payments = [{"payment_id": f"p{i}", "customer": rng.choice(customers), "paid_at": f"2026-03-01T{rng.choice(['09', '10'])}:{rng.randrange(60):02d}:00Z"} for i in range(60)]
+orders = [
+    {
+        "order_id": f"o{i}",
+        "customer": rng.choice(customers),
+        "order_time": f"2026-03-01T09:{rng.randrange(60):02d}:00Z",
+        "amount": rng.randrange(5, 500),
+    }
+    for i in range(60)
+]
+payments = [
+    {
+        "payment_id": f"p{i}",
+        "customer": rng.choice(customers),
+        "paid_at": f"2026-03-01T{rng.choice(['09', '10'])}:{rng.randrange(60):02d}:00Z",
+    }
+    for i in range(60)
+]
 for name, records in (("orders", orders), ("payments", payments)):
     folder = os.path.join(ROOT, "landing", name)
     os.makedirs(folder, exist_ok=True)
@@ -79,9 +96,14 @@ pipeline = Pipeline(
 
 # COMMAND ----------
 
-schemas = {"orders": "order_id STRING, customer STRING, order_time TIMESTAMP, amount INT", "payments": "payment_id STRING, customer STRING, paid_at TIMESTAMP"}
+schemas = {
+    "orders": "order_id STRING, customer STRING, order_time TIMESTAMP, amount INT",
+    "payments": "payment_id STRING, customer STRING, paid_at TIMESTAMP",
+}
 queries = [
-    spark.readStream.schema(schemas[name]).option("maxFilesPerTrigger", 1).json(os.path.join(ROOT, "landing", name))
+    spark.readStream.schema(schemas[name])
+    .option("maxFilesPerTrigger", 1)
+    .json(os.path.join(ROOT, "landing", name))
     .writeStream.foreachBatch(pipeline.foreach_batch(name))
     .option("checkpointLocation", os.path.join(ROOT, "checkpoints", name))
     .trigger(availableNow=True)
@@ -103,7 +125,9 @@ print(report.describe())
 
 # COMMAND ----------
 
-pipeline.table("gold").select("orders_order_id", "payments_payment_id", "orders_customer", "orders_order_time", "payments_paid_at").orderBy("payments_payment_id").show(5, truncate=False)
+pipeline.table("gold").select(
+    "orders_order_id", "payments_payment_id", "orders_customer", "orders_order_time", "payments_paid_at"
+).orderBy("payments_payment_id").show(5, truncate=False)
 
 # COMMAND ----------
 

@@ -18,13 +18,13 @@ from expectations.batch import bound_rules
 from expectations.frames import with_pair_checks, with_state_checks
 from expectations.reconcile import Reconciliation, check_gold
 from expectations.runner import RuleResult, Validator
-from state.config import Config, on_warehouse_axis
-from state.pointers import records
 from state.batch_log import BatchLog
 from state.checks import require_warehouse
+from state.config import Config, on_warehouse_axis
 from state.engines import DeltaEngine, Memberships
 from state.joiner import Projection, data_columns, identity_column
 from state.layout import Warehouse
+from state.pointers import records
 from state.relations import ID, Relation
 
 
@@ -43,14 +43,20 @@ class Audit:
     def failures(self) -> list[RuleResult | Reconciliation]:
         """What makes the audit fail: each fail-policy rule broken somewhere, and the reconciliation when gold does
         not match the batch join of bronze."""
-        broken: list[RuleResult | Reconciliation] = [result for result in self.results if result.policy == "fail" and not result.passed]
-        return broken + ([self.reconciliation] if self.reconciliation is not None and not self.reconciliation.passed else [])
+        broken: list[RuleResult | Reconciliation] = [
+            result for result in self.results if result.policy == "fail" and not result.passed
+        ]
+        return broken + (
+            [self.reconciliation] if self.reconciliation is not None and not self.reconciliation.passed else []
+        )
 
     def describe(self) -> str:
         lines = []
         for result in self.results:
             verdict = "PASS" if result.passed else ("FAIL" if result.policy == "fail" else "WARN")
-            lines.append(f"{verdict}  {result.rule.name:<24} {result.table:<22} {result.failed:>8,} of {result.evaluated:>10,} rows failed ({result.policy})")
+            lines.append(
+                f"{verdict}  {result.rule.name:<24} {result.table:<22} {result.failed:>8,} of {result.evaluated:>10,} rows failed ({result.policy})"
+            )
             if not result.passed:
                 lines.append(f"      {result.describe()}")
         if self.reconciliation is not None:
@@ -74,14 +80,20 @@ def audit(engine: DeltaEngine, warehouse: Warehouse, config: Config, docs_root: 
     return Audit(results, check_gold(engine, warehouse, config), docs)
 
 
-def _frames(engine: DeltaEngine, warehouse: Warehouse, config: Config) -> list[tuple[str, str, DataFrame, list[str], str | None]]:
+def _frames(
+    engine: DeltaEngine, warehouse: Warehouse, config: Config
+) -> list[tuple[str, str, DataFrame, list[str], str | None]]:
     """(table, rule target, rows with the derived columns, key columns, relation) for every table that exists."""
     spark = engine.spark
     frames = []
     bronze = {rel: records(engine, warehouse, config.relations, rel) for rel in warehouse.relations}
-    frames += [(warehouse.bronze(rel), "bronze", rows, [ID], rel.name) for rel, rows in bronze.items() if rows is not None]
+    frames += [
+        (warehouse.bronze(rel), "bronze", rows, [ID], rel.name) for rel, rows in bronze.items() if rows is not None
+    ]
     late = engine.read(warehouse.late_arrivals)
-    watermarks = BatchLog(engine, warehouse.batches, warehouse.app_id(config.pipeline, warehouse.batches)).tail().watermarks
+    watermarks = (
+        BatchLog(engine, warehouse.batches, warehouse.app_id(config.pipeline, warehouse.batches)).tail().watermarks
+    )
     no_late = spark.createDataFrame([], f"{ID} string")
     spec = config.join_spec
     rule = spec.eviction_rule(warehouse.relations)
@@ -89,15 +101,39 @@ def _frames(engine: DeltaEngine, warehouse: Warehouse, config: Config) -> list[t
         rows = engine.read(table.path)
         if rows is None:
             continue
-        late_ids = no_late if late is None else late.where(F.col("relation") == table.relation.name).select(ID).distinct()
+        late_ids = (
+            no_late if late is None else late.where(F.col("relation") == table.relation.name).select(ID).distinct()
+        )
         eviction = Memberships({buffer.column: rule(buffer, watermarks) for buffer in table.buffers})
         found = rows.join(late_ids.withColumn("_late", F.lit(True)), ID, "left")
-        frames.append((table.path, table.kind, with_state_checks(found, "_late", eviction).drop("_late"), [ID], table.relation.name))
+        frames.append(
+            (
+                table.path,
+                table.kind,
+                with_state_checks(found, "_late", eviction).drop("_late"),
+                [ID],
+                table.relation.name,
+            )
+        )
     gold = engine.read(warehouse.gold)
     if gold is not None and all(rows is not None for rows in bronze.values()):
-        projection = Projection({rel.name: _carried(gold, rel, rows) for rel, rows in bronze.items()}, None if config.select is None else tuple(config.select))
-        members, preserved = config.join_kind.gold_relations(warehouse.relations), config.join_kind.preserves(warehouse.relations)
-        checked = with_pair_checks(gold, config.join_condition, projection, members, lambda: bronze, preserved, config.join_kind.owned_by(warehouse.relations))
+        projection = Projection(
+            {rel.name: _carried(gold, rel, rows) for rel, rows in bronze.items()},
+            None if config.select is None else tuple(config.select),
+        )
+        members, preserved = (
+            config.join_kind.gold_relations(warehouse.relations),
+            config.join_kind.preserves(warehouse.relations),
+        )
+        checked = with_pair_checks(
+            gold,
+            config.join_condition,
+            projection,
+            members,
+            lambda: bronze,
+            preserved,
+            config.join_kind.owned_by(warehouse.relations),
+        )
         frames.append((warehouse.gold, "gold", checked, [identity_column(rel, ID) for rel in members], None))
     return frames
 

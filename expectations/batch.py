@@ -61,8 +61,14 @@ class TableChecks:
     checks: tuple[Check, ...]
 
     @classmethod
-    def of(cls, config: Config, target: str, table: str, keys: Sequence[str], relation: str | None = None) -> TableChecks:
-        return cls(table, tuple(keys), tuple(Check(rule, kwargs, policy, table) for rule, kwargs, policy in bound_rules(config, target, relation)))
+    def of(
+        cls, config: Config, target: str, table: str, keys: Sequence[str], relation: str | None = None
+    ) -> TableChecks:
+        return cls(
+            table,
+            tuple(keys),
+            tuple(Check(rule, kwargs, policy, table) for rule, kwargs, policy in bound_rules(config, target, relation)),
+        )
 
     @property
     def row_checks(self) -> tuple[Check, ...]:
@@ -73,32 +79,51 @@ class TableChecks:
         went on say: a unique and a not-null rule on ``key`` that broke on no row, or whose policy set aside (or
         stopped at) the rows they broke on; ``warn`` keeps them."""
         failed = {result.rule: result.failed for result in results}
-        guards = [check for check in self.row_checks if check.columns == (key,) and (check.rule.expectation in UNIQUE or check.rule.expectation == NOT_NULL)]
+        guards = [
+            check
+            for check in self.row_checks
+            if check.columns == (key,) and (check.rule.expectation in UNIQUE or check.rule.expectation == NOT_NULL)
+        ]
         kinds = {check.rule.expectation in UNIQUE for check in guards}
-        return kinds == {True, False} and all(check.policy != "warn" or not failed.get(check.rule.name) for check in guards)
+        return kinds == {True, False} and all(
+            check.policy != "warn" or not failed.get(check.rule.name) for check in guards
+        )
 
     def stops_repeats(self, key: str) -> bool:
         """Whether a ``fail`` rule keeps ``key`` unique among the rows written."""
-        return any(check.policy == "fail" and check.rule.expectation in UNIQUE and check.columns == (key,) for check in self.row_checks)
+        return any(
+            check.policy == "fail" and check.rule.expectation in UNIQUE and check.columns == (key,)
+            for check in self.row_checks
+        )
 
     def proven_unique(self, columns: Sequence[str]) -> TableChecks:
         """These rules with the one that ``columns`` are unique together taken as proven for the batch's rows, so not
         recounted: the count is a window that shuffles every column of the rows (all of gold's), where what proves it
         is already counted (pipelines/batch/emit.py)."""
         proven = tuple(
-            replace(check, proven=True) if check.rule.expectation in UNIQUE and set(check.columns) == set(columns) else check for check in self.checks
+            replace(check, proven=True)
+            if check.rule.expectation in UNIQUE and set(check.columns) == set(columns)
+            else check
+            for check in self.checks
         )
         return replace(self, checks=proven)
 
     def flagged(self, rows: DataFrame) -> DataFrame:
         """``rows`` with each row rule's flag."""
-        return rows.selectExpr("*", *[f"{check.fails()} AS {check.flag}" for check in self.row_checks]) if self.row_checks else rows
+        return (
+            rows.selectExpr("*", *[f"{check.fails()} AS {check.flag}" for check in self.row_checks])
+            if self.row_checks
+            else rows
+        )
 
     def metrics(self) -> list[Column]:
         """The aggregates a job over ``flagged`` rows computes for the rules, each named as ``results`` reads it: the
         rows, and each row rule's failures (each one SQL expression: a call to Spark, where columns built in Python
         take several)."""
-        return [F.expr(f"count(1) AS {EVALUATED}"), *[F.expr(f"count(CASE WHEN {check.flag} THEN 1 END) AS {check.flag}") for check in self.row_checks]]
+        return [
+            F.expr(f"count(1) AS {EVALUATED}"),
+            *[F.expr(f"count(CASE WHEN {check.flag} THEN 1 END) AS {check.flag}") for check in self.row_checks],
+        ]
 
     def written(self, flagged: DataFrame) -> DataFrame:
         """What the table gets of ``flagged``: a ``fail`` rule's row stops the job, a ``quarantine`` rule's rows are left
@@ -136,7 +161,9 @@ class TableChecks:
                 F.lit(check.rule.name).alias("rule"),
                 F.lit(self.table).alias("table"),
                 row_key(self.keys).alias("row_key"),
-                F.to_json(F.struct(*[column(name) for name in sorted(flagged.columns) if not name.startswith(DERIVED_PREFIX)])).alias("row"),
+                F.to_json(
+                    F.struct(*[column(name) for name in sorted(flagged.columns) if not name.startswith(DERIVED_PREFIX)])
+                ).alias("row"),
             )
             for check in self.row_checks
             if check.rule.name in broke

@@ -17,7 +17,6 @@ from pyspark.sql.types import StructType
 
 from state.names import literal, quoted
 
-
 RowTest = Callable[[dict[str, Any]], str]
 SchemaTest = Callable[[dict[str, Any], StructType], bool]
 
@@ -45,7 +44,9 @@ ROW_TESTS: dict[str, RowTest] = {
     "expect_column_values_to_be_in_set": lambda kwargs: (
         f"{quoted(kwargs['column'])} IS NOT NULL AND NOT {quoted(kwargs['column'])} IN ({', '.join(literal(value) for value in kwargs['value_set'])})"
     ),
-    "expect_column_values_to_be_unique": lambda kwargs: f"{quoted(kwargs['column'])} IS NOT NULL AND {_repeated([kwargs['column']])}",
+    "expect_column_values_to_be_unique": lambda kwargs: (
+        f"{quoted(kwargs['column'])} IS NOT NULL AND {_repeated([kwargs['column']])}"
+    ),
     "expect_compound_columns_to_be_unique": lambda kwargs: (
         f"({' OR '.join(f'{quoted(name)} IS NOT NULL' for name in kwargs['column_list'])}) AND {_repeated(kwargs['column_list'])}"
     ),
@@ -57,9 +58,12 @@ ROW_TESTS: dict[str, RowTest] = {
 
 SCHEMA_TESTS: dict[str, SchemaTest] = {
     "expect_table_columns_to_match_set": lambda kwargs, schema: (
-        set(schema.fieldNames()) != set(kwargs["column_set"]) if kwargs.get("exact_match") else not set(kwargs["column_set"]) <= set(schema.fieldNames())
+        set(schema.fieldNames()) != set(kwargs["column_set"])
+        if kwargs.get("exact_match")
+        else not set(kwargs["column_set"]) <= set(schema.fieldNames())
     ),
     "expect_column_values_to_be_in_type_list": lambda kwargs, schema: (
-        kwargs["column"] not in schema.fieldNames() or type(schema[kwargs["column"]].dataType).__name__ not in kwargs["type_list"]
+        kwargs["column"] not in schema.fieldNames()
+        or type(schema[kwargs["column"]].dataType).__name__ not in kwargs["type_list"]
     ),
 }

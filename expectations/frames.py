@@ -39,7 +39,11 @@ def with_pair_checks(
 
     def member(rel: Relation) -> str:
         derived = [f"'{name}', {identity_column(rel, name)}" for name in (ID, TS)]
-        carried = [] if projection.select is not None else [f"'{name}', {quoted(f'{rel.name}_{name}')}" for name in projection.columns.get(rel.name, ())]
+        carried = (
+            []
+            if projection.select is not None
+            else [f"'{name}', {quoted(f'{rel.name}_{name}')}" for name in projection.columns.get(rel.name, ())]
+        )
         return f"named_struct({', '.join([*derived, *carried])}) AS {quoted(rel.name)}"
 
     paired = gold.selectExpr("*", *[member(rel) for rel in relations])
@@ -51,8 +55,17 @@ def with_pair_checks(
     stamps = ", ".join(identity_column(rel, TS) for rel in relations)
     present = {rel: f"{identity_column(rel, ID)} IS NOT NULL" for rel in relations}
     complete = " AND ".join(present.values())
-    alone = {rel: " AND ".join([present[rel], *[f"NOT ({present[other]})" for other in relations if other != rel]]) for rel in relations}
-    owner = label(owned_by) if owned_by is not None else f"CASE WHEN {complete} THEN {owner_label(relations)} " + " ".join(f"WHEN {alone[rel]} THEN {label(rel)}" for rel in relations) + " END"
+    alone = {
+        rel: " AND ".join([present[rel], *[f"NOT ({present[other]})" for other in relations if other != rel]])
+        for rel in relations
+    }
+    owner = (
+        label(owned_by)
+        if owned_by is not None
+        else f"CASE WHEN {complete} THEN {owner_label(relations)} "
+        + " ".join(f"WHEN {alone[rel]} THEN {label(rel)}" for rel in relations)
+        + " END"
+    )
     return paired.selectExpr(
         "*",
         f"CASE WHEN {complete} THEN coalesce({condition}, false) ELSE true END AS _dq_predicate",
@@ -65,7 +78,14 @@ def with_pair_checks(
 def with_nothing_to_check(gold: DataFrame) -> DataFrame:
     """Gold rows whose members the rules have nothing to compare: a gold of one relation's records (semi and anti
     joins), or a batch before every relation has had a record (no tuple yet)."""
-    return gold.withColumns({"_dq_predicate": F.lit(True), "_dq_owner": F.col("owner"), "_dq_gap": F.lit(0).cast("bigint"), "_dq_complete": F.lit(True)})
+    return gold.withColumns(
+        {
+            "_dq_predicate": F.lit(True),
+            "_dq_owner": F.col("owner"),
+            "_dq_gap": F.lit(0).cast("bigint"),
+            "_dq_complete": F.lit(True),
+        }
+    )
 
 
 def _resolves(frame: DataFrame, condition: str) -> bool:
@@ -79,6 +99,16 @@ def _resolves(frame: DataFrame, condition: str) -> bool:
 def with_state_checks(rows: DataFrame, late: str, eviction: Memberships) -> DataFrame:
     """State rows with ``_dq_late`` (``late``, in Spark SQL: the row's record is also among the late arrivals) and
     ``_dq_watermark`` (the highest cutoff among the buffers the row is in, null when none of them has one)."""
-    cutoffs = [f"CASE WHEN {quoted(name)} THEN {cutoff.below} END" for name, cutoff in eviction.cutoffs.items() if cutoff is not None and name in rows.columns]
-    highest = "CAST(NULL AS BIGINT)" if not cutoffs else cutoffs[0] if len(cutoffs) == 1 else f"greatest({', '.join(cutoffs)})"
+    cutoffs = [
+        f"CASE WHEN {quoted(name)} THEN {cutoff.below} END"
+        for name, cutoff in eviction.cutoffs.items()
+        if cutoff is not None and name in rows.columns
+    ]
+    highest = (
+        "CAST(NULL AS BIGINT)"
+        if not cutoffs
+        else cutoffs[0]
+        if len(cutoffs) == 1
+        else f"greatest({', '.join(cutoffs)})"
+    )
     return rows.selectExpr("*", f"coalesce({late}, false) AS _dq_late", f"CAST({highest} AS BIGINT) AS _dq_watermark")

@@ -14,16 +14,16 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, MapType, StructType
 
 from expectations.batch import row_key
-from state.config import Config
-from state.frames import union_by_name
-from state.pointers import records
-from state.batch_log import BatchLog, LogTail
-from state.engines import DeltaEngine, Eviction
 from state import asof
+from state.batch_log import BatchLog, LogTail
+from state.config import Config
+from state.engines import DeltaEngine, Eviction
 from state.final import JOIN_KINDS, JoinKind, row_of
+from state.frames import union_by_name
 from state.joiner import Projection, data_columns, identity_column, joined, owner_label
 from state.layout import Warehouse
 from state.names import column
+from state.pointers import records
 from state.relations import DELETE, ID, OP, SEQ, Relation, RelationSpec
 
 BOOKKEEPING = ("batch_id", "produced_at")
@@ -100,7 +100,9 @@ def check_gold(engine: DeltaEngine, warehouse: Warehouse, config: Config) -> Rec
     return reconcile(expected_gold(engine, warehouse, config, gold, tail), gold)
 
 
-def expected_gold(engine: DeltaEngine, warehouse: Warehouse, config: Config, gold: DataFrame, tail: LogTail) -> DataFrame:
+def expected_gold(
+    engine: DeltaEngine, warehouse: Warehouse, config: Config, gold: DataFrame, tail: LogTail
+) -> DataFrame:
     """What ``gold`` must hold: the batch join of the config's kind of what is joinable up to the last arrival the
     batch log's ``tail`` joined (in
     gold's columns: ``select``, else every column of each record), minus the rows rules quarantined; nothing while a
@@ -113,7 +115,9 @@ def expected_gold(engine: DeltaEngine, warehouse: Warehouse, config: Config, gol
     select = None if config.select is None else tuple(config.select)
     projection = Projection({rel.name: data_columns(frame.columns) for rel, frame in relations.items()}, select)
     spec = config.join_spec
-    expected = batch_join(relations, config.join_condition, projection, spec.kind, spec.cutoffs(warehouse.relations, tail.watermarks))
+    expected = batch_join(
+        relations, config.join_condition, projection, spec.kind, spec.cutoffs(warehouse.relations, tail.watermarks)
+    )
     taken = _quarantined_keys(engine, warehouse, warehouse.gold)
     if taken is None:
         return expected
@@ -150,15 +154,29 @@ def batch_join(
         return records.limit(0) if cutoff is None else records.where(F.col(cutoff.column) < cutoff.below)
 
     if kind.as_of:
-        return asof.rows(final_only(relations[left], left), relations[order[1]], order, predicate, projection, keep_unmatched=bool(kind.preserved))
+        return asof.rows(
+            final_only(relations[left], left),
+            relations[order[1]],
+            order,
+            predicate,
+            projection,
+            keep_unmatched=bool(kind.preserved),
+        )
     tuples = joined(relations, predicate)
     columns = {rel: relations[rel] for rel in kind.gold_relations(order)}
-    parts = [tuples.selectExpr(*projection.of(owner_label(order), order))] if kind.emits_tuples else [row_of(relations[left].limit(0), left, columns, projection)]
+    parts = (
+        [tuples.selectExpr(*projection.of(owner_label(order), order))]
+        if kind.emits_tuples
+        else [row_of(relations[left].limit(0), left, columns, projection)]
+    )
 
     def matched(rel: Relation) -> DataFrame:
         return tuples.select(F.col(f"{rel.name}.{ID}").alias(ID))
 
-    parts += [row_of(final_only(relations[rel].join(matched(rel), ID, "left_anti"), rel), rel, columns, projection) for rel in kind.preserves(order)]
+    parts += [
+        row_of(final_only(relations[rel].join(matched(rel), ID, "left_anti"), rel), rel, columns, projection)
+        for rel in kind.preserves(order)
+    ]
     if kind.first_match:
         parts.append(row_of(relations[left].join(matched(left), ID, "left_semi"), left, columns, projection))
     return union_by_name(parts)
@@ -169,8 +187,13 @@ def reconcile(expected: DataFrame, gold: DataFrame) -> Reconciliation:
     matched by name; one gold has not gained yet (no batch since bronze gained it) compares as null."""
     actual = gold.drop(*BOOKKEEPING)
     types = dict(expected.dtypes)
-    actual = actual.select(*[column(name) if name in actual.columns else F.lit(None).cast(types[name]).alias(name) for name in expected.columns],
-                           *[column(name) for name in actual.columns if name not in types])
+    actual = actual.select(
+        *[
+            column(name) if name in actual.columns else F.lit(None).cast(types[name]).alias(name)
+            for name in expected.columns
+        ],
+        *[column(name) for name in actual.columns if name not in types],
+    )
     expected, actual = comparable(expected), comparable(actual)
     missing, extra = expected.exceptAll(actual), actual.exceptAll(expected)
     return Reconciliation(expected.count(), actual.count(), missing, extra, missing.count(), extra.count())
@@ -181,7 +204,9 @@ def comparable(frame: DataFrame) -> DataFrame:
     operations, and two maps of the same entries are equal whatever order they were built in."""
     if not any(_holds_map(field.dataType) for field in frame.schema.fields):
         return frame
-    return frame.select(*[_map_free(column(field.name), field.dataType).alias(field.name) for field in frame.schema.fields])
+    return frame.select(
+        *[_map_free(column(field.name), field.dataType).alias(field.name) for field in frame.schema.fields]
+    )
 
 
 def _holds_map(kind: DataType) -> bool:

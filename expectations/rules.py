@@ -42,7 +42,11 @@ class Rule:
         return self.expectation not in TABLE_LEVEL
 
     def parameters(self) -> set[str]:
-        return {match.group(1) for value in self.kwargs.values() if isinstance(value, str) and (match := _PARAMETER.match(value))}
+        return {
+            match.group(1)
+            for value in self.kwargs.values()
+            if isinstance(value, str) and (match := _PARAMETER.match(value))
+        }
 
     def bound(self, parameters: dict[str, Any]) -> dict[str, Any] | None:
         """The arguments with parameters filled in, or None when every parameter it has is unset (skipped)."""
@@ -61,7 +65,9 @@ def load_rules(directory: Path = SUITES_DIR) -> tuple[Rule, ...]:
     """Every rule of every suite, in file then rule order."""
     paths = sorted(directory.glob("*.yml"))
     if not paths:
-        raise LakejoinError(f"no expectation suites in {directory}: lakejoin was installed without its data files; reinstall it")
+        raise LakejoinError(
+            f"no expectation suites in {directory}: lakejoin was installed without its data files; reinstall it"
+        )
     rules: list[Rule] = []
     for path in paths:
         document = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -91,7 +97,9 @@ def _check_suites(rules: list[Rule]) -> None:
                 f"expectation rule {rule.name}: a batch cannot check {rule.expectation}; the expectations it checks: {', '.join(sorted({*ROW_TESTS, *SCHEMA_TESTS}))}"
             )
         if rule.target not in TARGETS:
-            raise LakejoinError(f"expectation rule {rule.name}: target must be one of {', '.join(TARGETS)}, got {rule.target!r}")
+            raise LakejoinError(
+                f"expectation rule {rule.name}: target must be one of {', '.join(TARGETS)}, got {rule.target!r}"
+            )
         check_policy(rule, rule.policy)
 
 
@@ -101,7 +109,9 @@ def check_policies(quality: Expectations) -> None:
     by_name = {rule.name: rule for rule in RULES}
     for name, policy in quality.policies.items():
         if name not in by_name:
-            raise LakejoinError(f"config: 'expectations.policies' names unknown rule {name!r}; rules: {', '.join(by_name)}")
+            raise LakejoinError(
+                f"config: 'expectations.policies' names unknown rule {name!r}; rules: {', '.join(by_name)}"
+            )
         check_policy(by_name[name], policy)
 
 
@@ -114,7 +124,9 @@ def reference() -> str:
 
 def check_policy(rule: Rule, policy: object) -> None:
     if policy not in POLICIES:
-        raise LakejoinError(f"expectation rule {rule.name}: policy must be one of {', '.join(POLICIES)}, got {policy!r}")
+        raise LakejoinError(
+            f"expectation rule {rule.name}: policy must be one of {', '.join(POLICIES)}, got {policy!r}"
+        )
     if policy == "quarantine" and not rule.row_level:
         raise LakejoinError(
             f"expectation rule {rule.name} checks the whole table, so it cannot quarantine rows: use warn or fail"
@@ -133,7 +145,9 @@ class Check:
     kwargs: dict[str, Any]
     policy: str
     table: str  # e.g. bronze/r
-    proven: bool = False  # the batch's inputs prove the rule holds on its rows: no row is recounted (TableChecks.proven_unique)
+    proven: bool = (
+        False  # the batch's inputs prove the rule holds on its rows: no row is recounted (TableChecks.proven_unique)
+    )
 
     @property
     def row_level(self) -> bool:

@@ -68,7 +68,9 @@ class Validator:
         if not self._batches:
             # Great Expectations caches each batch's rows unless told not to; a session that caches nothing
             # (Databricks serverless) refuses that.
-            source = self.context.data_sources.add_or_update_spark(name="lakejoin_spark", persist=not is_restricted(self.spark))
+            source = self.context.data_sources.add_or_update_spark(
+                name="lakejoin_spark", persist=not is_restricted(self.spark)
+            )
             asset = source.add_dataframe_asset(name="rows")
             self._batches["spark"] = asset.add_batch_definition_whole_dataframe("whole")
         return self._batches["spark"]
@@ -96,8 +98,12 @@ class Validator:
             "return_unexpected_index_query": False,
         }
         if persist:
-            definition = gx.ValidationDefinition(name=suite.name, data=self.batch_definition(), suite=self.context.suites.add_or_update(suite))
-            outcome = self.context.validation_definitions.add_or_update(definition).run(batch_parameters=parameters, result_format=fmt)
+            definition = gx.ValidationDefinition(
+                name=suite.name, data=self.batch_definition(), suite=self.context.suites.add_or_update(suite)
+            )
+            outcome = self.context.validation_definitions.add_or_update(definition).run(
+                batch_parameters=parameters, result_format=fmt
+            )
         else:
             outcome = self.batch_definition().get_batch(batch_parameters=parameters).validate(suite, result_format=fmt)
         by_rule = {result.expectation_config.meta["rule"]: result for result in outcome.results}

@@ -26,7 +26,10 @@ CHANGES = {"op": "op", "sequence_by": "seq"}
 CONFIG = {"relations": {"r": {"changes": CHANGES}, "s": {"changes": CHANGES}}}
 SCHEMA = "op STRING, seq LONG, id STRING, ts LONG, key STRING, amount DOUBLE"
 # Two ingests, each joined in a batch: r1 moves from key a to key c (an update), r2 is deleted
-FIRST = [("c", 1, "r1", 10, "a", 1.0), ("c", 1, "r2", 11, "b", 2.0)], [("c", 1, "s1", 12, "a", 3.0), ("c", 1, "s2", 13, "c", 4.0)]
+FIRST = (
+    [("c", 1, "r1", 10, "a", 1.0), ("c", 1, "r2", 11, "b", 2.0)],
+    [("c", 1, "s1", 12, "a", 3.0), ("c", 1, "s2", 13, "c", 4.0)],
+)
 SECOND = [("u", 2, "r1", 14, "c", 5.0), ("d", 2, "r2", 15, "b", 2.0)], [("c", 2, "s3", 16, "a", 6.0)]
 # Gold after each ingest's batches: the current version of every record, joined on key
 GOLD = ([("r1", "s1", 1.0, 3.0)], [("r1", "s2", 5.0, 4.0)])
@@ -92,7 +95,9 @@ def _joins_exactly(spark: SparkSession, schema: str) -> str:
             for relation, rows in zip("rs", arrivals):
                 pipeline.ingest(relation, spark.createDataFrame(rows, SCHEMA))
             batches += len(pipeline.run().batches)
-            gold = sorted(tuple(row) for row in pipeline.table("gold").select("_r_id", "_s_id", "r_amount", "s_amount").collect())
+            gold = sorted(
+                tuple(row) for row in pipeline.table("gold").select("_r_id", "_s_id", "r_amount", "s_amount").collect()
+            )
             if gold != expected:
                 raise AssertionError(f"gold is {gold} after batch {batches}, expected {expected}")
         return f"{batches} batches, gold exact after each ingest"

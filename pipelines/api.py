@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from typing import TYPE_CHECKING, TypeVar
 
-from state.config import Config, config_from, load_config
 from pipelines.maintain import SAFE_RETENTION_HOURS
+from state.config import Config, config_from, load_config
 from state.errors import LakejoinError
 
 if TYPE_CHECKING:  # Spark loads when a Pipeline is made, not when the CLI parses its arguments
@@ -63,7 +63,14 @@ class Pipeline:
     ``close`` (or leaving a ``with`` block) stops.
     """
 
-    def __init__(self, warehouse: str, config: str | os.PathLike | Mapping | Config | None = None, spark: SparkSession | None = None, *, verbose: bool = False) -> None:
+    def __init__(
+        self,
+        warehouse: str,
+        config: str | os.PathLike | Mapping | Config | None = None,
+        spark: SparkSession | None = None,
+        *,
+        verbose: bool = False,
+    ) -> None:
         self.root = os.fspath(warehouse)
         self._given = _config(config)
         self._spark, self._verbose, self._owns_session = spark, verbose, False
@@ -118,7 +125,12 @@ class Pipeline:
         return self._ingesting(relation, lambda opened, rel: _files(opened, rel, files, progress))
 
     def ingest_landing(
-        self, relation: str, folder: str, checkpoint: str | None = None, *, progress: Callable[[IngestResult], None] | None = None
+        self,
+        relation: str,
+        folder: str,
+        checkpoint: str | None = None,
+        *,
+        progress: Callable[[IngestResult], None] | None = None,
     ) -> list[IngestResult]:
         """Ingest every file under ``folder`` not ingested yet (Auto Loader on Databricks, its checkpoint by default
         under ``folder/_lakejoin_checkpoint``, one per warehouse). A file refused as a whole is recorded and not tried again."""
@@ -129,7 +141,15 @@ class Pipeline:
 
         def ingest(opened: _Opened, rel: Relation) -> list[IngestResult]:
             results: list[IngestResult] = []
-            ingest_landing(opened.engine, opened.warehouse, rel, folder, checkpoint, _reporting(results, progress), opened.config.relations)
+            ingest_landing(
+                opened.engine,
+                opened.warehouse,
+                rel,
+                folder,
+                checkpoint,
+                _reporting(results, progress),
+                opened.config.relations,
+            )
             return results
 
         return self._ingesting(relation, ingest)
@@ -168,7 +188,9 @@ class Pipeline:
         from state.lock import JOIN, hold
 
         if follow is not None and not follow > 0:
-            raise LakejoinError(f"follow is the seconds between looks for new arrivals: a positive number, got {follow!r}")
+            raise LakejoinError(
+                f"follow is the seconds between looks for new arrivals: a positive number, got {follow!r}"
+            )
         done: list[BatchReport | SourceResult | Landing | IngestResult] = []
         report, interrupted = _reporting(done, progress), False
         with self._call("run"):
@@ -217,8 +239,15 @@ class Pipeline:
         with self._call("validate"):
             opened = self._open("validate")
             if docs is None and opened.warehouse.in_catalog:
-                raise LakejoinError("a Unity Catalog warehouse has no folder for Data Docs: pass docs= (e.g. a Volumes path)")
-            return audit(opened.engine, opened.warehouse, opened.config, docs or os.path.join(opened.warehouse.root, "quality", "gx"))
+                raise LakejoinError(
+                    "a Unity Catalog warehouse has no folder for Data Docs: pass docs= (e.g. a Volumes path)"
+                )
+            return audit(
+                opened.engine,
+                opened.warehouse,
+                opened.config,
+                docs or os.path.join(opened.warehouse.root, "quality", "gx"),
+            )
 
     def table(self, name: str) -> DataFrame:
         """A DataFrame of one of the warehouse's tables, by its name: ``gold``, ``bronze/r``, ``silver/r_state``,
@@ -248,12 +277,18 @@ class Pipeline:
         with self._call("advance"):
             opened = self._open("advance")
             rel = named(relation, opened.warehouse.relations)
-            kind = warehouse_kind(opened.engine, opened.warehouse, {r.name: opened.config.spec(r.name).event_time for r in opened.warehouse.relations})
+            kind = warehouse_kind(
+                opened.engine,
+                opened.warehouse,
+                {r.name: opened.config.spec(r.name).event_time for r in opened.warehouse.relations},
+            )
             value = on_axis_value(to, kind, "--to")
             shown = render(value, kind) or str(value)
             declare(opened.engine, opened.warehouse, rel, value, shown, now())
             record(opened.engine, opened.warehouse, opened.settled)
-            return f"{rel.name}: no record older than {shown} will come; the next run takes it as {rel.label}'s watermark"
+            return (
+                f"{rel.name}: no record older than {shown} will come; the next run takes it as {rel.label}'s watermark"
+            )
 
     def maintain(self, retention_hours: int = SAFE_RETENTION_HOURS) -> list[str]:
         """OPTIMIZE every table (bronze sorted on arrival order), then VACUUM files no version of the last
@@ -264,9 +299,13 @@ class Pipeline:
 
         with self._call("maintain"):
             opened = self._open("maintain")
-            with hold(opened.warehouse.root, JOIN, None, self._locking_spark()):  # a rewrite must not race a batch's MERGE
+            with hold(
+                opened.warehouse.root, JOIN, None, self._locking_spark()
+            ):  # a rewrite must not race a batch's MERGE
                 maintained = maintain(opened.engine, opened.warehouse, retention_hours)
-            record(opened.engine, opened.warehouse, opened.settled)  # a maintain that fails leaves the definition as it was
+            record(
+                opened.engine, opened.warehouse, opened.settled
+            )  # a maintain that fails leaves the definition as it was
             return maintained
 
     def reset(self) -> list[str]:
@@ -290,7 +329,9 @@ class Pipeline:
         (result,) = self._ingesting(relation, ingest)
         return result
 
-    def _ingesting(self, relation: str, ingest: Callable[[_Opened, Relation], list[IngestResult]]) -> list[IngestResult]:
+    def _ingesting(
+        self, relation: str, ingest: Callable[[_Opened, Relation], list[IngestResult]]
+    ) -> list[IngestResult]:
         """Run ``ingest`` on the opened warehouse under the ingest lock (ingests queue: each takes the next places in
         the arrival order), the definition recorded before any row lands."""
         from pipelines.definition import record
@@ -299,10 +340,14 @@ class Pipeline:
 
         with self._call("ingest"), hold(self.root, INGEST, None, self._locking_spark()):
             opened = self._open("ingest")
-            rel = named(relation, opened.warehouse.relations)  # an unknown relation is refused before anything is recorded
+            rel = named(
+                relation, opened.warehouse.relations
+            )  # an unknown relation is refused before anything is recorded
             table = opened.config.spec(rel.name).table
             if table is not None:
-                raise LakejoinError(f"relation {rel.name} reads table {table} in place and takes no files: 'lakejoin run' joins what the table gains")
+                raise LakejoinError(
+                    f"relation {rel.name} reads table {table} in place and takes no files: 'lakejoin run' joins what the table gains"
+                )
             with opened.engine.pinned():  # the lock is held: what this call writes, only it writes
                 record(opened.engine, opened.warehouse, opened.settled)  # bronze's _id and _ts are derived under it
                 return ingest(opened, rel)
@@ -324,7 +369,12 @@ class Pipeline:
         from state.engines.jvm import classic_spark_running
         from state.lock import is_local
 
-        if self._spark is not None or os.environ.get(REMOTE) or "DATABRICKS_RUNTIME_VERSION" in os.environ or not is_local(self.root):
+        if (
+            self._spark is not None
+            or os.environ.get(REMOTE)
+            or "DATABRICKS_RUNTIME_VERSION" in os.environ
+            or not is_local(self.root)
+        ):
             return None
         if SparkSession.getActiveSession() is not None or classic_spark_running():
             return None
@@ -406,7 +456,9 @@ def _path_of(warehouse: Warehouse, name: str) -> str:
 
 def _existing(name: str, table: T | None, root: str) -> T:
     if table is None:
-        raise LakejoinError(f"table {name!r} of {root} does not exist yet: it is written by the first ingest or run that has rows for it")
+        raise LakejoinError(
+            f"table {name!r} of {root} does not exist yet: it is written by the first ingest or run that has rows for it"
+        )
     return table
 
 
@@ -435,13 +487,19 @@ def _reporting(into: list, progress: Callable | None) -> Callable:
     return report
 
 
-def _files(opened: _Opened, rel: Relation, files: list[str], progress: Callable[[IngestResult], None] | None) -> list[IngestResult]:
+def _files(
+    opened: _Opened, rel: Relation, files: list[str], progress: Callable[[IngestResult], None] | None
+) -> list[IngestResult]:
     from pipelines.ingest import ingest_files
 
-    return ingest_files(opened.engine, opened.warehouse, rel, files, opened.config.relations, progress or (lambda _: None))
+    return ingest_files(
+        opened.engine, opened.warehouse, rel, files, opened.config.relations, progress or (lambda _: None)
+    )
 
 
-def _join_pending(opened: _Opened, config: Config, report: Callable, stop: Callable[[], bool], record: Callable[[], None], held: Held) -> None:
+def _join_pending(
+    opened: _Opened, config: Config, report: Callable, stop: Callable[[], bool], record: Callable[[], None], held: Held
+) -> None:
     """Ingest the source tables' new versions, then join every pending arrival and the files new in the landing folders
     (unless ``stop`` says so), handing ``report`` each source's result, what each batch landed and each batch;
     ``record`` records the definition before the first write; ``held``, the run's lock, is proved held before each
@@ -453,11 +511,18 @@ def _join_pending(opened: _Opened, config: Config, report: Callable, stop: Calla
     from state.relations import relation
 
     for name, folder in config.landings.items():
-        require_landing(folder, relation(name, opened.warehouse.relations).name)  # before the definition is recorded: a refused run writes nothing
+        require_landing(
+            folder, relation(name, opened.warehouse.relations).name
+        )  # before the definition is recorded: a refused run writes nothing
     with opened.engine.pinned():  # the run's lock is held; the ingest lock and each batch pin again
         if config.reads_tables:
             record()
-            with hold(opened.warehouse.root, INGEST, None, opened.engine.spark), opened.engine.pinned():  # new rows take places in the arrival order
+            with (
+                hold(opened.warehouse.root, INGEST, None, opened.engine.spark),
+                opened.engine.pinned(),
+            ):  # new rows take places in the arrival order
                 for result in ingest_sources(opened.engine, opened.warehouse, config.relations):
                     report(result)
-        run(opened.engine, opened.warehouse, config, progress=report, stop=stop, before_writing=record, fence=held.check)
+        run(
+            opened.engine, opened.warehouse, config, progress=report, stop=stop, before_writing=record, fence=held.check
+        )

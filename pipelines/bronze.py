@@ -69,7 +69,9 @@ QUARANTINE_SCHEMA = pa.schema(
 )
 
 # What Parquet's reader says of a data page it cannot decode (its footer read): damage, not a form lakejoin refuses.
-DAMAGED_PAGE = re.compile(r"FAILED_TO_UNCOMPRESS|could not decode|ParquetDecodingException|Can ?not read value|corrupt|decompress", re.I)
+DAMAGED_PAGE = re.compile(
+    r"FAILED_TO_UNCOMPRESS|could not decode|ParquetDecodingException|Can ?not read value|corrupt|decompress", re.I
+)
 
 # What ends reading a file: its form (FileRefused from lakejoin's own checks, values nested deeper than Python
 # recurses), or a failure while reading it (Spark's, the file system's).
@@ -104,7 +106,9 @@ class Tally:
     duplicates: int = 0
 
     def __add__(self, other: Tally) -> Tally:
-        return Tally(self.landed + other.landed, self.quarantined + other.quarantined, self.duplicates + other.duplicates)
+        return Tally(
+            self.landed + other.landed, self.quarantined + other.quarantined, self.duplicates + other.duplicates
+        )
 
 
 @dataclass(frozen=True)
@@ -159,7 +163,16 @@ class Lander:
 
     def provenance(self, rel: Relation) -> Provenance:
         """Where a landed file's rows come from: their file and line."""
-        return Provenance(rel, "", self.tag, self.at, F.col("_source_file"), F.col("_source_line"), F.lit(None).cast("long"), named=F.col("_source_file"))
+        return Provenance(
+            rel,
+            "",
+            self.tag,
+            self.at,
+            F.col("_source_file"),
+            F.col("_source_line"),
+            F.lit(None).cast("long"),
+            named=F.col("_source_file"),
+        )
 
 
 @dataclass(frozen=True)
@@ -201,7 +214,15 @@ def land_rows(lander: Lander, rel: Relation, parsed: Parsed, inputs: Sequence[Pl
     """Rows already parsed (a DataFrame's, a source table's), each at its ``_arrival_seq``, typed and classified as a
     file's, and appended to bronze in one commit. A failure to read them raises."""
     settled = _bronze_types(lander.engine, lander.warehouse, rel)
-    frame, _ = typed(lander.engine, lander.warehouse, rel, lander.specs, parsed, configured_types(rel, lander.specs[rel.name]), settled)
+    frame, _ = typed(
+        lander.engine,
+        lander.warehouse,
+        rel,
+        lander.specs,
+        parsed,
+        configured_types(rel, lander.specs[rel.name]),
+        settled,
+    )
     return _land(lander, rel, frame, inputs, source, None)
 
 
@@ -222,7 +243,9 @@ def _land(
     classified = outcomes(typed_rows, lander.known(rel), lander.specs[rel.name].changes is not None)
     each = by_input or len(inputs) == 1  # each input's tally, or the landing's (with the inputs setting rows aside)
     tallied = classified.withColumn(TALLY, 3 * _input_index(inputs) + _outcome_code() if each else _outcome_code())
-    metrics = _tallies(len(inputs) if each else 1) + ([] if each else [F.collect_set(F.when(F.col(TALLY) == QUARANTINED, _input_index(inputs))).alias(SET_ASIDE)])
+    metrics = _tallies(len(inputs) if each else 1) + (
+        [] if each else [F.collect_set(F.when(F.col(TALLY) == QUARANTINED, _input_index(inputs))).alias(SET_ASIDE)]
+    )
     observation, watching = Observation(), Observation()
     rows = bronze_rows(tallied.observe(observation, *metrics), source)
     watch = lander.watch(rel, rows)
@@ -231,7 +254,9 @@ def _land(
     try:
         with step(f"bronze_{rel.name}"):
             bronze = lander.warehouse.bronze(rel)
-            written = lander.engine.append(bronze, rows, lander.txn(bronze), statistics_of(rows.columns, BRONZE_STATISTICS))
+            written = lander.engine.append(
+                bronze, rows, lander.txn(bronze), statistics_of(rows.columns, BRONZE_STATISTICS)
+            )
     except UNREADABLE as exc:
         if without is None:
             raise
@@ -242,7 +267,9 @@ def _land(
         return without(found[0].name, found[1])
     counts = observation.get if written is not None else tallied.agg(*metrics).first().asDict()
     if each:
-        tallies = {placed.name: Tally(*(counts[outcome][index] for outcome in OUTCOMES)) for index, placed in enumerate(inputs)}
+        tallies = {
+            placed.name: Tally(*(counts[outcome][index] for outcome in OUTCOMES)) for index, placed in enumerate(inputs)
+        }
         bad = [placed for placed in inputs if tallies[placed.name].quarantined]
     else:
         tallies = {rel.name: Tally(*(counts[outcome][0] for outcome in OUTCOMES))}
@@ -250,7 +277,9 @@ def _land(
     quarantined = None
     if bad:  # read again only the inputs that set rows aside
         quarantined = quarantine_rows(classified.where(" OR ".join(placed.rows for placed in bad)), source)
-    return Landed(rel.name, tallies, {}, quarantined, watching.get if watch is not None and written is not None else None)
+    return Landed(
+        rel.name, tallies, {}, quarantined, watching.get if watch is not None and written is not None else None
+    )
 
 
 def _read_alone(lander: Lander, rel: Relation, files: Sequence[Placed]) -> tuple[Placed, FileRefused] | None:
@@ -284,7 +313,9 @@ def _tallies(inputs: int) -> list[Column]:
     """Per outcome, an array of each input's rows with it (``3 * input + outcome`` is a row's ``_tally``): SQL text,
     so one expression whatever the inputs' number."""
     return [
-        F.expr(f"array({', '.join(f'count_if({TALLY} = {3 * number + code})' for number in range(inputs))})").alias(outcome)
+        F.expr(f"array({', '.join(f'count_if({TALLY} = {3 * number + code})' for number in range(inputs))})").alias(
+            outcome
+        )
         for code, outcome in enumerate(OUTCOMES)
     ]
 
@@ -294,13 +325,17 @@ def _bronze_types(engine: DeltaReader, warehouse: Warehouse, rel: Relation) -> d
     return {} if schema is None else {field.name: field.dataType for field in schema.fields}
 
 
-def _typed_files(lander: Lander, rel: Relation, files: Sequence[Placed]) -> tuple[DataFrame | None, dict[str, FileRefused]]:
+def _typed_files(
+    lander: Lander, rel: Relation, files: Sequence[Placed]
+) -> tuple[DataFrame | None, dict[str, FileRefused]]:
     """``files`` parsed and typed, kind by kind (each kind's types settled by bronze's, then the earlier kinds'): their
     rows in one frame, each at its place (None when none is left), and the files refused. A kind of several files
     refused as a whole is typed again file by file, so only the files at fault are refused."""
     engine, warehouse = lander.engine, lander.warehouse
     settled = _bronze_types(engine, warehouse, rel)
-    configured = configured_types(rel, lander.specs[rel.name])  # a config error stops the command: it is no file's fault
+    configured = configured_types(
+        rel, lander.specs[rel.name]
+    )  # a config error stops the command: it is no file's fault
     frames, refused = [], {}
     pending = _kinds(files)
     while pending:
@@ -308,7 +343,10 @@ def _typed_files(lander: Lander, rel: Relation, files: Sequence[Placed]) -> tupl
         try:
             parsed = parse_files(engine.spark, [file.name for file in group], format_of(group[0].name))
             first = F.create_map(*[F.lit(value) for file in group for value in (file.name, file.first)])
-            placed = replace(parsed, frame=parsed.frame.withColumn("_arrival_seq", first[F.col("_source_file")] + F.col("_source_line")))
+            placed = replace(
+                parsed,
+                frame=parsed.frame.withColumn("_arrival_seq", first[F.col("_source_file")] + F.col("_source_line")),
+            )
             frame, types = typed(engine, warehouse, rel, lander.specs, placed, configured, settled)
         except UNREADABLE as exc:
             if len(group) > 1:
@@ -329,7 +367,10 @@ def _kinds(files: Sequence[Placed]) -> list[list[Placed]]:
     kinds: dict[tuple, list[Placed]] = {}
     for file in files:
         fmt = format_of(file.name)
-        key = (fmt, csv_header(file.name) if fmt == "csv" else str(pq.read_schema(file.name)) if fmt == "parquet" else None)
+        key = (
+            fmt,
+            csv_header(file.name) if fmt == "csv" else str(pq.read_schema(file.name)) if fmt == "parquet" else None,
+        )
         kinds.setdefault(key, []).append(file)
     return list(kinds.values())
 
@@ -343,7 +384,9 @@ def _names(error: BaseException, path: str) -> bool:
 def bronze_rows(classified: DataFrame, source: Provenance) -> DataFrame:
     """Accepted rows with their bookkeeping, each at its place in the arrival order."""
     accepted = classified.where(F.col("_outcome") == "accepted")
-    data = [name for name in accepted.columns if not name.startswith("_") and (source.kept is None or name in source.kept)]
+    data = [
+        name for name in accepted.columns if not name.startswith("_") and (source.kept is None or name in source.kept)
+    ]
     table_version = [] if source.kept is None else [source.version.alias("_source_version")]
     return accepted.select(
         *[column(name) for name in data],
@@ -380,7 +423,18 @@ def refusal_rows(refused: Sequence[tuple[str, str, str, bool]], ingest_id: str, 
     """Files refused as a whole, kept where their rows would have been quarantined: a row each (relation, file, why,
     whether for good), without a line."""
     rows = [
-        dict(relation=relation, reason=reason, source_file=path, source_line=None, raw=None, id=None, ingest_id=ingest_id, ingested_at=ingested_at, source_version=None, lasting=lasting)
+        dict(
+            relation=relation,
+            reason=reason,
+            source_file=path,
+            source_line=None,
+            raw=None,
+            id=None,
+            ingest_id=ingest_id,
+            ingested_at=ingested_at,
+            source_version=None,
+            lasting=lasting,
+        )
         for relation, path, reason, lasting in refused
     ]
     return pa.Table.from_pylist(rows, QUARANTINE_SCHEMA)
@@ -394,7 +448,10 @@ def refusal(file: str, exc: BaseException) -> FileRefused:
     if isinstance(exc, RecursionError) or "maximum recursion depth exceeded" in str(exc):  # PySpark may wrap it
         return FileRefused(f"cannot ingest {file}: its values are nested too deeply to read")
     if format_of(file) == "parquet" and DAMAGED_PAGE.search(str(exc)):
-        return FileRefused(f"cannot ingest {file}: a Parquet data page cannot be read, the file is damaged ({first_line(exc)})", lasting=False)
+        return FileRefused(
+            f"cannot ingest {file}: a Parquet data page cannot be read, the file is damaged ({first_line(exc)})",
+            lasting=False,
+        )
     return FileRefused(f"cannot ingest {file}: Spark cannot read it ({first_line(exc)})", lasting=False)
 
 
@@ -403,7 +460,10 @@ def held_records(engine: DeltaEngine, warehouse: Warehouse, rel: Relation) -> Da
     table holds (each until it is below its relation's watermark: a copy arriving later is late anyway), and those
     ingested and not joined yet. Bounded by the lateness, not by bronze's history."""
     joined_to = engine.max_value(warehouse.batches, "seq_to") or 0
-    frames = (engine.read(warehouse.state(rel)), engine.read(warehouse.bronze(rel), where=f"_arrival_seq > {joined_to}"))
+    frames = (
+        engine.read(warehouse.state(rel)),
+        engine.read(warehouse.bronze(rel), where=f"_arrival_seq > {joined_to}"),
+    )
     return held_digests(*frames)
 
 

@@ -36,6 +36,7 @@ from state.layout import Warehouse
 from state.names import column, literal, quoted
 from state.relations import DELETE, ID, INSERT, OP, SEQ, TS, UPDATE, ChangeSpec, Relation, RelationSpec, others
 
+
 def typed(
     engine: DeltaEngine,
     warehouse: Warehouse,
@@ -58,9 +59,18 @@ def typed(
 
 # Parquet types that convert to an established type without losing anything.
 _WIDENS = {
-    (ByteType, ShortType), (ByteType, IntegerType), (ByteType, LongType), (ShortType, IntegerType), (ShortType, LongType),
-    (IntegerType, LongType), (FloatType, DoubleType), (ByteType, DoubleType), (ShortType, DoubleType), (IntegerType, DoubleType),
-    (DateType, TimestampType), (TimestampNTZType, TimestampType),
+    (ByteType, ShortType),
+    (ByteType, IntegerType),
+    (ByteType, LongType),
+    (ShortType, IntegerType),
+    (ShortType, LongType),
+    (IntegerType, LongType),
+    (FloatType, DoubleType),
+    (ByteType, DoubleType),
+    (ShortType, DoubleType),
+    (IntegerType, DoubleType),
+    (DateType, TimestampType),
+    (TimestampNTZType, TimestampType),
 }
 
 
@@ -77,7 +87,9 @@ def configured_types(rel: Relation, spec: RelationSpec) -> dict[str, DataType]:
     try:
         return {name: DataType.fromDDL(ddl) for name, ddl in spec.columns.items()}
     except Exception as exc:  # noqa: BLE001 - Spark's parse errors have many types; the message names the setting
-        raise LakejoinError(f"config: relations.{rel.name}.columns has a type Spark does not know ({spec.columns}): {str(exc).splitlines()[0]}") from exc
+        raise LakejoinError(
+            f"config: relations.{rel.name}.columns has a type Spark does not know ({spec.columns}): {str(exc).splitlines()[0]}"
+        ) from exc
 
 
 def _in_bronze_spelling(parsed: Parsed, bronze_schema: StructType) -> Parsed:
@@ -87,11 +99,18 @@ def _in_bronze_spelling(parsed: Parsed, bronze_schema: StructType) -> Parsed:
     renames = {name: spelling[name.lower()] for name in parsed.types if spelling.get(name.lower(), name) != name}
     if not renames:
         return parsed
-    return Parsed(parsed.frame.withColumnsRenamed(renames), {renames.get(n, n): t for n, t in parsed.types.items()}, parsed.text)
+    return Parsed(
+        parsed.frame.withColumnsRenamed(renames), {renames.get(n, n): t for n, t in parsed.types.items()}, parsed.text
+    )
 
 
 def _layout(
-    engine: DeltaEngine, warehouse: Warehouse, rel: Relation, specs: dict[str, RelationSpec], parsed: Parsed, settled: dict[str, DataType]
+    engine: DeltaEngine,
+    warehouse: Warehouse,
+    rel: Relation,
+    specs: dict[str, RelationSpec],
+    parsed: Parsed,
+    settled: dict[str, DataType],
 ) -> _Layout:
     """``settled``: the types the config and bronze give (bronze's win)."""
     spec = specs[rel.name]
@@ -113,27 +132,43 @@ def _nested_that_fit(parsed: Parsed, settled: dict[str, DataType]) -> dict[str, 
     the column kept as its JSON text. Spark infers an empty string as null, so ``["", []]`` is inferred as an
     array of arrays that its own ``""`` does not fit: no row is quarantined for what the file's inference got wrong."""
     inferred = [
-        name for name, given in parsed.types.items() if parsed.text and name not in settled and isinstance(given, (StructType, ArrayType, MapType))
+        name
+        for name, given in parsed.types.items()
+        if parsed.text and name not in settled and isinstance(given, (StructType, ArrayType, MapType))
     ]
     if not inferred:
         return parsed.types
-    misfit = [F.max((column(name).isNotNull() & F.from_json(column(name), parsed.types[name]).isNull()).cast("int")) for name in inferred]
+    misfit = [
+        F.max((column(name).isNotNull() & F.from_json(column(name), parsed.types[name]).isNull()).cast("int"))
+        for name in inferred
+    ]
     fits = parsed.frame.where(~F.col("_unparsable")).agg(*misfit).first()
     return {**parsed.types, **{name: StringType() for name, broken in zip(inferred, fits) if broken}}
 
 
 def _event_time_kind(
-    engine: DeltaEngine, warehouse: Warehouse, rel: Relation, specs: dict[str, RelationSpec], parsed: Parsed, settled: dict[str, DataType]
+    engine: DeltaEngine,
+    warehouse: Warehouse,
+    rel: Relation,
+    specs: dict[str, RelationSpec],
+    parsed: Parsed,
+    settled: dict[str, DataType],
 ) -> str:
     """The kind of ``rel``'s event time: as bronze or the config has it, else as the other relations' (all share one
     axis), else as the file gives it — text is timestamps when some value reads as one, else integers."""
     event_time = specs[rel.name].event_time
     ours = kind_of(settled[event_time]) if event_time in settled else None
     if event_time in settled and ours is None:
-        raise LakejoinError(f"event time {event_time} of {rel.name} is {settled[event_time].simpleString()}: use a timestamp, a date or an integer column")
+        raise LakejoinError(
+            f"event time {event_time} of {rel.name} is {settled[event_time].simpleString()}: use a timestamp, a date or an integer column"
+        )
     for other in others(rel, warehouse.relations):
         schema, theirs_column = engine.schema(warehouse.bronze(other)), specs[other.name].event_time
-        theirs = kind_of(schema[theirs_column].dataType) if schema is not None and theirs_column in schema.fieldNames() else None
+        theirs = (
+            kind_of(schema[theirs_column].dataType)
+            if schema is not None and theirs_column in schema.fieldNames()
+            else None
+        )
         if ours is not None and theirs is not None and ours != theirs:
             raise LakejoinError(
                 f"event time {event_time} of {rel.name} is a {ours} but {theirs_column} of {other.name} is a {theirs}: "
@@ -145,7 +180,9 @@ def _event_time_kind(
     given = parsed.types[event_time]
     if not parsed.text and not isinstance(given, StringType):
         if kind_of(given) is None:
-            raise FileRefused(f"event time {event_time} of {rel.name} is {given.simpleString()} there: use a timestamp, a date or an integer column")
+            raise FileRefused(
+                f"event time {event_time} of {rel.name} is {given.simpleString()} there: use a timestamp, a date or an integer column"
+            )
         return kind_of(given)  # type: ignore[return-value]
     text = F.trim(column(event_time).cast("string"))
     looks_like_time = ~F.col("_unparsable") & ~text.rlike(INTEGER_TEXT) & text.try_cast(TimestampType()).isNotNull()
@@ -217,7 +254,9 @@ def _normalize(parsed: Parsed, layout: _Layout) -> DataFrame:
         changes = {}
     reasons += [misfit for _, misfit in changes.values()]
     axis = on_axis(values[spec.event_time], layout.kind) if spec.event_time in present else "NULL"
-    whence = [name for name in parsed.frame.columns if name.startswith("_source_") or name == "_arrival_seq"]  # a line; a file, a table's version, a place
+    whence = [
+        name for name in parsed.frame.columns if name.startswith("_source_") or name == "_arrival_seq"
+    ]  # a line; a file, a table's version, a place
     return parsed.frame.selectExpr(
         *whence,
         "_raw",
@@ -233,14 +272,23 @@ def _feed_columns() -> dict[str, tuple[str, str]]:
     """A Change Data Feed's ``_op`` and ``_seq`` (its commit version), as ``_change_columns`` gives a file's
     (pipelines/sources.py reads the feed; an update comes as its new version), each with the reason it fails (SQL)."""
     op = f"CASE _change_type WHEN 'insert' THEN {literal(INSERT)} WHEN 'update_postimage' THEN {literal(UPDATE)} WHEN 'delete' THEN {literal(DELETE)} END"
-    return {OP: (op, f"CASE WHEN ({op}) IS NULL THEN concat('not a change: ', _change_type) END"), SEQ: ("CAST(_commit_version AS BIGINT)", "CAST(NULL AS STRING)")}
+    return {
+        OP: (op, f"CASE WHEN ({op}) IS NULL THEN concat('not a change: ', _change_type) END"),
+        SEQ: ("CAST(_commit_version AS BIGINT)", "CAST(NULL AS STRING)"),
+    }
 
 
-def _change_columns(changes: ChangeSpec, values: dict[str, str], types: dict[str, DataType]) -> dict[str, tuple[str, str]]:
+def _change_columns(
+    changes: ChangeSpec, values: dict[str, str], types: dict[str, DataType]
+) -> dict[str, tuple[str, str]]:
     """A change file's ``_op`` (insert, update or delete, from the operation column's configured values) and ``_seq``
     (the sequence column as a number: an integer, or a timestamp's microseconds), each with the reason it fails (SQL)."""
     given = f"trim(CAST({values[changes.op]} AS STRING))"  # type: ignore[index] - a change file names its op column
-    whens = [f"WHEN {given} IN ({', '.join(map(literal, group))}) THEN {literal(name)}" for name, group in changes.values.items() if group]
+    whens = [
+        f"WHEN {given} IN ({', '.join(map(literal, group))}) THEN {literal(name)}"
+        for name, group in changes.values.items()
+        if group
+    ]
     op = f"CASE {' '.join(whens)} END"
     named = "; ".join(f"{name}: {', '.join(group)}" for name, group in changes.values.items())
     sequence = values[changes.sequence_by]  # type: ignore[index]
@@ -249,8 +297,14 @@ def _change_columns(changes: ChangeSpec, values: dict[str, str], types: dict[str
     else:
         seq = f"try_cast(CAST({sequence} AS STRING) AS BIGINT)"
     return {
-        OP: (op, f"CASE WHEN ({op}) IS NULL THEN concat({literal(f'{changes.op} is not a change operation ({named}): ')}, {given}) END"),
-        SEQ: (seq, f"CASE WHEN ({seq}) IS NULL THEN concat({literal(f'{changes.sequence_by} is not an integer or a timestamp: ')}, CAST({sequence} AS STRING)) END"),
+        OP: (
+            op,
+            f"CASE WHEN ({op}) IS NULL THEN concat({literal(f'{changes.op} is not a change operation ({named}): ')}, {given}) END",
+        ),
+        SEQ: (
+            seq,
+            f"CASE WHEN ({seq}) IS NULL THEN concat({literal(f'{changes.sequence_by} is not an integer or a timestamp: ')}, CAST({sequence} AS STRING)) END",
+        ),
     }
 
 
@@ -259,7 +313,9 @@ def _missing(name: str, parsed: Parsed) -> str:
     if name not in parsed.types:
         return literal(f"missing column {name}")
     value = quoted(name)
-    blank = f"trim(CAST({value} AS STRING)) = ''" if parsed.text or isinstance(parsed.types[name], StringType) else "false"
+    blank = (
+        f"trim(CAST({value} AS STRING)) = ''" if parsed.text or isinstance(parsed.types[name], StringType) else "false"
+    )
     return f"CASE WHEN {value} IS NULL OR {blank} THEN {literal(f'missing {name}')} END"
 
 
@@ -269,7 +325,9 @@ EARLIER_DIGEST = "_content_hash"  # what warehouses landed before ``_digest`` ke
 
 def content_columns(frame: DataFrame) -> list[str]:
     """What a record's content is: its data columns in name order, then a change's ``_op`` and ``_seq``."""
-    return sorted(name for name in frame.columns if not name.startswith("_")) + [name for name in (OP, SEQ) if name in frame.columns]
+    return sorted(name for name in frame.columns if not name.startswith("_")) + [
+        name for name in (OP, SEQ) if name in frame.columns
+    ]
 
 
 def digest(frame: DataFrame, columns: list[str]) -> str:
@@ -280,7 +338,9 @@ def digest(frame: DataFrame, columns: list[str]) -> str:
     for name in columns:
         value = quoted(name)
         parts += [f"to_json({value})" if _holds_map(frame.schema[name].dataType) else value, f"{value} IS NULL"]
-    return f"xxhash64({', '.join(parts)})" if parts else "CAST(42 AS BIGINT)"  # no column: xxhash64's seed, the digest of nothing
+    return (
+        f"xxhash64({', '.join(parts)})" if parts else "CAST(42 AS BIGINT)"
+    )  # no column: xxhash64's seed, the digest of nothing
 
 
 def _holds_map(data_type: DataType) -> bool:
@@ -305,7 +365,9 @@ def held_digests(*tables: DataFrame | None) -> DataFrame | None:
     """The records ``tables`` hold (a state table, bronze's pending rows) as ``outcomes`` checks arrivals against
     them: ``_id`` and its digests, the tables together (None when none holds any)."""
     holding = [table for table in tables if table is not None and holds_digests(table)]
-    parts = [table.select(ID, *[name for name in (DIGEST, EARLIER_DIGEST) if name in table.columns]) for table in holding]
+    parts = [
+        table.select(ID, *[name for name in (DIGEST, EARLIER_DIGEST) if name in table.columns]) for table in holding
+    ]
     return union_by_name(parts, allow_missing=True) if parts else None
 
 
@@ -320,7 +382,11 @@ def outcomes(normalized: DataFrame, known: DataFrame | None, changes: bool) -> D
     order = "_arrival_seq" if "_arrival_seq" in normalized.columns else "_source_line"
     files = "_source_file" in normalized.columns
     by_id = f"OVER (PARTITION BY _reason IS NULL, {identity} ORDER BY {order})"
-    firsts = {"_first_hash": DIGEST, "_first_line": "_source_line", **({"_first_file": "_source_file"} if files else {})}
+    firsts = {
+        "_first_hash": DIGEST,
+        "_first_line": "_source_line",
+        **({"_first_file": "_source_file"} if files else {}),
+    }
     ranked = normalized.selectExpr("*", f"{digest(normalized, content)} AS {DIGEST}").selectExpr(
         "*",
         f"CASE WHEN _reason IS NULL THEN row_number() {by_id} END AS _nth",
@@ -335,14 +401,19 @@ def outcomes(normalized: DataFrame, known: DataFrame | None, changes: bool) -> D
         ids = normalized.selectExpr(f"{ID} AS _arriving").where("_arriving IS NOT NULL").distinct()
         existing = known.selectExpr(
             f"{ID} AS _held_id",
-            *[f"{name if name in known.columns else f'CAST(NULL AS {kind})'} AS _held{name}" for name, kind in ((DIGEST, "BIGINT"), (EARLIER_DIGEST, "STRING"))],
+            *[
+                f"{name if name in known.columns else f'CAST(NULL AS {kind})'} AS _held{name}"
+                for name, kind in ((DIGEST, "BIGINT"), (EARLIER_DIGEST, "STRING"))
+            ],
         ).join(F.broadcast(ids), F.expr("_held_id = _arriving"), "left_semi")
         same = f"CASE WHEN _held{DIGEST} IS NOT NULL THEN _held{DIGEST} = {DIGEST}"
         if EARLIER_DIGEST in known.columns:
             same += f" WHEN _held{EARLIER_DIGEST} IS NOT NULL THEN _held{EARLIER_DIGEST} = {earlier_digest(content)}"
         same += " END"
         matches = f"_reason IS NULL AND {ID} = _held_id" + (f" AND {same}" if changes else "")
-        held = ranked.join(F.broadcast(existing), F.expr(matches), "left").selectExpr("*", "_held_id IS NOT NULL AS _held", f"{same} AS _same")
+        held = ranked.join(F.broadcast(existing), F.expr(matches), "left").selectExpr(
+            "*", "_held_id IS NOT NULL AS _held", f"{same} AS _same"
+        )
     elsewhere = "CASE WHEN _first_file != _source_file THEN concat(' of ', _first_file) ELSE '' END" if files else "''"
     reason = f"""coalesce(
         _reason,

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, NoReturn
 
-from state.config import Config, load_config
 from pipelines.terminal import without_native_panics
+from state.config import Config, load_config
 from state.errors import LakejoinError
 
 if TYPE_CHECKING:  # Spark loads only for the commands that need it, so --help and argument errors stay fast
@@ -33,43 +33,69 @@ def _parser() -> argparse.ArgumentParser:
     def command(name: str, help_text: str, warehouse_required: bool = True) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_text, description=help_text)
         sub.add_argument(
-            "--warehouse", required=warehouse_required, metavar="DIR",
+            "--warehouse",
+            required=warehouse_required,
+            metavar="DIR",
             help="root folder of the Delta tables, or a Unity Catalog schema 'catalog.schema'",
         )
         sub.add_argument(
-            "--config", metavar="FILE",
+            "--config",
+            metavar="FILE",
             help="YAML config (docs/config.md); the first one given is kept in the warehouse and used when none is given",
         )
-        sub.add_argument("--verbose", action="store_true", help="show Spark's start-up lines, PySpark's error log and native libraries' panic messages")
         sub.add_argument(
-            "--master", metavar="URL",
+            "--verbose",
+            action="store_true",
+            help="show Spark's start-up lines, PySpark's error log and native libraries' panic messages",
+        )
+        sub.add_argument(
+            "--master",
+            metavar="URL",
             help="the Spark master to start lakejoin's session on (spark://host:7077; default: LAKEJOIN_MASTER, else local[2])",
         )
         sub.add_argument(
-            "--remote", metavar="URL",
+            "--remote",
+            metavar="URL",
             help="run as a client of the Spark Connect server at URL (sc://host:15002; default: SPARK_REMOTE, else a local Spark)",
         )
         return sub
 
-    ingest = command("ingest", "append raw arrivals (.jsonl, .csv, .parquet) to a relation's bronze table (bronze/NAME)")
+    ingest = command(
+        "ingest", "append raw arrivals (.jsonl, .csv, .parquet) to a relation's bronze table (bronze/NAME)"
+    )
     which = ingest.add_mutually_exclusive_group(required=True)
     which.add_argument("--relation", metavar="NAME", help="the relation the files belong to, as the config names it")
     which.add_argument("--side", choices=["r", "s"], help="the same, for a join of r and s (the default relations)")
     ingest.add_argument("files", nargs="*", metavar="FILE", help="ingested in this order, line by line")
-    ingest.add_argument("--landing", metavar="DIR", help="instead of FILEs: every new file under DIR (Auto Loader on Databricks)")
-    ingest.add_argument("--checkpoint", metavar="DIR", help="on Databricks, Auto Loader's checkpoint (default: the landing DIR's _lakejoin_checkpoint/WAREHOUSE/NAME)")
+    ingest.add_argument(
+        "--landing", metavar="DIR", help="instead of FILEs: every new file under DIR (Auto Loader on Databricks)"
+    )
+    ingest.add_argument(
+        "--checkpoint",
+        metavar="DIR",
+        help="on Databricks, Auto Loader's checkpoint (default: the landing DIR's _lakejoin_checkpoint/WAREHOUSE/NAME)",
+    )
 
     run = command("run", "join every pending arrival in micro-batches, then exit (or, with --follow, keep joining)")
-    run.add_argument("--max-batch-rows", type=_positive, metavar="N", help="arrivals per micro-batch (config: max_batch_rows)")
     run.add_argument(
-        "--follow", action="store_true",
+        "--max-batch-rows", type=_positive, metavar="N", help="arrivals per micro-batch (config: max_batch_rows)"
+    )
+    run.add_argument(
+        "--follow",
+        action="store_true",
         help="keep running: join new arrivals every --trigger seconds until SIGTERM or Ctrl-C, which let the batch under way commit, then exit 0",
     )
     run.add_argument(
-        "--trigger", type=_seconds, metavar="SECONDS", help=f"with --follow: seconds between looks for new arrivals (default {DEFAULT_TRIGGER:g})"
+        "--trigger",
+        type=_seconds,
+        metavar="SECONDS",
+        help=f"with --follow: seconds between looks for new arrivals (default {DEFAULT_TRIGGER:g})",
     )
     run.add_argument(
-        "--wait", type=float, default=0.0, metavar="SECONDS",
+        "--wait",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
         help="when another run holds the warehouse, wait this long for it before giving up (default 0: exit 3 at once)",
     )
 
@@ -77,67 +103,131 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true", help="print the status as JSON")
 
     show = command("show", "print the first rows of gold, or of another of the warehouse's tables")
-    show.add_argument("--table", default="gold", metavar="NAME", help="gold (default), bronze/NAME, silver/NAME_state, silver/batches, quarantine/ingest, ...")
+    show.add_argument(
+        "--table",
+        default="gold",
+        metavar="NAME",
+        help="gold (default), bronze/NAME, silver/NAME_state, silver/batches, quarantine/ingest, ...",
+    )
     show.add_argument("--limit", type=_positive, default=20, metavar="N", help="rows to print (default 20)")
 
-    validate = command("validate", "run every data-quality suite over the whole tables, reconcile gold, write Data Docs")
-    validate.add_argument("--docs", metavar="DIR", help="where Great Expectations writes Data Docs (default: DIR/quality/gx)")
+    validate = command(
+        "validate", "run every data-quality suite over the whole tables, reconcile gold, write Data Docs"
+    )
+    validate.add_argument(
+        "--docs", metavar="DIR", help="where Great Expectations writes Data Docs (default: DIR/quality/gx)"
+    )
 
     maintain = command("maintain", "OPTIMIZE every table (bronze sorted on arrival order), then VACUUM old files")
     maintain.add_argument(
-        "--retention-hours", type=_positive, default=168, metavar="H",
+        "--retention-hours",
+        type=_positive,
+        default=168,
+        metavar="H",
         help="VACUUM keeps files any version of the last H hours needs (default and minimum 168)",
     )
 
-    advance = command("advance", "declare that no record of a relation older than TIME will come (a backfill done): rows waiting on it come out")
+    advance = command(
+        "advance",
+        "declare that no record of a relation older than TIME will come (a backfill done): rows waiting on it come out",
+    )
     advance.add_argument("--relation", required=True, metavar="NAME", help="the relation, as the config names it")
-    advance.add_argument("--to", required=True, metavar="TIME", help="an event time as the relation's records give it (2026-11-25T00:00:00Z, 2026-11-25, 1200)")
+    advance.add_argument(
+        "--to",
+        required=True,
+        metavar="TIME",
+        help="an event time as the relation's records give it (2026-11-25T00:00:00Z, 2026-11-25, 1200)",
+    )
 
     reset = command("reset", "drop silver and gold (bronze stays) so the next run rebuilds them from bronze")
     reset.add_argument("--yes", action="store_true", help="confirm: without it, reset changes nothing")
 
     serve = commands.add_parser(
-        "serve", help="start a local Spark that outlives commands: while it is up, commands connect to it instead of starting a JVM",
+        "serve",
+        help="start a local Spark that outlives commands: while it is up, commands connect to it instead of starting a JVM",
         description="start a local Spark (and a Spark Connect server on 127.0.0.1, token-protected, for this user only) that "
         "every computing command connects to instead of starting a JVM; it stops on --stop or after --idle-minutes",
     )
     serve.add_argument("--stop", action="store_true", help="stop the running server")
-    serve.add_argument("--idle-minutes", type=float, default=60.0, metavar="M", help="stop after M minutes with no command (default 60)")
+    serve.add_argument(
+        "--idle-minutes",
+        type=float,
+        default=60.0,
+        metavar="M",
+        help="stop after M minutes with no command (default 60)",
+    )
     serve.add_argument("--port", type=int, metavar="N", help="the port on 127.0.0.1 (default: a free one)")
-    serve.add_argument("--verbose", action="store_true", help="the server's log (server.log) with Spark's start-up lines")
+    serve.add_argument(
+        "--verbose", action="store_true", help="the server's log (server.log) with Spark's start-up lines"
+    )
 
     failed = commands.add_parser(
-        "failed", help="exit 1 naming the job's tasks that failed: a scheduled job's last task, so that its run ends FAILED",
+        "failed",
+        help="exit 1 naming the job's tasks that failed: a scheduled job's last task, so that its run ends FAILED",
         description="exit 1 naming the tasks given as failed: the bundle's jobs end with it, run only when a task failed, so that "
         "the run ends FAILED (Databricks judges a run by its last tasks) and its on_failure notifications are sent",
     )
-    failed.add_argument("tasks", nargs="+", metavar="TASK=STATE", help="each task and its result state ({{tasks.TASK.result_state}})")
+    failed.add_argument(
+        "tasks", nargs="+", metavar="TASK=STATE", help="each task and its result state ({{tasks.TASK.result_state}})"
+    )
 
     acceptance = command(
-        "acceptance", "check on this compute what lakejoin takes from Databricks (the bundle's lakejoin-acceptance job): exit 1 if a guarantee failed"
+        "acceptance",
+        "check on this compute what lakejoin takes from Databricks (the bundle's lakejoin-acceptance job): exit 1 if a guarantee failed",
     )
-    acceptance.add_argument("--report", metavar="FILE", help="also write each guarantee's outcome there as JSON lines (a Volume path)")
-    acceptance.add_argument("--fail", action="store_true", help="check nothing and exit 1: the job's forced failure, whose run must end FAILED and notify")
+    acceptance.add_argument(
+        "--report", metavar="FILE", help="also write each guarantee's outcome there as JSON lines (a Volume path)"
+    )
+    acceptance.add_argument(
+        "--fail",
+        action="store_true",
+        help="check nothing and exit 1: the job's forced failure, whose run must end FAILED and notify",
+    )
 
-    demo = command("demo", "generate an out-of-order stream, ingest and join it as a scheduled job would, check gold", warehouse_required=False)
-    demo.add_argument("--rows", type=_positive, default=20_000, metavar="N", help="records per relation (default 20000)")
+    demo = command(
+        "demo",
+        "generate an out-of-order stream, ingest and join it as a scheduled job would, check gold",
+        warehouse_required=False,
+    )
+    demo.add_argument(
+        "--rows", type=_positive, default=20_000, metavar="N", help="records per relation (default 20000)"
+    )
     demo.add_argument("--keys", type=_positive, default=5_000, metavar="K", help="distinct join keys (default 5000)")
-    demo.add_argument("--skew", type=float, default=0.5, metavar="Z", help="Zipf exponent of key popularity; 0 is uniform (default 0.5)")
-    demo.add_argument("--disorder", type=int, default=2_000, metavar="D", help="max arrival delay in seconds (default 2000)")
-    demo.add_argument("--chunk-rows", type=_positive, default=4_000, metavar="C", help="arrivals per ingested chunk (default 4000)")
-    demo.add_argument("--max-batch-rows", type=_positive, default=2_000, metavar="N", help="arrivals per micro-batch (default 2000)")
+    demo.add_argument(
+        "--skew",
+        type=float,
+        default=0.5,
+        metavar="Z",
+        help="Zipf exponent of key popularity; 0 is uniform (default 0.5)",
+    )
+    demo.add_argument(
+        "--disorder", type=int, default=2_000, metavar="D", help="max arrival delay in seconds (default 2000)"
+    )
+    demo.add_argument(
+        "--chunk-rows", type=_positive, default=4_000, metavar="C", help="arrivals per ingested chunk (default 4000)"
+    )
+    demo.add_argument(
+        "--max-batch-rows", type=_positive, default=2_000, metavar="N", help="arrivals per micro-batch (default 2000)"
+    )
     demo.add_argument("--seed", type=int, default=7, help="random seed (default 7)")
     demo.add_argument(
-        "--relations", type=int, choices=[2, 3, 4], default=2,
+        "--relations",
+        type=int,
+        choices=[2, 3, 4],
+        default=2,
         help="2: orders and payments (default); 3 or 4: trades, quotes, news (and fills) on one symbol within an hour",
     )
     demo.add_argument(
-        "--join", choices=["inner", "left", "right", "full", "semi", "anti", "asof", "asof_left"], default="inner",
+        "--join",
+        choices=["inner", "left", "right", "full", "semi", "anti", "asof", "asof_left"],
+        default="inner",
         help="inner (default); or orders without a payment within the hour too (left), payments without an order (right), both "
         "(full), orders with one (semi), orders without one (anti): each such row once the other's watermark makes it final; "
         "asof: each trade with the latest quote of its symbol at or before it, within the hour (asof_left: with none too)",
     )
-    demo.add_argument("--engine", metavar="NAME", help="the Delta engine: auto, delta-rs or spark (config: engine; default auto)")
+    demo.add_argument(
+        "--engine", metavar="NAME", help="the Delta engine: auto, delta-rs or spark (config: engine; default auto)"
+    )
     return parser
 
 
@@ -182,7 +272,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.command == "demo":
                 from pipelines.demo import DemoOptions, run_demo
 
-                options = DemoOptions(args.rows, args.keys, args.skew, args.disorder, args.chunk_rows, args.max_batch_rows, args.seed, args.relations, args.join)
+                options = DemoOptions(
+                    args.rows,
+                    args.keys,
+                    args.skew,
+                    args.disorder,
+                    args.chunk_rows,
+                    args.max_batch_rows,
+                    args.seed,
+                    args.relations,
+                    args.join,
+                )
                 return 0 if run_demo(options, given, args.engine, args.warehouse, verbose=args.verbose) else 1
             return _on_warehouse(args, given)
         except LakejoinError as exc:
@@ -196,7 +296,9 @@ def _on_warehouse(args: argparse.Namespace, given: Config | None) -> int:
     from pipelines.api import Pipeline
 
     if args.command == "run" and args.trigger is not None and not args.follow:
-        raise LakejoinError("--trigger sets how often 'run --follow' looks for new arrivals: add --follow, or drop --trigger")
+        raise LakejoinError(
+            "--trigger sets how often 'run --follow' looks for new arrivals: add --follow, or drop --trigger"
+        )
     if args.command == "ingest" and bool(args.files) == bool(args.landing):
         raise LakejoinError("ingest takes FILEs or --landing DIR (one of the two)")
     if args.command == "reset" and not args.yes:
@@ -206,7 +308,16 @@ def _on_warehouse(args: argparse.Namespace, given: Config | None) -> int:
         )
     if args.command == "acceptance":
         return _acceptance(args)
-    commands = {"ingest": _ingest, "run": _run, "status": _status, "show": _show, "validate": _validate, "maintain": _maintain, "reset": _reset, "advance": _advance}
+    commands = {
+        "ingest": _ingest,
+        "run": _run,
+        "status": _status,
+        "show": _show,
+        "validate": _validate,
+        "maintain": _maintain,
+        "reset": _reset,
+        "advance": _advance,
+    }
     with _served_spark(args) as spark, Pipeline(args.warehouse, given, spark, verbose=args.verbose) as pipeline:
         return commands[args.command](args, pipeline)
 
@@ -219,7 +330,9 @@ def _served_spark(args: argparse.Namespace) -> AbstractContextManager[SparkSessi
     (``--remote``, ``--master``, ``SPARK_REMOTE``, ``LAKEJOIN_MASTER``); else None: the command's own Spark, as before."""
     from pipelines import server
 
-    chosen = os.environ.get("SPARK_REMOTE") or os.environ.get("LAKEJOIN_MASTER")  # main() puts --remote and --master there
+    chosen = os.environ.get("SPARK_REMOTE") or os.environ.get(
+        "LAKEJOIN_MASTER"
+    )  # main() puts --remote and --master there
     running = None if chosen or args.command not in COMPUTING else server.running()
     return nullcontext() if running is None else server.attached(running, args.verbose)
 
@@ -247,8 +360,13 @@ SUCCEEDED = frozenset({"success", "excluded"})  # a task's result states that ar
 def _failed(tasks: list[str]) -> int:
     """Fail the job's run, naming its failed tasks (those whose state is no success)."""
     states = dict(task.partition("=")[::2] for task in tasks)
-    named = ", ".join(f"{task} ({state or 'no state'})" for task, state in states.items() if state.lower() not in SUCCEEDED)
-    print(f"lakejoin: error: this run failed at {named or ', '.join(states)}: the failed task's output says why", file=sys.stderr)
+    named = ", ".join(
+        f"{task} ({state or 'no state'})" for task, state in states.items() if state.lower() not in SUCCEEDED
+    )
+    print(
+        f"lakejoin: error: this run failed at {named or ', '.join(states)}: the failed task's output says why",
+        file=sys.stderr,
+    )
     return 1
 
 
@@ -301,7 +419,17 @@ def _status(args: argparse.Namespace, pipeline: Pipeline) -> int:
     status = pipeline.status_report()
     running = server.running()
     if args.json:
-        print(json.dumps({**status.as_dict(), "server": None if running is None else {"pid": running.pid, "port": running.port, "version": running.version}}, indent=2))
+        print(
+            json.dumps(
+                {
+                    **status.as_dict(),
+                    "server": None
+                    if running is None
+                    else {"pid": running.pid, "port": running.port, "version": running.version},
+                },
+                indent=2,
+            )
+        )
     else:
         print(status.describe())
         print(server.describe_running(running))

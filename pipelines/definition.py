@@ -19,8 +19,8 @@ from datetime import datetime
 import pyarrow as pa
 
 from expectations.rules import check_policies
-from state.config import Config
 from state.clock import now
+from state.config import Config
 from state.engines import DeltaEngine
 from state.engines.base import DeltaReader
 from state.errors import LakejoinError
@@ -102,7 +102,11 @@ def settle(engine: DeltaReader, warehouse: Warehouse, given: Config | None, comm
     # A warehouse that has data but no recorded definition was built under the defaults.
     # A setting added to lakejoin after a definition was recorded reads as its default there.
     defaults = _plain(Config().settings())
-    baseline = {**defaults, **current.settings} if current is not None else (defaults if _has_data(engine, warehouse) else None)
+    baseline = (
+        {**defaults, **current.settings}
+        if current is not None
+        else (defaults if _has_data(engine, warehouse) else None)
+    )
     changes = [] if baseline is None else differences(baseline, _plain(settings))
     order = (list(baseline.get("relations", {})), list(settings["relations"])) if baseline is not None else None  # type: ignore[arg-type]
     if order is not None and sorted(order[0]) == sorted(order[1]) and order[0] != order[1]:  # the ranks change
@@ -159,9 +163,16 @@ def _refuse_gold_changes(engine: DeltaReader, warehouse: Warehouse, changes: lis
                 f"config changes {name} from {_show(old)} to {_show(new)}, but {warehouse.root}'s tables are made where "
                 f"its definition says and lakejoin does not move them: keep {_show(old)}, or start a new warehouse"
             )
-        if name in OPERATIONAL or (parts[0] == "relations" and len(parts) == 3 and parts[2] in OPERATIONAL_PER_RELATION):
+        if name in OPERATIONAL or (
+            parts[0] == "relations" and len(parts) == 3 and parts[2] in OPERATIONAL_PER_RELATION
+        ):
             continue
-        if parts[0] == "relations" and len(parts) >= 3 and parts[2] in INGESTED and engine.version(warehouse.bronze(_relation(parts[1]))) is not None:
+        if (
+            parts[0] == "relations"
+            and len(parts) >= 3
+            and parts[2] in INGESTED
+            and engine.version(warehouse.bronze(_relation(parts[1]))) is not None
+        ):
             raise LakejoinError(
                 f"config changes {name} from {_show(old)} to {_show(new)}, but bronze/{parts[1]} was ingested with "
                 f"{_show(old)} and keeps that meaning: keep {_show(old)}, or ingest into a new warehouse"
@@ -184,7 +195,9 @@ def _has_batches(engine: DeltaReader, warehouse: Warehouse) -> bool:
 
 
 def _has_data(engine: DeltaReader, warehouse: Warehouse) -> bool:
-    return any(engine.version(warehouse.bronze(rel)) is not None for rel in RELATIONS) or _has_batches(engine, warehouse)
+    return any(engine.version(warehouse.bronze(rel)) is not None for rel in RELATIONS) or _has_batches(
+        engine, warehouse
+    )
 
 
 def _plain(settings: dict) -> dict:

@@ -19,11 +19,11 @@ import pandas as pd
 from pyspark.sql import DataFrame
 
 from expectations.reconcile import BOOKKEEPING, check_gold
-from state.config import Config, on_warehouse_axis
 from pipelines.definition import record, settle
 from pipelines.ingest import ingest_files
 from pipelines.silver import run
 from pipelines.spark import get_spark, stop_session
+from state.config import Config, on_warehouse_axis
 from state.engines import make_engine
 from state.engines.jvm import classic_spark_running
 from state.layout import Warehouse
@@ -31,7 +31,10 @@ from state.names import column
 
 # The demo's pipeline: orders (R) and the payments (S) a customer makes within the hour after an order.
 DEMO_SETTINGS: dict[str, object] = {
-    "relations": {"r": {"id": "order_id", "event_time": "order_time"}, "s": {"id": "payment_id", "event_time": "paid_at"}},
+    "relations": {
+        "r": {"id": "order_id", "event_time": "order_time"},
+        "s": {"id": "payment_id", "event_time": "paid_at"},
+    },
     "predicate": "r.customer = s.customer AND s.paid_at BETWEEN r.order_time AND r.order_time + INTERVAL 1 HOUR",
 }
 # With three or four relations: market events on one symbol within an hour of each other.
@@ -60,8 +63,23 @@ def without_window(settings: dict[str, object]) -> dict[str, object]:
 
 
 DEMO_START = pd.Timestamp("2026-01-01T00:00:00Z")  # ts 0 of the generated stream; one ts unit is one second
-SHOWN = ("r_order_id", "r_customer", "r_order_time", "r_amount", "s_payment_id", "s_paid_at", "s_amount", "s_method",
-         "trades_trade_id", "trades_symbol", "trades_t", "quotes_quote_id", "quotes_t", "news_news_id", "news_t")
+SHOWN = (
+    "r_order_id",
+    "r_customer",
+    "r_order_time",
+    "r_amount",
+    "s_payment_id",
+    "s_paid_at",
+    "s_amount",
+    "s_method",
+    "trades_trade_id",
+    "trades_symbol",
+    "trades_t",
+    "quotes_quote_id",
+    "quotes_t",
+    "news_news_id",
+    "news_t",
+)
 
 
 @dataclass(frozen=True)
@@ -74,7 +92,9 @@ class DemoOptions:
     max_batch_rows: int = 2_000
     seed: int = 7
     relations: int = 2  # 2: orders and payments; 3 or 4: the market relations
-    join: str = "inner"  # or left | right | full | semi | anti (orders and payments), asof | asof_left (trades and quotes)
+    join: str = (
+        "inner"  # or left | right | full | semi | anti (orders and payments), asof | asof_left (trades and quotes)
+    )
 
 
 def generate_stream(options: DemoOptions, relations: Sequence[str] = ("r", "s")) -> pd.DataFrame:
@@ -113,10 +133,25 @@ def orders_and_payments(records: pd.DataFrame, relation: str) -> pd.DataFrame:
     amount = ((number * 7919) % 20_000 + 100) / 100
     customer = "c" + records["key"].str[1:]
     if relation == "r":
-        return pd.DataFrame({"order_id": "o-" + number.astype(str), "customer": customer, "order_time": when,
-                             "amount": amount, "items": number % 5 + 1, "channel": np.array(["web", "app", "store"])[number % 3]})
-    return pd.DataFrame({"payment_id": "p-" + number.astype(str), "customer": customer, "paid_at": when,
-                         "amount": amount, "method": np.array(["card", "transfer"])[number % 2]})
+        return pd.DataFrame(
+            {
+                "order_id": "o-" + number.astype(str),
+                "customer": customer,
+                "order_time": when,
+                "amount": amount,
+                "items": number % 5 + 1,
+                "channel": np.array(["web", "app", "store"])[number % 3],
+            }
+        )
+    return pd.DataFrame(
+        {
+            "payment_id": "p-" + number.astype(str),
+            "customer": customer,
+            "paid_at": when,
+            "amount": amount,
+            "method": np.array(["card", "transfer"])[number % 2],
+        }
+    )
 
 
 def market_events(records: pd.DataFrame, relation: str) -> pd.DataFrame:
@@ -124,9 +159,14 @@ def market_events(records: pd.DataFrame, relation: str) -> pd.DataFrame:
     ``t`` and one value column of its own (``price``, ``bid``, …)."""
     number = _number(records)
     id_column, value, base = MARKET[relation]
-    return pd.DataFrame({id_column: relation[0] + "-" + number.astype(str), "symbol": "SYM" + records["key"].str[1:],
-                         "t": (DEMO_START + pd.to_timedelta(records["ts"], unit="s")).dt.strftime("%Y-%m-%dT%H:%M:%SZ"),
-                         value: base + (number % 100) / 10})
+    return pd.DataFrame(
+        {
+            id_column: relation[0] + "-" + number.astype(str),
+            "symbol": "SYM" + records["key"].str[1:],
+            "t": (DEMO_START + pd.to_timedelta(records["ts"], unit="s")).dt.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            value: base + (number % 100) / 10,
+        }
+    )
 
 
 def _number(records: pd.DataFrame) -> pd.Series:
@@ -153,24 +193,41 @@ def write_chunks(stream: pd.DataFrame, folder: str, chunk_rows: int, shape=None)
     return chunks
 
 
-def run_demo(options: DemoOptions, given: Config | None = None, engine_name: str | None = None, warehouse_root: str | None = None,
-             verbose: bool = False) -> bool:
+def run_demo(
+    options: DemoOptions,
+    given: Config | None = None,
+    engine_name: str | None = None,
+    warehouse_root: str | None = None,
+    verbose: bool = False,
+) -> bool:
     """Run the demo job, print its summary, a few gold rows and the gold check; True when gold passes. ``given``
     replaces the demo's own config (it must map the demo's columns: ``DEMO_SETTINGS``, or ``market_settings``)."""
     as_of = options.join.startswith("asof")  # trades take the latest quote
     market = options.relations > 2 or as_of
     own = market_settings(options.relations) if market else DEMO_SETTINGS
-    if options.join != "inner":  # a row waits for the other's watermark: lateness the stream's disorder, so none is late
+    if (
+        options.join != "inner"
+    ):  # a row waits for the other's watermark: lateness the stream's disorder, so none is late
         bound = "tolerance" if as_of else "window"  # the as-of join's: no quote older than that
-        own = {**without_window(own), "join": options.join, bound: "1 hour", "allowed_lateness": f"{options.disorder} seconds"}
+        own = {
+            **without_window(own),
+            "join": options.join,
+            bound: "1 hour",
+            "allowed_lateness": f"{options.disorder} seconds",
+        }
     config = (given or Config(**own)).with_overrides(engine=engine_name)  # type: ignore[arg-type]
     workdir = tempfile.mkdtemp(prefix="lakejoin-demo-")
     warehouse = config.placed(Warehouse(warehouse_root or os.path.join(workdir, "warehouse")))
     names = [rel.name for rel in config.joined]
-    what = f"{options.rows} orders and {options.rows} payments, {options.keys} customers" if not market else (
-        f"{options.rows} records each of {', '.join(names)}, {options.keys} symbols")
-    print(f"lakejoin demo: {what} (skew {options.skew}), "
-          f"up to {options.disorder} s late, chunks of {options.chunk_rows}, batches of at most {options.max_batch_rows}")
+    what = (
+        f"{options.rows} orders and {options.rows} payments, {options.keys} customers"
+        if not market
+        else (f"{options.rows} records each of {', '.join(names)}, {options.keys} symbols")
+    )
+    print(
+        f"lakejoin demo: {what} (skew {options.skew}), "
+        f"up to {options.disorder} s late, chunks of {options.chunk_rows}, batches of at most {options.max_batch_rows}"
+    )
     print(f"warehouse: {warehouse.root}")
     bound = "tolerance" if config.join_kind.as_of else "window"
     print(f"predicate: {config.predicate}" + ("" if config.reach is None else f", {bound} {config.settings()[bound]}"))
@@ -200,15 +257,23 @@ def run_demo(options: DemoOptions, given: Config | None = None, engine_name: str
             late += sum(sum(report.late.values()) for report in reports)
             failures.update(Counter({rule: rows for report in reports for rule, rows in report.rule_failures.items()}))
             pairs = sum(report.pairs for report in reports)
-            print(f"[chunk {number}/{len(chunks)}] {landed} arrivals landed, {len(reports)} batches, {pairs} pairs "
-                  f"({time.perf_counter() - started:.1f} s)", flush=True)
+            print(
+                f"[chunk {number}/{len(chunks)}] {landed} arrivals landed, {len(reports)} batches, {pairs} pairs "
+                f"({time.perf_counter() - started:.1f} s)",
+                flush=True,
+            )
         seconds = time.perf_counter() - started
 
         arrivals = options.rows * len(names)
         check = check_gold(engine, warehouse, on_warehouse_axis(config, engine, warehouse)[0])
-        print(f"arrivals: {arrivals}  batches: {batches}  results: {check.actual}  quarantined: {quarantined}  late: {late}")
+        print(
+            f"arrivals: {arrivals}  batches: {batches}  results: {check.actual}  quarantined: {quarantined}  late: {late}"
+        )
         print(f"seconds: {seconds:.1f}  rows per second: {arrivals / seconds:,.0f}")
-        broken = ", ".join(f"{rule}: {rows} rows" for rule, rows in sorted(failures.items())) or "every rule passed on every batch"
+        broken = (
+            ", ".join(f"{rule}: {rows} rows" for rule, rows in sorted(failures.items()))
+            or "every rule passed on every batch"
+        )
         print(f"expectations: {broken}")
         record(engine, warehouse, settled)
         _show_gold(engine.read(warehouse.gold))

@@ -31,7 +31,9 @@ class StopSignal:
             self._previous = {}
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
         for number, handler in self._previous.items():
             signal.signal(number, handler)  # type: ignore[arg-type] - what signal.signal returned
 

@@ -39,24 +39,40 @@ class Retraction:
     tracked: bool
 
     @classmethod
-    def of(cls, engine: DeltaEngine, gold: str, plan: BatchPlan, ids: dict[Relation, DataFrame], keys: Sequence[str]) -> Retraction:
+    def of(
+        cls, engine: DeltaEngine, gold: str, plan: BatchPlan, ids: dict[Relation, DataFrame], keys: Sequence[str]
+    ) -> Retraction:
         """``ids``: per relation, the ``_id``s whose results the batch retracts from the gold table at ``gold``."""
         version = plan.state_versions.get(GOLD)
         if version is None or not ids:
             return cls(None, keys, bool(ids))
         rows = engine.read(gold, version)
-        parts = [rows.join(F.broadcast(changed.select(F.col(ID).alias(identity_column(rel, ID)))), identity_column(rel, ID), "left_semi") for rel, changed in ids.items()]
+        parts = [
+            rows.join(
+                F.broadcast(changed.select(F.col(ID).alias(identity_column(rel, ID)))),
+                identity_column(rel, ID),
+                "left_semi",
+            )
+            for rel, changed in ids.items()
+        ]
         return cls(union_by_name(parts).dropDuplicates(list(keys)), keys, True)
 
 
 def write_gold(
-    engine: DeltaEngine, warehouse: Warehouse, plan: BatchPlan, rows: DataFrame, retraction: Retraction, txn: Callable[[str], Txn]
+    engine: DeltaEngine,
+    warehouse: Warehouse,
+    plan: BatchPlan,
+    rows: DataFrame,
+    retraction: Retraction,
+    txn: Callable[[str], Txn],
 ) -> tuple[int, int] | None:
     """Write the batch's rows (and take out what it retracts) in one commit: the rows it added and retracted, or None
     when the run this one resumes had written them."""
     if retraction.rows is None:
         with step("gold"):
-            written = engine.append(warehouse.gold, rows, txn(warehouse.gold), CHANGE_FEED if retraction.tracked else None)
+            written = engine.append(
+                warehouse.gold, rows, txn(warehouse.gold), CHANGE_FEED if retraction.tracked else None
+            )
         if retraction.tracked:
             _log_changes(engine, warehouse, [rows], txn)
         return None if written is None else (written, 0)
@@ -64,9 +80,23 @@ def write_gold(
     # feeds resolved against state, the stores' join terms) cost seconds to evaluate whatever their size, so once.
     with held(rows) as added, held(retraction.rows) as retracted:
         with step("gold"):
-            changed = engine.apply_changes(warehouse.gold, merge_source(added, retracted, retraction.keys), retraction.keys, RETRACTION, txn(warehouse.gold))
+            changed = engine.apply_changes(
+                warehouse.gold,
+                merge_source(added, retracted, retraction.keys),
+                retraction.keys,
+                RETRACTION,
+                txn(warehouse.gold),
+            )
             done = None if changed is None else _counted(added, retracted)
-        _log_changes(engine, warehouse, [added, retracted.withColumns({"batch_id": F.lit(plan.batch_id).cast("long"), "produced_at": F.lit(now())})], txn)
+        _log_changes(
+            engine,
+            warehouse,
+            [
+                added,
+                retracted.withColumns({"batch_id": F.lit(plan.batch_id).cast("long"), "produced_at": F.lit(now())}),
+            ],
+            txn,
+        )
     return done
 
 
@@ -85,7 +115,10 @@ def merge_source(added: DataFrame, retracted: DataFrame, keys: Sequence[str]) ->
         return f"CASE WHEN {present} THEN a.{quoted(name)} ELSE r.{quoted(name)} END AS {quoted(name)}"
 
     joined = added.alias("a").join(retracted.alias("r"), list(keys), "full_outer")
-    return joined.selectExpr(*[chosen(name) for name in added.columns], *[f"CASE WHEN {present} THEN NULL ELSE r.{quoted(name)} END AS {quoted(name)}" for name in extra])
+    return joined.selectExpr(
+        *[chosen(name) for name in added.columns],
+        *[f"CASE WHEN {present} THEN NULL ELSE r.{quoted(name)} END AS {quoted(name)}" for name in extra],
+    )
 
 
 def _log_changes(engine: DeltaEngine, warehouse: Warehouse, signed: list[DataFrame], txn: Callable[[str], Txn]) -> None:
@@ -98,5 +131,9 @@ def _log_changes(engine: DeltaEngine, warehouse: Warehouse, signed: list[DataFra
 def _counted(added: DataFrame, retracted: DataFrame) -> tuple[int, int]:
     """The rows a batch added to gold and those it took out, in one job."""
     first = added.select(F.lit(1).alias("_added"), F.lit(0).alias("_retracted"))
-    counts = first.unionByName(retracted.select(F.lit(0).alias("_added"), F.lit(1).alias("_retracted"))).agg(F.sum("_added"), F.sum("_retracted")).first()
+    counts = (
+        first.unionByName(retracted.select(F.lit(0).alias("_added"), F.lit(1).alias("_retracted")))
+        .agg(F.sum("_added"), F.sum("_retracted"))
+        .first()
+    )
     return int(counts[0] or 0), int(counts[1] or 0)

@@ -24,7 +24,19 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from pipelines.bronze import INGESTED_AT, Landed, Lander, Placed, Tally, land_files, land_rows, last_arrival_seq, refusal, refusal_rows, require_files
+from pipelines.bronze import (
+    INGESTED_AT,
+    Landed,
+    Lander,
+    Placed,
+    Tally,
+    land_files,
+    land_rows,
+    last_arrival_seq,
+    refusal,
+    refusal_rows,
+    require_files,
+)
 from pipelines.landing import Found, default_checkpoint, examined, known_files, listed, on_databricks, readable
 from pipelines.parse import counted, parse_frame, stored_columns
 from pipelines.spark import held
@@ -104,13 +116,22 @@ def ingest_files(
         require_files(files)
     results: list[IngestResult] = []
     for start in range(0, len(files), FILES_PER_LANDING):
-        results += _ingest_files(engine, warehouse, rel, files[start : start + FILES_PER_LANDING], specs or default_specs(), landing)
+        results += _ingest_files(
+            engine, warehouse, rel, files[start : start + FILES_PER_LANDING], specs or default_specs(), landing
+        )
     for result in results:
         progress(result)
     return results
 
 
-def _ingest_files(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, files: Sequence[str], specs: dict[str, RelationSpec], landing: bool) -> list[IngestResult]:
+def _ingest_files(
+    engine: DeltaEngine,
+    warehouse: Warehouse,
+    rel: Relation,
+    files: Sequence[str],
+    specs: dict[str, RelationSpec],
+    landing: bool,
+) -> list[IngestResult]:
     """One call's files: each read once on the driver for its digest and lines, the new ones landed together."""
     examined = [_examined(rel, file) for file in files]
     logged = _logged(engine, warehouse, rel, [item.sha256 for item in examined if isinstance(item, Found)])
@@ -128,20 +149,56 @@ def _ingest_files(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, file
     landed = land_files(lander, rel, list(placed.values())) if placed else Landed(rel.name)
     refused = {**{item.path: item.refused for item in taken.values() if item.refused is not None}, **landed.refused}
     recorded = {path: str(why) for path, why in refused.items() if landing and why.lasting}
-    refusals = [as_frame(engine.spark, refusal_rows([(rel.name, path, why, True) for path, why in recorded.items()], lander.tag, lander.at))] if recorded else []
+    refusals = (
+        [
+            as_frame(
+                engine.spark,
+                refusal_rows([(rel.name, path, why, True) for path, why in recorded.items()], lander.tag, lander.at),
+            )
+        ]
+        if recorded
+        else []
+    )
     logged_now = [item for item in taken.values() if item.path not in refused or item.path in recorded]
-    set_aside(engine, warehouse, rel, refusals + ([] if landed.quarantined is None else [landed.quarantined]), [item.sha256 for item in logged_now])
-    log_ingests(engine, warehouse, [
-        log_row(lander, rel, placed.get(item.path, Placed(item.path, start, 0)), item.sha256, landed.tallies.get(item.path, Tally()), recorded.get(item.path))
-        for item in logged_now
-    ])
+    set_aside(
+        engine,
+        warehouse,
+        rel,
+        refusals + ([] if landed.quarantined is None else [landed.quarantined]),
+        [item.sha256 for item in logged_now],
+    )
+    log_ingests(
+        engine,
+        warehouse,
+        [
+            log_row(
+                lander,
+                rel,
+                placed.get(item.path, Placed(item.path, start, 0)),
+                item.sha256,
+                landed.tallies.get(item.path, Tally()),
+                recorded.get(item.path),
+            )
+            for item in logged_now
+        ],
+    )
     for index, item in taken.items():
         tally, why = landed.tallies.get(item.path, Tally()), refused.get(item.path)
-        results[index] = IngestResult(files[index], rel.name, tally.landed, tally.quarantined, tally.duplicates, refused=None if why is None else str(why), recorded=item.path in recorded)
+        results[index] = IngestResult(
+            files[index],
+            rel.name,
+            tally.landed,
+            tally.quarantined,
+            tally.duplicates,
+            refused=None if why is None else str(why),
+            recorded=item.path in recorded,
+        )
     return [results[index] for index in range(len(files))]
 
 
-def _skipped(file: str, rel: Relation, item: Found | FileRefused, logged: dict[str, bool], taken: set[str], landing: bool) -> IngestResult | None:
+def _skipped(
+    file: str, rel: Relation, item: Found | FileRefused, logged: dict[str, bool], taken: set[str], landing: bool
+) -> IngestResult | None:
     """Why a call does not take ``file``, as its result: it cannot be read now, its content is ingested (or is another
     file's of this call), a landing file refused before, or a file given by hand refused for its form; None: taken."""
     if isinstance(item, FileRefused):
@@ -202,7 +259,9 @@ def _auto_loader(engine: DeltaEngine, landing: str, checkpoint: str, ingest: Cal
     ingested them returns; only the paths are read (binaryFile without its content)."""
 
     def ingest_batch(files: DataFrame, _: int) -> None:
-        paths = [row.path.removeprefix("dbfs:") for row in files.select("path").orderBy("path").collect()]  # file names only: a few per trigger
+        paths = [
+            row.path.removeprefix("dbfs:") for row in files.select("path").orderBy("path").collect()
+        ]  # file names only: a few per trigger
         ingest([path for path in paths if readable(path)])
 
     stream = engine.spark.readStream.format("cloudFiles").option("cloudFiles.format", "binaryFile").load(landing)
@@ -237,8 +296,15 @@ def ingest_frame(
     columns = frame.columns
     with held(frame) as cached:
         stored_columns(columns)  # a reserved or repeated name is refused before the frame is read
-        record = F.to_json(F.struct(*[column(name) for name in columns]))  # JSON: hashable whatever the types (maps too)
-        rows, count, sums = counted(cached, FRAME_ROW, F.sum(F.xxhash64(record).cast("decimal(38,0)")), F.sum(F.hash(record).cast("decimal(38,0)")))
+        record = F.to_json(
+            F.struct(*[column(name) for name in columns])
+        )  # JSON: hashable whatever the types (maps too)
+        rows, count, sums = counted(
+            cached,
+            FRAME_ROW,
+            F.sum(F.xxhash64(record).cast("decimal(38,0)")),
+            F.sum(F.hash(record).cast("decimal(38,0)")),
+        )
         digest = _frame_digest(columns, count, sums)
         if _logged(engine, warehouse, rel, [digest]).get(digest):
             return IngestResult(label or "dataframe", rel.name, already_ingested=True)
@@ -264,24 +330,47 @@ def _frame_digest(columns: list[str], count: int, sums: list) -> str:
     return hashlib.sha256(f"dataframe {list(columns)} {[str(value) for value in (count, *sums)]}".encode()).hexdigest()
 
 
-def set_aside(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, frames: list[DataFrame], digests: list[str]) -> None:
+def set_aside(
+    engine: DeltaEngine, warehouse: Warehouse, rel: Relation, frames: list[DataFrame], digests: list[str]
+) -> None:
     """One commit of what a call set aside, under an application transaction named by the call's inputs, which a
     retry of the call after a crash finds recorded."""
     if not frames:
         return
     name = digests[0] if len(digests) == 1 else hashlib.sha256(" ".join(sorted(digests)).encode()).hexdigest()
     with step("quarantine"):
-        engine.append(warehouse.quarantine, union_by_name(frames, allow_missing=True), Txn(f"lakejoin-ingest:{rel.name}:{name}", 1))
+        engine.append(
+            warehouse.quarantine,
+            union_by_name(frames, allow_missing=True),
+            Txn(f"lakejoin-ingest:{rel.name}:{name}", 1),
+        )
 
 
-def log_row(lander: Lander, rel: Relation, placed: Placed, digest: str | None, tally: Tally, refused: str | None = None, **source: object) -> dict:
+def log_row(
+    lander: Lander,
+    rel: Relation,
+    placed: Placed,
+    digest: str | None,
+    tally: Tally,
+    refused: str | None = None,
+    **source: object,
+) -> dict:
     """An input's row of the ingest log: what it landed and the places it holds (none for a file refused as a whole)."""
     last = placed.first if refused is not None else placed.first + placed.bound
     return dict(
-        ingest_id=lander.tag, relation=rel.name, source_file=placed.name, sha256=digest, rows_landed=tally.landed,
-        rows_quarantined=1 if refused is not None else tally.quarantined, rows_duplicate=tally.duplicates,
-        seq_from=placed.first + 1, seq_to=last, ingested_at=lander.at, refused=refused,
-        source_version=source.get("version"), source_table_id=source.get("table_id"),
+        ingest_id=lander.tag,
+        relation=rel.name,
+        source_file=placed.name,
+        sha256=digest,
+        rows_landed=tally.landed,
+        rows_quarantined=1 if refused is not None else tally.quarantined,
+        rows_duplicate=tally.duplicates,
+        seq_from=placed.first + 1,
+        seq_to=last,
+        ingested_at=lander.at,
+        refused=refused,
+        source_version=source.get("version"),
+        source_table_id=source.get("table_id"),
     )
 
 
@@ -298,6 +387,8 @@ def _logged(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, digests: S
         return {}
     log = engine.lookup(warehouse.ingest_log, "sha256", digests, where=f"relation = {literal(rel.name)}")
     found: dict[str, bool] = {}
-    for digest, refused in [] if log is None else zip(log.column("sha256").to_pylist(), log.column("refused").to_pylist()):
+    for digest, refused in (
+        [] if log is None else zip(log.column("sha256").to_pylist(), log.column("refused").to_pylist())
+    ):
         found[digest] = found.get(digest, False) or refused is None
     return found

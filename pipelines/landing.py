@@ -47,7 +47,9 @@ def known_files(engine: DeltaReader, warehouse: Warehouse) -> Known:
     """Every file the ingest log and the batch log name (what grows here is one row per file, on the driver)."""
     known = Known()
     ingested = engine.rows(warehouse.ingest_log, where="source_version IS NULL AND sha256 IS NOT NULL")
-    for row in [] if ingested is None else ingested.select(["relation", "source_file", "sha256", "refused"]).to_pylist():
+    for row in (
+        [] if ingested is None else ingested.select(["relation", "source_file", "sha256", "refused"]).to_pylist()
+    ):
         known.add(row["relation"], row["source_file"], row["sha256"], row["refused"] is not None)
     logged = engine.rows(warehouse.batches)
     for files in [] if logged is None else logged.column("files").to_pylist():
@@ -104,7 +106,9 @@ def examined(relation: str, path: str, shown: str | None = None) -> Found:
     except FileRefused as exc:
         refused = FileRefused(f"cannot ingest {shown or path}: {exc}", exc.lasting)
     except (pa.ArrowException, OSError) as exc:
-        refused = FileRefused(f"cannot ingest {shown or path}: not a readable Parquet file ({str(exc).splitlines()[0]})")
+        refused = FileRefused(
+            f"cannot ingest {shown or path}: not a readable Parquet file ({str(exc).splitlines()[0]})"
+        )
     return Found(relation, path, lines.size, digest.hexdigest(), rows, refused)
 
 
@@ -118,7 +122,9 @@ class Lines:
     last: bytes = b""
 
     def add(self, block: bytes) -> None:
-        self.separators += block.count(b"\n") + block.count(b"\r") - block.count(b"\r\n") - (self.last == b"\r" and block[:1] == b"\n")
+        self.separators += (
+            block.count(b"\n") + block.count(b"\r") - block.count(b"\r\n") - (self.last == b"\r" and block[:1] == b"\n")
+        )
         self.size += len(block)
         self.last = block[-1:]
 
@@ -130,7 +136,9 @@ class Lines:
 def require_landing(landing: str, relation: str) -> None:
     """Refuse a landing folder that is not there: a mistyped path would otherwise ingest nothing, run after run."""
     if not os.path.isdir(landing):
-        raise LakejoinError(f"{relation}'s landing folder {landing} does not exist: create it, or correct the path (config relations.{relation}.landing, or --landing)")
+        raise LakejoinError(
+            f"{relation}'s landing folder {landing} does not exist: create it, or correct the path (config relations.{relation}.landing, or --landing)"
+        )
 
 
 def listed(landing: str) -> list[str]:
@@ -150,4 +158,6 @@ def readable(name: str) -> bool:
 def default_checkpoint(landing: str, warehouse: Warehouse, rel: Relation) -> str:
     """Auto Loader's checkpoint when none is given: in the landing folder, one per warehouse and relation, so that two
     warehouses fed from one folder (a bundle's dev and prod targets) each find every file."""
-    return os.path.join(landing, "_lakejoin_checkpoint", re.sub(r"[^A-Za-z0-9_.-]+", "_", warehouse.root.strip("/")), rel.name)
+    return os.path.join(
+        landing, "_lakejoin_checkpoint", re.sub(r"[^A-Za-z0-9_.-]+", "_", warehouse.root.strip("/")), rel.name
+    )

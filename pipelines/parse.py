@@ -54,7 +54,9 @@ def numbered_lines(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
     large = [path for path in paths if path not in whole]
     parts = ([_lines_of_whole(spark, whole)] if whole else []) + ([_lines_by_block(spark, large)] if large else [])
     lines = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
-    unmarked = f"CASE WHEN _source_line = 1 THEN regexp_replace(_raw, {literal(BYTE_ORDER_MARK)}, '') ELSE _raw END AS _raw"
+    unmarked = (
+        f"CASE WHEN _source_line = 1 THEN regexp_replace(_raw, {literal(BYTE_ORDER_MARK)}, '') ELSE _raw END AS _raw"
+    )
     return lines.selectExpr("_source_file", "_source_line", unmarked).where("trim(_raw) != ''")
 
 
@@ -62,7 +64,10 @@ def _lines_of_whole(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
     """Each file one row, split into its lines as Spark's text reader splits them (at ``\\r\\n``, ``\\r`` or
     ``\\n``): a line's number is its place in the file, with no job of its own."""
     files = spark.read.text(list(paths), wholetext=True)
-    lines = files.selectExpr(f"{named_file(paths, local_path('_metadata.file_path'))} AS _source_file", "posexplode(split(value, '\\r\\n|\\r|\\n')) AS (_place, _raw)")
+    lines = files.selectExpr(
+        f"{named_file(paths, local_path('_metadata.file_path'))} AS _source_file",
+        "posexplode(split(value, '\\r\\n|\\r|\\n')) AS (_place, _raw)",
+    )
     return lines.selectExpr("_source_file", "_place + 1 AS _source_line", "_raw")
 
 
@@ -77,7 +82,9 @@ def _lines_by_block(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
         F.col("value").alias("_raw"),
     )
     earlier = Window.partitionBy("_spark_path").orderBy("_block").rowsBetween(Window.unboundedPreceding, -1)
-    blocks = lines.groupBy("_spark_path", "_block").agg(F.min("_row").alias("_first_row"), F.count(F.lit(1)).alias("_lines"))
+    blocks = lines.groupBy("_spark_path", "_block").agg(
+        F.min("_row").alias("_first_row"), F.count(F.lit(1)).alias("_lines")
+    )
     blocks = blocks.withColumn("_before", F.coalesce(F.sum("_lines").over(earlier), F.lit(0)))
     return lines.join(F.broadcast(blocks), ["_spark_path", "_block"]).select(
         F.expr(named_file(paths)).alias("_source_file"),
@@ -112,9 +119,16 @@ def counted(frame: DataFrame, name: str, *sums: Column) -> tuple[DataFrame, int,
     before it, so no task holds the whole frame as a window over all rows would."""
     rows = frame.withColumn(name, F.monotonically_increasing_id())
     piece = F.shiftright(F.col(name), PARTITION_BITS)
-    found = rows.groupBy(piece.alias("piece")).agg(F.count(F.lit(1)).alias("rows"), *[total.alias(f"sum{index}") for index, total in enumerate(sums)]).collect()
+    found = (
+        rows.groupBy(piece.alias("piece"))
+        .agg(F.count(F.lit(1)).alias("rows"), *[total.alias(f"sum{index}") for index, total in enumerate(sums)])
+        .collect()
+    )
     pieces = [(row["piece"], row["rows"]) for row in found]
-    totals = [sum(parts) if (parts := [int(row[f"sum{index}"]) for row in found if row[f"sum{index}"] is not None]) else None for index in range(len(sums))]
+    totals = [
+        sum(parts) if (parts := [int(row[f"sum{index}"]) for row in found if row[f"sum{index}"] is not None]) else None
+        for index in range(len(sums))
+    ]
     within = F.col(name).bitwiseAND((1 << PARTITION_BITS) - 1)
     return rows.withColumn(name, firsts(pieces, 0, piece) + within), sum(count for _, count in pieces), totals
 
@@ -141,7 +155,11 @@ def check_format(path: str, fmt: str) -> None:
         start = handle.read(4)
         handle.seek(max(0, os.path.getsize(path) - 4))
         end = handle.read(4)
-    what = "a Parquet file: name it .parquet" if start == end == b"PAR1" else next((w for magic, w in _NOT_TEXT.items() if start.startswith(magic)), None)
+    what = (
+        "a Parquet file: name it .parquet"
+        if start == end == b"PAR1"
+        else next((w for magic, w in _NOT_TEXT.items() if start.startswith(magic)), None)
+    )
     if what is not None:
         raise FileRefused(f"it is {what}")
 
@@ -157,7 +175,11 @@ def parse_files(spark: SparkSession, paths: Sequence[str], fmt: str) -> Parsed:
         headers = {path: _csv_header(path) for path in paths}
         (header,) = {tuple(names) for names, _ in headers.values()}
         after = ", ".join(f"{literal(path)}, {line}" for path, (_, line) in headers.items())
-        return _parse_text(lines.where(f"_source_line > map({after})[_source_file]"), [(name, StringType()) for name in header], "from_csv")
+        return _parse_text(
+            lines.where(f"_source_line > map({after})[_source_file]"),
+            [(name, StringType()) for name in header],
+            "from_csv",
+        )
     schema = _json_schema(spark, paths)
     inferred = [(f.name, f.dataType) for f in schema.fields if f.name != CORRUPT]
     if CORRUPT in schema.fieldNames():
@@ -203,7 +225,12 @@ def _json_schema(spark: SparkSession, paths: Sequence[str]) -> StructType:
     keys = spark.read.text(list(paths)).select(F.explode(F.json_object_keys("value")).alias("key")).distinct().collect()
     stored_columns(sorted(row.key for row in keys))
     inferred = spark.read.json(list(paths)).schema
-    return StructType([field if isinstance(field.dataType, AtomicType) else StructField(field.name, StringType()) for field in inferred.fields])
+    return StructType(
+        [
+            field if isinstance(field.dataType, AtomicType) else StructField(field.name, StringType())
+            for field in inferred.fields
+        ]
+    )
 
 
 _SENSITIVE: weakref.WeakKeyDictionary[SparkSession, SparkSession] = weakref.WeakKeyDictionary()
@@ -229,17 +256,31 @@ def _parse_text(lines: DataFrame, fields: list[tuple[str, DataType]], parser: st
     as_text = [*(StructField(name, StringType()) for name, _ in fields), StructField(CORRUPT, StringType())]
     ddl = ", ".join(f"{quoted(f.name)} {f.dataType.simpleString()}" for f in as_text)
     options = f"map('mode', 'PERMISSIVE', 'columnNameOfCorruptRecord', {literal(CORRUPT)})"
-    record = lines.selectExpr("_source_file", "_source_line", "_raw", f"{parser}(_raw, {literal(ddl)}, {options}) AS _record")
+    record = lines.selectExpr(
+        "_source_file", "_source_line", "_raw", f"{parser}(_raw, {literal(ddl)}, {options}) AS _record"
+    )
     data = [f"_record.{quoted(name)} AS {quoted(names[name])}" for name, _ in fields]
     types = {names[name]: given if nested_names_storable(given) else StringType() for name, given in fields}
-    frame = record.selectExpr("_source_file", "_source_line", "_raw", f"_record IS NULL OR _record.{CORRUPT} IS NOT NULL AS _unparsable", *data)
+    frame = record.selectExpr(
+        "_source_file",
+        "_source_line",
+        "_raw",
+        f"_record IS NULL OR _record.{CORRUPT} IS NOT NULL AS _unparsable",
+        *data,
+    )
     return Parsed(frame, types, text=True)
 
 
 def _parse_parquet(spark: SparkSession, paths: Sequence[str]) -> Parsed:
     df = spark.read.parquet(*paths)
-    located = df.select("*", F.expr(local_path("_metadata.file_path")).alias("_spark_path"), F.col("_metadata.row_index").alias("_row_index"))
-    return parse_frame(located.select(F.expr(named_file(paths)).alias("_source_file"), "*"), df.columns, F.col("_row_index") + 1)
+    located = df.select(
+        "*",
+        F.expr(local_path("_metadata.file_path")).alias("_spark_path"),
+        F.col("_metadata.row_index").alias("_row_index"),
+    )
+    return parse_frame(
+        located.select(F.expr(named_file(paths)).alias("_source_file"), "*"), df.columns, F.col("_row_index") + 1
+    )
 
 
 def parse_frame(df: DataFrame, columns: list[str], line: Column) -> Parsed:
@@ -287,5 +328,7 @@ def firsts(rows_per_group: list[tuple[int, int]], start: int, group: Column) -> 
 def format_of(file: str) -> str:
     extension = os.path.splitext(file)[1].lower()
     if extension not in FORMATS:
-        raise LakejoinError(f"cannot ingest {file}: unknown extension {extension or '(none)'!r}; use .jsonl, .csv or .parquet")
+        raise LakejoinError(
+            f"cannot ingest {file}: unknown extension {extension or '(none)'!r}; use .jsonl, .csv or .parquet"
+        )
     return FORMATS[extension]

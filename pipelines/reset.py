@@ -41,19 +41,33 @@ def _keep_landed(engine: DeltaReader, warehouse: Warehouse) -> None:
     run again after it died skips them."""
     found = engine.source_identity(warehouse.batches)  # a log built again after a reset has another table id
     schema = engine.schema(warehouse.batches)
-    logged = engine.rows(warehouse.batches) if schema is not None and "files" in schema.fieldNames() else None  # the earlier layout's ingest logged its files
-    files = [] if logged is None else [
-        (row["batch_id"], row["recorded_at"], LandedFile(**file)) for row in logged.select(["batch_id", "recorded_at", "files"]).to_pylist() for file in row["files"] or []
-    ]
+    logged = (
+        engine.rows(warehouse.batches) if schema is not None and "files" in schema.fieldNames() else None
+    )  # the earlier layout's ingest logged its files
+    files = (
+        []
+        if logged is None
+        else [
+            (row["batch_id"], row["recorded_at"], LandedFile(**file))
+            for row in logged.select(["batch_id", "recorded_at", "files"]).to_pylist()
+            for file in row["files"] or []
+        ]
+    )
     last = 0 if logged is None or logged.num_rows == 0 else max(logged.column("batch_id").to_pylist())
     files += _landed_by_unfinished(engine, warehouse, last)
     if not files:
         return
     rows = [_log_row(batch, at, file) for batch, at, file in files]
-    engine.append(warehouse.ingest_log, pa.Table.from_pylist(rows, INGEST_LOG_SCHEMA), Txn(f"lakejoin-reset:{found[0] if found else 'none'}", 1))
+    engine.append(
+        warehouse.ingest_log,
+        pa.Table.from_pylist(rows, INGEST_LOG_SCHEMA),
+        Txn(f"lakejoin-reset:{found[0] if found else 'none'}", 1),
+    )
 
 
-def _landed_by_unfinished(engine: DeltaReader, warehouse: Warehouse, last: int) -> list[tuple[int, datetime, LandedFile]]:
+def _landed_by_unfinished(
+    engine: DeltaReader, warehouse: Warehouse, last: int
+) -> list[tuple[int, datetime, LandedFile]]:
     """The files the batch after ``last`` landed before it died: those of each relation whose bronze holds its commit,
     less those it refused for now (their rows are not there: a later batch lands them)."""
     landed = []
@@ -71,6 +85,17 @@ def _landed_by_unfinished(engine: DeltaReader, warehouse: Warehouse, last: int) 
 def _log_row(batch_id: int, at: datetime, file: LandedFile) -> dict:
     """A landed file as the ingest log names an ingested one: its rows are at places ``first + 1`` to ``first + bound``."""
     return dict(
-        ingest_id=batch_tag(batch_id), relation=file.relation, source_file=file.path, sha256=file.sha256, rows_landed=None, rows_quarantined=None,
-        rows_duplicate=None, seq_from=file.first + 1, seq_to=file.first + file.bound, ingested_at=at, refused=file.refused, source_version=None, source_table_id=None,
+        ingest_id=batch_tag(batch_id),
+        relation=file.relation,
+        source_file=file.path,
+        sha256=file.sha256,
+        rows_landed=None,
+        rows_quarantined=None,
+        rows_duplicate=None,
+        seq_from=file.first + 1,
+        seq_to=file.first + file.bound,
+        ingested_at=at,
+        refused=file.refused,
+        source_version=None,
+        source_table_id=None,
     )

@@ -104,8 +104,10 @@ class Server:
 
     def describe(self) -> str:
         delta = f"Delta on Spark from {self.delta_jars}" if self.delta_jars else "no Delta jars (delta-rs)"
-        return (f"lakejoin server: up on 127.0.0.1:{self.port} (pid {self.pid}, lakejoin {self.version}, {delta}); "
-                f"stops after {self.idle_minutes:g} idle minutes or on 'lakejoin serve --stop'")
+        return (
+            f"lakejoin server: up on 127.0.0.1:{self.port} (pid {self.pid}, lakejoin {self.version}, {delta}); "
+            f"stops after {self.idle_minutes:g} idle minutes or on 'lakejoin serve --stop'"
+        )
 
 
 def folder() -> Path:
@@ -136,21 +138,43 @@ def running() -> Server | None:
 
 def describe_running(server: Server | None) -> str:
     """What ``lakejoin status`` says of the server (``server``: the one running, if any)."""
-    return server.describe() if server else "lakejoin server: none ('lakejoin serve' starts one; commands then start no JVM)"
+    return (
+        server.describe()
+        if server
+        else "lakejoin server: none ('lakejoin serve' starts one; commands then start no JVM)"
+    )
 
 
 def start(idle_minutes: float = DEFAULT_IDLE_MINUTES, port: int | None = None, verbose: bool = False) -> Server:
     """Start the server in a process of its own and return once it answers; its output goes to ``server.log``."""
     if (server := running()) is not None:
-        raise LakejoinError(f"a lakejoin server is already up (pid {server.pid}, port {server.port}): 'lakejoin serve --stop' stops it")
+        raise LakejoinError(
+            f"a lakejoin server is already up (pid {server.pid}, port {server.port}): 'lakejoin serve --stop' stops it"
+        )
     home = _private_folder()
     for stale in [home / "server.json", *(home / "clients").glob("*")]:
         stale.unlink(missing_ok=True)  # a server that died left them; its commands died with it
-    command = [sys.executable, "-m", "pipelines.server", "--idle-minutes", str(idle_minutes), "--port", str(port or _free_port())]
-    environment = {name: value for name, value in os.environ.items() if name != REMOTE} | {TOKEN: secrets.token_urlsafe(32)}
+    command = [
+        sys.executable,
+        "-m",
+        "pipelines.server",
+        "--idle-minutes",
+        str(idle_minutes),
+        "--port",
+        str(port or _free_port()),
+    ]
+    environment = {name: value for name, value in os.environ.items() if name != REMOTE} | {
+        TOKEN: secrets.token_urlsafe(32)
+    }
     with open(home / "server.log", "w") as log:
-        process = subprocess.Popen(command + (["--verbose"] if verbose else []), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                   env=environment, start_new_session=True)  # outlives this command and its terminal
+        process = subprocess.Popen(
+            command + (["--verbose"] if verbose else []),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=environment,
+            start_new_session=True,
+        )  # outlives this command and its terminal
     deadline = time.monotonic() + START_SECONDS
     while (server := running()) is None or server.pid != process.pid:
         if process.poll() is not None or time.monotonic() > deadline:
@@ -180,10 +204,14 @@ def attached(server: Server, verbose: bool = False) -> Iterator[SparkSession]:
     """A session on ``server`` for one command: refused when the server runs another lakejoin or another Delta set-up;
     once the operations of killed commands are interrupted; its own operations tagged with this process."""
     if server.version != VERSION:
-        raise LakejoinError(f"the lakejoin server runs lakejoin {server.version} and this is {VERSION}: restart it ('lakejoin serve --stop', then 'lakejoin serve')")
+        raise LakejoinError(
+            f"the lakejoin server runs lakejoin {server.version} and this is {VERSION}: restart it ('lakejoin serve --stop', then 'lakejoin serve')"
+        )
     if (os.environ.get(DELTA_JARS) or None) != server.delta_jars:
-        raise LakejoinError(f"the lakejoin server was started with {DELTA_JARS}={server.delta_jars or ''} and this command has "
-                            f"{os.environ.get(DELTA_JARS, '')}: restart it ('lakejoin serve --stop', then 'lakejoin serve') or run with the same")
+        raise LakejoinError(
+            f"the lakejoin server was started with {DELTA_JARS}={server.delta_jars or ''} and this command has "
+            f"{os.environ.get(DELTA_JARS, '')}: restart it ('lakejoin serve --stop', then 'lakejoin serve') or run with the same"
+        )
     _wait_for_killed_commands()
     this = Process.this()
     mark = folder() / "clients" / this.mark
@@ -191,17 +219,23 @@ def attached(server: Server, verbose: bool = False) -> Iterator[SparkSession]:
     spark = None
     try:
         spark = get_spark(remote=server.url, verbose=verbose)
-        spark.client.set_retry_policies(hurried_retries())  # a server killed mid-command fails it in seconds, not minutes
+        spark.client.set_retry_policies(
+            hurried_retries()
+        )  # a server killed mid-command fails it in seconds, not minutes
         served = spark.conf.get(VERSION_CONF, None)
         if served != VERSION:
-            raise LakejoinError(f"the Spark Connect server on port {server.port} runs lakejoin {served or 'unknown'} and this is {VERSION}: restart it")
+            raise LakejoinError(
+                f"the Spark Connect server on port {server.port} runs lakejoin {served or 'unknown'} and this is {VERSION}: restart it"
+            )
         spark.addTag(f"{CLIENT_TAG}{this.mark}")
         yield spark
     except PySparkException as exc:
         if server.process.running():
             raise
-        raise LakejoinError("the lakejoin server stopped while this command ran: rerun it (a batch it left unfinished "
-                            "resumes), after 'lakejoin serve' or with a Spark of its own") from exc
+        raise LakejoinError(
+            "the lakejoin server stopped while this command ran: rerun it (a batch it left unfinished "
+            "resumes), after 'lakejoin serve' or with a Spark of its own"
+        ) from exc
     finally:
         if spark is not None and server.process.running():
             stop_session(spark)
@@ -212,8 +246,10 @@ def _wait_for_killed_commands() -> None:
     deadline = time.monotonic() + REAP_SECONDS
     while dead := _dead_clients():
         if time.monotonic() > deadline:
-            raise LakejoinError(f"the lakejoin server is still stopping what killed commands (pid {', '.join(str(gone.pid) for gone in dead)}) left running: "
-                                "try again, or restart it ('lakejoin serve --stop')")
+            raise LakejoinError(
+                f"the lakejoin server is still stopping what killed commands (pid {', '.join(str(gone.pid) for gone in dead)}) left running: "
+                "try again, or restart it ('lakejoin serve --stop')"
+            )
         time.sleep(0.1)
 
 
@@ -238,7 +274,9 @@ def _start_of(pid: int) -> str | None:
             return None
         zombie = fields[0] == "Z"
     else:
-        shown = subprocess.run(["ps", "-o", "stat=,lstart=", "-p", str(pid)], capture_output=True, text=True).stdout.split(maxsplit=1)
+        shown = subprocess.run(
+            ["ps", "-o", "stat=,lstart=", "-p", str(pid)], capture_output=True, text=True
+        ).stdout.split(maxsplit=1)
         if len(shown) < 2:
             return None
         zombie, started = shown[0].startswith("Z"), shown[1].strip()
@@ -274,7 +312,9 @@ def _host(idle_minutes: float, port: int, verbose: bool) -> None:
     for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(number, lambda signum, _: stopping.append(signum))
     this = Process.this()
-    server = Server(this.pid, this.started, port, os.environ[TOKEN], VERSION, os.environ.get(DELTA_JARS) or None, idle_minutes)
+    server = Server(
+        this.pid, this.started, port, os.environ[TOKEN], VERSION, os.environ.get(DELTA_JARS) or None, idle_minutes
+    )
     record = folder() / "server.json"
     written = record.with_suffix(".tmp")
     written.touch(mode=0o600)

@@ -51,7 +51,9 @@ class BatchReport:
     evicted: dict[str, int]
     rule_failures: dict[str, int] = field(default_factory=dict)  # rows failing each warn/quarantine rule
     phases: dict[str, float] = field(default_factory=dict)  # seconds per phase (state/phases.py)
-    changes: dict[str, int] = field(default_factory=dict)  # change feeds' counts (state/changes.py), with gold rows retracted
+    changes: dict[str, int] = field(
+        default_factory=dict
+    )  # change feeds' counts (state/changes.py), with gold rows retracted
 
     def describe(self) -> str:
         arrived = ", ".join(f"{count} {name.upper()}" for name, count in self.arrivals.items())
@@ -72,7 +74,9 @@ class RunReport:
     batches: list[BatchReport]
     interrupted: bool = False  # a follow stopped by a second signal, the batch under way abandoned
     sources: list = field(default_factory=list)  # each source table's ingest (pipelines/sources.py SourceResult)
-    landed: list = field(default_factory=list)  # what each batch landed from the landing folders (Landing), and each file refused or skipped (IngestResult)
+    landed: list = field(
+        default_factory=list
+    )  # what each batch landed from the landing folders (Landing), and each file refused or skipped (IngestResult)
 
     @property
     def refused(self) -> list:
@@ -126,7 +130,13 @@ def run(
     return _batches(Run.of(engine, warehouse, config), progress, stop, fenced, fence)
 
 
-def _batches(run: Run, progress: Callable, stop: Callable[[], bool], before_writing: Callable[[], None], fence: Callable[[], None]) -> list[BatchReport]:
+def _batches(
+    run: Run,
+    progress: Callable,
+    stop: Callable[[], bool],
+    before_writing: Callable[[], None],
+    fence: Callable[[], None],
+) -> list[BatchReport]:
     """Batch after batch, from the log's tail: an unfinished batch first (resumed with its plan), then new plans."""
     tail = check_consistency(run.engine, run.warehouse, run.config.pipeline, creates=bool(run.landings))
     known = known_files(run.engine, run.warehouse) if run.landings else Known()
@@ -140,7 +150,13 @@ def _batches(run: Run, progress: Callable, stop: Callable[[], bool], before_writ
 
 
 def _batch(
-    run: Run, tail: LogTail, known: Known, progress: Callable, stop: Callable[[], bool], before_writing: Callable[[], None], fence: Callable[[], None]
+    run: Run,
+    tail: LogTail,
+    known: Known,
+    progress: Callable,
+    stop: Callable[[], bool],
+    before_writing: Callable[[], None],
+    fence: Callable[[], None],
 ) -> tuple[BatchReport | None, LogTail]:
     """The next batch, planned, landed and executed; None when there is nothing (more) to do. Each table's latest
     commit is looked up once (``pinned``): the run holds the lock of what a batch writes, lands under the ingest lock,
@@ -171,7 +187,10 @@ def _batch(
 def _landing(run: Run, lands: bool) -> Iterator[None]:
     """Under the ingest lock when the batch may land files: its files' places in the arrival order follow every place
     taken, and no ingest takes one while it plans and lands them."""
-    with hold(run.warehouse.root, INGEST, None, run.engine.spark) if run.landings and lands else nullcontext(), run.engine.pinned():
+    with (
+        hold(run.warehouse.root, INGEST, None, run.engine.spark) if run.landings and lands else nullcontext(),
+        run.engine.pinned(),
+    ):
         yield
 
 
@@ -191,7 +210,9 @@ def _report_skipped(plan: BatchPlan, progress: Callable) -> None:
             progress(IngestResult(file.path, file.relation, already_ingested=True))
 
 
-def _landed(batch: Batch, states: dict[Relation, DataFrame | None], before_writing: Callable[[], None]) -> list[Landing]:
+def _landed(
+    batch: Batch, states: dict[Relation, DataFrame | None], before_writing: Callable[[], None]
+) -> list[Landing]:
     """The batch's files in bronze (nothing when it takes none): its first writes."""
     if not batch.plan.files:
         return []
@@ -215,12 +236,20 @@ def _execute(
     with timed("read"):
         arrived = read(batch, states)
     with timed("measure"):
-        measured = watched(arrived, landed) or measure(batch.engine.spark, arrived, plan.watermarks, plan.bound <= BROADCAST_ROWS)
+        measured = watched(arrived, landed) or measure(
+            batch.engine.spark, arrived, plan.watermarks, plan.bound <= BROADCAST_ROWS
+        )
     for rel in batch.relations:
         missing = measured.pointers.get(rel.name)
-        if missing is not None and (error := missing_rows(batch.config.spec(rel.name).table, missing, measured.rows[rel.name])):  # type: ignore[arg-type] - a source table's
+        if missing is not None and (
+            error := missing_rows(batch.config.spec(rel.name).table, missing, measured.rows[rel.name])
+        ):  # type: ignore[arg-type] - a source table's
             raise error
-    broken = stopped(plan.batch_id, [result for results in measured.rules.values() for result in results], written=bool(landed) or resumed)
+    broken = stopped(
+        plan.batch_id,
+        [result for results in measured.rules.values() for result in results],
+        written=bool(landed) or resumed,
+    )
     if broken is not None:
         raise broken
     outputs = emit(batch, kind, arrived, measured)
@@ -246,5 +275,16 @@ def _execute(
     with step("commit"):
         batch.run.log.record(batch.engine, plan, outcome)
     failures = {rule.rule: rule.failed for rule in outcome.rules if rule.failed}
-    report = BatchReport(plan.batch_id, outcome.arrivals, written.pairs, outcome.seconds, resumed, outcome.late, outcome.evicted, failures, take(), outcome.changes)
+    report = BatchReport(
+        plan.batch_id,
+        outcome.arrivals,
+        written.pairs,
+        outcome.seconds,
+        resumed,
+        outcome.late,
+        outcome.evicted,
+        failures,
+        take(),
+        outcome.changes,
+    )
     return report, LogTail(plan.batch_id, plan.seq_to, outputs.watermarks, outputs.raised)

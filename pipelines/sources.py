@@ -38,7 +38,10 @@ from state.relations import INSERT, Relation, RelationSpec
 # its index in the file (Parquet row index), so the arrival order within a version is the same on every read.
 ROW_BITS = 33
 APPEND, REWRITE, CHANGE = "append", "rewrite", "change"
-CDF_TYPE, CDF_VERSION = "_change_type", "_commit_version"  # a Change Data Feed's columns (docs.delta.io, "Change data feed")
+CDF_TYPE, CDF_VERSION = (
+    "_change_type",
+    "_commit_version",
+)  # a Change Data Feed's columns (docs.delta.io, "Change data feed")
 COLUMN_MAPPING = "delta.columnMapping.mode"
 
 
@@ -81,7 +84,9 @@ class Commit:
         removes = [action["remove"] for action in actions if "remove" in action]
         info = next((action["commitInfo"] for action in actions if "commitInfo" in action), {})
         mode = str((info.get("operationParameters") or {}).get("mode", "append")).lower()
-        named = operation or (info.get("operation", "?") + ("" if mode == "append" else f" ({mode})"))  # WRITE (overwrite)
+        named = operation or (
+            info.get("operation", "?") + ("" if mode == "append" else f" ({mode})")
+        )  # WRITE (overwrite)
         added = tuple(add for add in adds if add.get("dataChange", True))
         if any(remove.get("dataChange", True) for remove in removes) or any(add.get("deletionVector") for add in added):
             return cls(version, named, CHANGE, ())
@@ -101,7 +106,11 @@ class Pending:
 def ingest_sources(engine: DeltaEngine, warehouse: Warehouse, specs: dict[str, RelationSpec]) -> list[SourceResult]:
     """Ingest what every source table gained since its last ingest (a run does this before planning batches). Every
     table's versions are listed and checked before any is ingested, so a refused commit leaves all of them as they were."""
-    pending = [pending_versions(engine, warehouse, rel, specs[rel.name]) for rel in warehouse.relations if specs[rel.name].table is not None]
+    pending = [
+        pending_versions(engine, warehouse, rel, specs[rel.name])
+        for rel in warehouse.relations
+        if specs[rel.name].table is not None
+    ]
     return [_ingest(engine, warehouse, specs, versions) for versions in pending]
 
 
@@ -123,14 +132,18 @@ def pending_versions(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, s
     return Pending(rel, table, identity, commits)
 
 
-def _listed(engine: DeltaReader, warehouse: Warehouse, rel: Relation, table: str) -> tuple[int | None, str | None, list[Commit]]:
+def _listed(
+    engine: DeltaReader, warehouse: Warehouse, rel: Relation, table: str
+) -> tuple[int | None, str | None, list[Commit]]:
     """The last version of ``table`` logged as ingested, the table's id, and the versions after it, classified. Before
     the first logged ingest, the first is the table's snapshot: its latest, or the one an ingest that died before its
     log row had read (read again: its rows are found as duplicates, its quarantined rows recorded, nothing skipped)."""
     logged, pointed, known = _last_ingested(engine, warehouse, rel, table)
     found = engine.source_identity(table)
     if found is None:
-        raise LakejoinError(f"relation {rel.name} reads table {table}, which does not exist (or is not a Delta table): create it, or fix relations.{rel.name}.table")
+        raise LakejoinError(
+            f"relation {rel.name} reads table {table}, which does not exist (or is not a Delta table): create it, or fix relations.{rel.name}.table"
+        )
     identity, latest = found
     last = logged if logged is not None else pointed
     if last is not None and (latest < last or (known and identity not in known)):
@@ -150,7 +163,9 @@ def _listed(engine: DeltaReader, warehouse: Warehouse, rel: Relation, table: str
     return logged, identity, commits
 
 
-def _ingest(engine: DeltaEngine, warehouse: Warehouse, specs: dict[str, RelationSpec], pending: Pending) -> SourceResult:
+def _ingest(
+    engine: DeltaEngine, warehouse: Warehouse, specs: dict[str, RelationSpec], pending: Pending
+) -> SourceResult:
     """``pending``'s appends as pointers, its rewrites followed, its (skipped) change commits logged: one landing
     (pipelines/bronze.py), then the rows it set aside, then one ingest-log commit."""
     rel, table, commits = pending.relation, pending.table, pending.commits
@@ -161,11 +176,20 @@ def _ingest(engine: DeltaEngine, warehouse: Warehouse, specs: dict[str, Relation
     newest = commits[-1].version
     lander = Lander.for_call(engine, warehouse, specs)
     source = Provenance(
-        rel, table, lander.tag, lander.at, F.col("_source_file"), F.col("_source_line").bitwiseAND((1 << ROW_BITS) - 1), F.col("_source_version"),
+        rel,
+        table,
+        lander.tag,
+        lander.at,
+        F.col("_source_file"),
+        F.col("_source_line").bitwiseAND((1 << ROW_BITS) - 1),
+        F.col("_source_version"),
         kept=(specs[rel.name].event_time, *_partition_columns(appended)),
     )
     # logged with the ingest's own row, after its pointers landed: a crash before that leaves the versions to read again
-    skipped = [(change.version, f"skipped: version {change.version} is a {change.operation} (skip_change_commits)") for change in changes]
+    skipped = [
+        (change.version, f"skipped: version {change.version} is a {change.operation} (skip_change_commits)")
+        for change in changes
+    ]
     first = last_arrival_seq(engine, warehouse)
     try:
         if specs[rel.name].changes is not None:
@@ -177,18 +201,42 @@ def _ingest(engine: DeltaEngine, warehouse: Warehouse, specs: dict[str, Relation
             landed, placed = Landed(rel.name), Placed(table, first, 0)
     except (PySparkException, Py4JJavaError) as exc:
         raise read_failure(table)(exc) from exc
-    set_aside(engine, warehouse, rel, [] if landed.quarantined is None else [landed.quarantined], [f"{table}@{commits[0].version}-{newest}"])
+    set_aside(
+        engine,
+        warehouse,
+        rel,
+        [] if landed.quarantined is None else [landed.quarantined],
+        [f"{table}@{commits[0].version}-{newest}"],
+    )
     tally = landed.total
     row = log_row(lander, rel, placed, None, tally, version=newest, table_id=pending.identity)
-    skips = [{**row, "rows_landed": 0, "rows_quarantined": 0, "rows_duplicate": 0, "seq_to": placed.first, "refused": why, "source_version": version} for version, why in skipped]
+    skips = [
+        {
+            **row,
+            "rows_landed": 0,
+            "rows_quarantined": 0,
+            "rows_duplicate": 0,
+            "seq_to": placed.first,
+            "refused": why,
+            "source_version": version,
+        }
+        for version, why in skipped
+    ]
     log_ingests(engine, warehouse, [*skips, row])
     return SourceResult(
-        rel.name, table, (commits[0].version, newest), tally.landed, tally.quarantined, tally.duplicates,
+        rel.name,
+        table,
+        (commits[0].version, newest),
+        tally.landed,
+        tally.quarantined,
+        tally.duplicates,
         tuple(f"version {change.version} ({change.operation})" for change in changes),
     )
 
 
-def _ingest_appends(lander: Lander, rel: Relation, table: str, appended: list[Commit], source: Provenance, newest: int, first: int) -> tuple[Landed, Placed]:
+def _ingest_appends(
+    lander: Lander, rel: Relation, table: str, appended: list[Commit], source: Provenance, newest: int, first: int
+) -> tuple[Landed, Placed]:
     """The appended rows classified as a file's would be (ids, event times, duplicates, conflicts), then landed.
     Files in the order they were written (a snapshot holds the table's whole history), then by path."""
     engine = lander.engine
@@ -199,7 +247,9 @@ def _ingest_appends(lander: Lander, rel: Relation, table: str, appended: list[Co
     return land_rows(lander, rel, parsed, [placed], source), placed
 
 
-def _ingest_changes(lander: Lander, rel: Relation, table: str, commits: list[Commit], source: Provenance, first: int) -> tuple[Landed, Placed]:
+def _ingest_changes(
+    lander: Lander, rel: Relation, table: str, commits: list[Commit], source: Provenance, first: int
+) -> tuple[Landed, Placed]:
     """A change feed's new versions landed whole (bronze keeps every version of a record, state/changes.py): a first
     ingest's snapshot as inserts at its version, then each later version's Change Data Feed, an update by its new
     version (``update_postimage``), each change sequenced by its commit version."""
@@ -213,7 +263,11 @@ def _ingest_changes(lander: Lander, rel: Relation, table: str, commits: list[Com
     later = [commit.version for commit in commits if commit.operation != "snapshot"]
     if later:
         changes = engine.source_changes(table, later[0], later[-1]).where(F.col(CDF_TYPE) != "update_preimage")
-        parts.append(_change_rows(changes, schema, table, first_line=len(commits[0].files) if commits[0].operation == "snapshot" else 0))
+        parts.append(
+            _change_rows(
+                changes, schema, table, first_line=len(commits[0].files) if commits[0].operation == "snapshot" else 0
+            )
+        )
     if not parts:
         return Landed(rel.name), Placed(table, first, 0)
     frame = union_by_name(parts, allow_missing=True)
@@ -227,9 +281,14 @@ def _placed(parsed: Parsed, table: str, first: int) -> tuple[Parsed, Placed]:
     """The rows at places after ``first``, in their order: data file by data file (a line's high bits), row by row
     within one (its low bits, which number a file's rows without a gap); one small job counts each file's rows."""
     block = F.shiftright(F.col("_source_line"), ROW_BITS)
-    rows = [(row["block"], row["rows"]) for row in parsed.frame.groupBy(block.alias("block")).agg(F.count(F.lit(1)).alias("rows")).collect()]
+    rows = [
+        (row["block"], row["rows"])
+        for row in parsed.frame.groupBy(block.alias("block")).agg(F.count(F.lit(1)).alias("rows")).collect()
+    ]
     place = firsts(rows, first + 1, block) + F.col("_source_line").bitwiseAND((1 << ROW_BITS) - 1)
-    return replace(parsed, frame=parsed.frame.withColumn("_arrival_seq", place)), Placed(table, first, sum(count for _, count in rows))
+    return replace(parsed, frame=parsed.frame.withColumn("_arrival_seq", place)), Placed(
+        table, first, sum(count for _, count in rows)
+    )
 
 
 def _change_rows(changes: DataFrame, schema: StructType, table: str, first_line: int) -> DataFrame:
@@ -253,7 +312,9 @@ def _records_changes(engine: DeltaEngine, table: str, version: int) -> bool:
     """The table records its changes at ``version`` (its ``delta.enableChangeDataFeed``)."""
     snapshot = engine.source_snapshot(table, version)
     actions = [] if snapshot is None else snapshot[1]
-    configuration = next((action["metaData"].get("configuration") or {} for action in actions if "metaData" in action), {})
+    configuration = next(
+        (action["metaData"].get("configuration") or {} for action in actions if "metaData" in action), {}
+    )
     return str(configuration.get(CHANGE_FEED, "false")).lower() == "true"
 
 
@@ -267,15 +328,32 @@ def _file_rows(engine: DeltaEngine, table: str, schema: StructType, files: list[
     kept = [field for field in schema.fields if not field.name.startswith("_")]
     stored = StructType([field for field in kept if field.name not in partitions])
     catalog = spark.createDataFrame(
-        [(add["path"].rsplit("/", 1)[-1], ordinal, version, add["path"], *[(add.get("partitionValues") or {}).get(p) for p in partitions])
-         for ordinal, (version, add) in enumerate(files)],
-        StructType([StructField("_file_name", StringType()), StructField("_ordinal", LongType()), StructField("_source_version", LongType()),
-                    StructField("_source_file", StringType()), *[StructField(f"_partition_{i}", StringType()) for i in range(len(partitions))]]),
+        [
+            (
+                add["path"].rsplit("/", 1)[-1],
+                ordinal,
+                version,
+                add["path"],
+                *[(add.get("partitionValues") or {}).get(p) for p in partitions],
+            )
+            for ordinal, (version, add) in enumerate(files)
+        ],
+        StructType(
+            [
+                StructField("_file_name", StringType()),
+                StructField("_ordinal", LongType()),
+                StructField("_source_version", LongType()),
+                StructField("_source_file", StringType()),
+                *[StructField(f"_partition_{i}", StringType()) for i in range(len(partitions))],
+            ]
+        ),
     )
     located = engine.source_files(table, stored, [(version, add["path"]) for version, add in files])
     joined = located.join(F.broadcast(catalog), "_file_name")
     values = [
-        F.col(f"_partition_{partitions.index(field.name)}").cast(field.dataType).alias(field.name) if field.name in partitions else column(field.name)
+        F.col(f"_partition_{partitions.index(field.name)}").cast(field.dataType).alias(field.name)
+        if field.name in partitions
+        else column(field.name)
         for field in kept
     ]
     frame = joined.select(
@@ -299,8 +377,13 @@ def _check_readable(table: str, actions: Actions, whole: bool) -> None:
     for action in actions:
         mode = (action.get("metaData", {}).get("configuration") or {}).get(COLUMN_MAPPING, "none")
         if mode != "none":
-            raise LakejoinError(f"source table {table} maps its column names ({COLUMN_MAPPING} = {mode}), which lakejoin cannot read yet: join a table without column mapping")
-        deleted = whole and ("deletionVectors" in (action.get("protocol", {}).get("readerFeatures") or []) and _unknown_deletions(actions))
+            raise LakejoinError(
+                f"source table {table} maps its column names ({COLUMN_MAPPING} = {mode}), which lakejoin cannot read yet: join a table without column mapping"
+            )
+        deleted = whole and (
+            "deletionVectors" in (action.get("protocol", {}).get("readerFeatures") or [])
+            and _unknown_deletions(actions)
+        )
         if deleted or (whole and (action.get("add") or {}).get("deletionVector")):
             raise LakejoinError(
                 f"source table {table} has rows deleted in place (deletion vectors), which lakejoin cannot read: "
@@ -313,7 +396,9 @@ def _unknown_deletions(actions: Actions) -> bool:
     return any("add" in action and "deletionVector" not in action["add"] for action in actions)
 
 
-def _last_ingested(engine: DeltaReader, warehouse: Warehouse, rel: Relation, table: str) -> tuple[int | None, int | None, set[str]]:
+def _last_ingested(
+    engine: DeltaReader, warehouse: Warehouse, rel: Relation, table: str
+) -> tuple[int | None, int | None, set[str]]:
     """From one read of ``rel``'s ingest log rows: the last version of ``table`` logged as ingested, the newest its
     pointers in bronze hold (beyond the log when an ingest died between its pointers and its log row), and the table
     ids the ingests recorded. A relation whose bronze points into another table cannot be moved to this one."""
@@ -331,7 +416,11 @@ def _last_ingested(engine: DeltaReader, warehouse: Warehouse, rel: Relation, tab
         if "source_table_id" in log.column_names:
             known = {identity for identity in log.column("source_table_id").to_pylist() if identity is not None}
     bronze = engine.schema(warehouse.bronze(rel))
-    pointed = engine.max_value(warehouse.bronze(rel), "_source_version") if bronze is not None and "_source_version" in bronze.fieldNames() else None
+    pointed = (
+        engine.max_value(warehouse.bronze(rel), "_source_version")
+        if bronze is not None and "_source_version" in bronze.fieldNames()
+        else None
+    )
     return logged, pointed, known
 
 
@@ -344,8 +433,12 @@ def source_status(engine: DeltaReader, warehouse: Warehouse, rel: Relation, tabl
         return {"relation": rel.name, "table": table, "problem": str(exc)}
     counts = [_rows_in(add) for commit in commits if commit.kind == APPEND for add in commit.files]
     return {
-        "relation": rel.name, "table": table, "ingested_version": logged, "latest_version": commits[-1].version if commits else logged,
-        "pending_versions": len(commits), "pending_rows": None if None in counts else sum(counts),  # type: ignore[arg-type]
+        "relation": rel.name,
+        "table": table,
+        "ingested_version": logged,
+        "latest_version": commits[-1].version if commits else logged,
+        "pending_versions": len(commits),
+        "pending_rows": None if None in counts else sum(counts),  # type: ignore[arg-type]
     }
 
 

@@ -17,11 +17,10 @@ import shutil
 import socket
 import subprocess
 import warnings
-
-from pyspark.logger import PySparkLogger
 from collections.abc import Iterator
 
 from pyspark import StorageLevel
+from pyspark.logger import PySparkLogger
 from pyspark.sql import DataFrame, SparkSession
 
 from state.engines.delta_log import is_connect, is_restricted
@@ -31,7 +30,9 @@ MIN_JAVA = 17
 DELTA_JARS = "LAKEJOIN_DELTA_JARS"
 REMOTE = "SPARK_REMOTE"
 DATABRICKS = "DATABRICKS_RUNTIME_VERSION"  # set in every Databricks runtime's processes
-MASTER = "LAKEJOIN_MASTER"  # the master lakejoin starts its session on: local[2] by default, spark://host:7077 for a cluster
+MASTER = (
+    "LAKEJOIN_MASTER"  # the master lakejoin starts its session on: local[2] by default, spark://host:7077 for a cluster
+)
 LOCAL = "local[2]"
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 # The driver JVM's log4j2 configuration unless get_spark(verbose=True): errors only, no start-up chatter.
@@ -74,7 +75,9 @@ def delta_jars(folder: str | None) -> list[str]:
         return []
     jars = sorted(glob.glob(os.path.join(folder, "*.jar")))
     if not any(os.path.basename(jar).startswith("delta-spark") for jar in jars):
-        raise LakejoinError(f"{DELTA_JARS}={folder} holds no delta-spark jar: point it at Delta Lake's JVM jars, or unset it to use delta-rs")
+        raise LakejoinError(
+            f"{DELTA_JARS}={folder} holds no delta-spark jar: point it at Delta Lake's JVM jars, or unset it to use delta-rs"
+        )
     return jars
 
 
@@ -92,7 +95,11 @@ def local_conf(extra: dict[str, str] | None = None, master: str = LOCAL) -> dict
 def quiet_conf(conf: dict[str, str]) -> dict[str, str]:
     """``conf`` with its driver JVM logging only errors; Java options already there are kept, a log4j file named in them wins."""
     options = conf.get(JAVA_OPTIONS, "").strip()
-    if "log4j2.configurationFile=" in options or "log4j.configurationFile=" in options or not os.path.isfile(QUIET_LOG4J):
+    if (
+        "log4j2.configurationFile=" in options
+        or "log4j.configurationFile=" in options
+        or not os.path.isfile(QUIET_LOG4J)
+    ):
         return conf
     quoted = QUIET_LOG4J.replace("\\", "\\\\").replace('"', '\\"')  # the launcher splits the options as a shell would
     return {**conf, JAVA_OPTIONS: f'{options} "-Dlog4j2.configurationFile={quoted}"'.strip()}
@@ -104,12 +111,16 @@ def check_java() -> None:
         return
     java = shutil.which("java")
     if java is None:
-        raise LakejoinError(f"Java {MIN_JAVA}+ is required by Spark and was not found: install openjdk-{MIN_JAVA}-jre-headless")
+        raise LakejoinError(
+            f"Java {MIN_JAVA}+ is required by Spark and was not found: install openjdk-{MIN_JAVA}-jre-headless"
+        )
     banner = subprocess.run([java, "-version"], capture_output=True, text=True).stderr
     match = re.search(r'version "(\d+)(?:\.(\d+))?', banner)
     major = 0 if match is None else int(match.group(1) if match.group(1) != "1" else match.group(2) or 0)
     if major < MIN_JAVA:
-        raise LakejoinError(f"Java {MIN_JAVA}+ is required by Spark, found {banner.splitlines()[0] if banner else java}: install openjdk-{MIN_JAVA}-jre-headless")
+        raise LakejoinError(
+            f"Java {MIN_JAVA}+ is required by Spark, found {banner.splitlines()[0] if banner else java}: install openjdk-{MIN_JAVA}-jre-headless"
+        )
 
 
 # PySpark logs every analysis error it raises, as JSON on stderr, even one the caller catches and explains.
@@ -122,7 +133,11 @@ def _quiet_python_loggers() -> None:
 
 
 def get_spark(
-    master: str | None = None, conf: dict[str, str] | None = None, app_name: str = "lakejoin", verbose: bool = False, remote: str | None = None
+    master: str | None = None,
+    conf: dict[str, str] | None = None,
+    app_name: str = "lakejoin",
+    verbose: bool = False,
+    remote: str | None = None,
 ) -> SparkSession:
     """The active session if there is one (Databricks, tests), else a Spark Connect session when ``remote`` or
     ``SPARK_REMOTE`` names a server, else, on Databricks, the runtime's session, else one lakejoin starts on ``master`` (default ``LAKEJOIN_MASTER``, else
@@ -138,7 +153,9 @@ def get_spark(
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
-    if DATABRICKS in os.environ:  # a job's task: the runtime's own session (a cluster's or serverless'), never a local one
+    if (
+        DATABRICKS in os.environ
+    ):  # a job's task: the runtime's own session (a cluster's or serverless'), never a local one
         return SparkSession.builder.getOrCreate()
     check_java()
     master = master or os.environ.get(MASTER) or LOCAL
@@ -184,9 +201,13 @@ def connect(url: str, verbose: bool = False) -> SparkSession:
 
         address = DefaultChannelBuilder(url)
     except ImportError as exc:
-        raise LakejoinError(f"Spark Connect needs its client libraries: pip install 'pyspark[connect]' ({exc})") from None
+        raise LakejoinError(
+            f"Spark Connect needs its client libraries: pip install 'pyspark[connect]' ({exc})"
+        ) from None
     except (PySparkException, ValueError) as exc:
-        raise LakejoinError(f"{shown} is not a Spark Connect URL ({first_line(exc)}): give one as sc://host:15002") from None
+        raise LakejoinError(
+            f"{shown} is not a Spark Connect URL ({first_line(exc)}): give one as sc://host:15002"
+        ) from None
     _require_listening(address.url.hostname or "", address.url.port or DefaultChannelBuilder.default_port(), shown)
     spark = SparkSession.builder.remote(url).getOrCreate()
     client = spark.client
@@ -211,10 +232,14 @@ def _require_listening(host: str, port: int, shown: str) -> None:
     try:
         socket.create_connection((host.strip("[]"), port), timeout=CONNECT_SECONDS).close()
     except TimeoutError:
-        raise LakejoinError(f"cannot reach the Spark Connect server at {shown}: no answer in {CONNECT_SECONDS:g} s; check the host and port") from None
+        raise LakejoinError(
+            f"cannot reach the Spark Connect server at {shown}: no answer in {CONNECT_SECONDS:g} s; check the host and port"
+        ) from None
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
-        raise LakejoinError(f"cannot reach the Spark Connect server at {shown}: {reason}; check the host and port, and that the server runs") from None
+        raise LakejoinError(
+            f"cannot reach the Spark Connect server at {shown}: {reason}; check the host and port, and that the server runs"
+        ) from None
 
 
 def hurried_retries() -> list:
@@ -229,7 +254,14 @@ def hurried_retries() -> list:
 
     class NoAnswer(DefaultPolicy):
         def __init__(self) -> None:
-            super().__init__(max_retries=4, initial_backoff=500, backoff_multiplier=2.0, max_backoff=4000, jitter=0, recognize_server_retry_delay=False)
+            super().__init__(
+                max_retries=4,
+                initial_backoff=500,
+                backoff_multiplier=2.0,
+                max_backoff=4000,
+                jitter=0,
+                recognize_server_retry_delay=False,
+            )
 
     return [ServerAskedToWait(), NoAnswer()]
 

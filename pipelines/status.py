@@ -4,18 +4,18 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from state.config import Config
 from pipelines.definition import recorded
 from pipelines.sources import source_status
+from state import progress
 from state.batch_log import BatchLog, LogTail
 from state.checks import check_consistency, require_warehouse
+from state.config import Config
 from state.engines.base import DeltaReader
 from state.errors import LakejoinError
 from state.event_time import render, warehouse_kind
 from state.final import MATCHED
 from state.layout import IN_STORE, Warehouse
 from state.lock import JOIN, holder
-from state import progress
 from state.relations import TS
 
 
@@ -59,27 +59,45 @@ class WarehouseStatus:
             version = "-" if table.version is None else str(table.version)
             rows = "-" if table.rows is None else f"{table.rows:,}"
             lines.append(f"  {table.name:<{width}}  {version:>7}  {rows}")
-        lines.append(f"last committed batch: {self.last_committed_batch or 'none'} (arrivals joined up to #{self.joined_up_to})")
+        lines.append(
+            f"last committed batch: {self.last_committed_batch or 'none'} (arrivals joined up to #{self.joined_up_to})"
+        )
         if self.unfinished_batch is not None:
             lines.append(f"unfinished batch: {self.unfinished_batch} (the next run resumes it with its plan)")
-        lines.append("pending arrivals: " + ", ".join(f"{count:,} {name.upper()}" for name, count in self.pending.items()))
+        lines.append(
+            "pending arrivals: " + ", ".join(f"{count:,} {name.upper()}" for name, count in self.pending.items())
+        )
         lines += [_describe_source(source) for source in self.sources]
         marks = ", ".join(f"{name.upper()} {render(mark, self.event_time)}" for name, mark in self.watermarks.items())
         lines.append(f"watermarks: {marks or 'none (no allowed_lateness set)'}")
-        lines += [f"idle: {name.upper()} since {since} (for the others' rows and eviction its watermark is the lowest of theirs)" for name, since in self.idle.items()]
-        lines += [f"declared: no {name.upper()} record older than {to} will come (lakejoin advance)" for name, to in self.declared.items()]
+        lines += [
+            f"idle: {name.upper()} since {since} (for the others' rows and eviction its watermark is the lowest of theirs)"
+            for name, since in self.idle.items()
+        ]
+        lines += [
+            f"declared: no {name.upper()} record older than {to} will come (lakejoin advance)"
+            for name, to in self.declared.items()
+        ]
         lines.append(f"late arrivals: {self.late:,}")
-        lines.append(f"state: {'bounded by watermarks and window' if self.bounded else 'stores keep full history (set allowed_lateness and window to bound them)'}")
+        lines.append(
+            f"state: {'bounded by watermarks and window' if self.bounded else 'stores keep full history (set allowed_lateness and window to bound them)'}"
+        )
         lines += [
             f"waiting to be final: {wait['records']:,} {wait['relation'].upper()} records"
-            + ("" if wait["oldest"] is None else f", the oldest at {wait['oldest']}: its row comes once {wait['until']}")
+            + (
+                ""
+                if wait["oldest"] is None
+                else f", the oldest at {wait['oldest']}: its row comes once {wait['until']}"
+            )
             for wait in self.waiting
         ]
         for which, counts in self.changes.items():
             lines.append(f"changes, {which}: " + ", ".join(f"{count:,} {name}" for name, count in counts.items()))
         if self.rules:
             failing = [rule for rule in self.rules if rule["failed"]]
-            lines.append(f"data quality, batch {self.rules[0]['batch_id']}: {len(self.rules) - len(failing)} of {len(self.rules)} rule checks passed")
+            lines.append(
+                f"data quality, batch {self.rules[0]['batch_id']}: {len(self.rules) - len(failing)} of {len(self.rules)} rule checks passed"
+            )
             lines += [
                 f"  {rule['rule']} on {rule['table']}: {rule['failed']:,} of {rule['evaluated']:,} rows failed ({rule['policy']}), e.g. {rule['examples']}"
                 for rule in failing
@@ -108,10 +126,16 @@ def warehouse_status(engine: DeltaReader, warehouse: Warehouse, config: Config) 
     pending = {}
     for rel in warehouse.relations:
         pending[rel.name] = engine.count(warehouse.bronze(rel), where=f"_arrival_seq > {tail.last_seq}") or 0
-    tables = [_table_status(engine, warehouse, path) for path in warehouse.tables() if path != warehouse.gold_changes or engine.version(path) is not None]
+    tables = [
+        _table_status(engine, warehouse, path)
+        for path in warehouse.tables()
+        if path != warehouse.gold_changes or engine.version(path) is not None
+    ]
     late = next(table.rows for table in tables if table.name == warehouse.name_of(warehouse.late_arrivals))
     definition = recorded(engine, warehouse)
-    kind = warehouse_kind(engine, warehouse, {rel.name: config.spec(rel.name).event_time for rel in warehouse.relations})
+    kind = warehouse_kind(
+        engine, warehouse, {rel.name: config.spec(rel.name).event_time for rel in warehouse.relations}
+    )
     return WarehouseStatus(
         warehouse=warehouse.root,
         tables=tables,
@@ -123,17 +147,29 @@ def warehouse_status(engine: DeltaReader, warehouse: Warehouse, config: Config) 
         event_time=kind,
         late=late or 0,
         # an as-of join bounds its quotes per key by the watermarks alone (docs/joins.md, "The as-of join")
-        bounded=(config.window is not None or config.join_kind.as_of) and all(config.lateness(rel.name) is not None for rel in warehouse.relations),
+        bounded=(config.window is not None or config.join_kind.as_of)
+        and all(config.lateness(rel.name) is not None for rel in warehouse.relations),
         rules=_last_rule_results(tail),
         running=holder(warehouse.root, JOIN),
         problem=problem,
-        sources=[source_status(engine, warehouse, rel, table) for rel in warehouse.relations if (table := config.spec(rel.name).table) is not None],
-        definition=None if definition is None else {
-            "version": definition.version, "recorded_at": str(definition.recorded_at), "settings": definition.settings
+        sources=[
+            source_status(engine, warehouse, rel, table)
+            for rel in warehouse.relations
+            if (table := config.spec(rel.name).table) is not None
+        ],
+        definition=None
+        if definition is None
+        else {
+            "version": definition.version,
+            "recorded_at": str(definition.recorded_at),
+            "settings": definition.settings,
         },
         waiting=_waiting(engine, warehouse, config.on_axis(kind), kind),
         changes=_changes(engine, warehouse) if config.reads_changes else {},
-        idle={name: progress.instant(since) for name, since in (dict(tail.last["idle"] or {}) if tail.last else {}).items()},
+        idle={
+            name: progress.instant(since)
+            for name, since in (dict(tail.last["idle"] or {}) if tail.last else {}).items()
+        },
         declared={name: render(to, kind) or str(to) for name, to in progress.declared(engine, warehouse).items()},
     )
 
@@ -144,7 +180,11 @@ def _changes(engine: DeltaReader, warehouse: Warehouse) -> dict[str, dict[str, i
     if schema is None or "changes" not in schema.fieldNames():
         return {}
     logged = engine.rows(warehouse.batches, where="changes IS NOT NULL")
-    counts = [(row["batch_id"], name, count) for row in logged.select(["batch_id", "changes"]).to_pylist() for name, count in row["changes"]]  # type: ignore[union-attr] - the log exists
+    counts = [
+        (row["batch_id"], name, count)
+        for row in logged.select(["batch_id", "changes"]).to_pylist()
+        for name, count in row["changes"]
+    ]  # type: ignore[union-attr] - the log exists
     if not counts:
         return {}
     last = max(batch for batch, _, _ in counts)
@@ -169,7 +209,14 @@ def _waiting(engine: DeltaReader, warehouse: Warehouse, config: Config, kind: st
         count, oldest = engine.aggregate(path, alone, "count(*)", f"min({TS})")  # type: ignore[misc] - the table exists
         other = next(other for other in warehouse.relations if other != rel)
         until = None if oldest is None else f"{other.label}'s watermark passes {render(oldest + horizon, kind)}"  # type: ignore[operator] - a waiting join has a horizon
-        waiting.append({"relation": rel.name, "records": count, "oldest": None if oldest is None else render(oldest, kind), "until": until})
+        waiting.append(
+            {
+                "relation": rel.name,
+                "records": count,
+                "oldest": None if oldest is None else render(oldest, kind),
+                "until": until,
+            }
+        )
     return waiting
 
 
@@ -180,7 +227,9 @@ def _describe_source(source: dict) -> str:
     if source["ingested_version"] is None:
         return f"{head}: not read yet (the next run joins its snapshot at version {source['latest_version']}, and {source['pending_versions'] - 1} versions after it)"
     rows = "" if source["pending_rows"] is None else f", {source['pending_rows']:,} rows"
-    return f"{head}: read up to version {source['ingested_version']}, {source['pending_versions']} versions pending{rows}"
+    return (
+        f"{head}: read up to version {source['ingested_version']}, {source['pending_versions']} versions pending{rows}"
+    )
 
 
 def _flat(settings: dict, prefix: str = "") -> list[tuple[str, object]]:

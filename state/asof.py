@@ -57,7 +57,12 @@ def eviction_rule(relations: Sequence[Relation], window: int | None) -> Eviction
 
 
 def rows(
-    lefts: DataFrame, rights: DataFrame, relations: Sequence[Relation], condition: str, projection: Projection, keep_unmatched: bool
+    lefts: DataFrame,
+    rights: DataFrame,
+    relations: Sequence[Relation],
+    condition: str,
+    projection: Projection,
+    keep_unmatched: bool,
 ) -> DataFrame:
     """Gold's rows for the final ``lefts``: each with its best match among ``rights``, owned by the left relation,
     whose store emits every row."""
@@ -66,12 +71,18 @@ def rows(
     return best.selectExpr(*projection.of(label(left), relations))
 
 
-def best_matches(lefts: DataFrame, rights: DataFrame, left: Relation, right: Relation, condition: str, keep_unmatched: bool) -> DataFrame:
+def best_matches(
+    lefts: DataFrame, rights: DataFrame, left: Relation, right: Relation, condition: str, keep_unmatched: bool
+) -> DataFrame:
     """Each of ``lefts`` with its best match among ``rights`` under ``condition``: the greatest ``(ts, id)`` (one
     rank), so ties on time go to the greatest id; without one it is dropped, or kept with nulls (``keep_unmatched``).
     The frame keeps each side under its relation's alias, for gold's projection."""
-    pairs = lefts.alias(left.name).join(rights.alias(right.name), F.expr(condition), "left" if keep_unmatched else "inner")
-    latest = Window.partitionBy(F.col(f"{left.name}.{ID}")).orderBy(F.col(f"{right.name}.{TS}").desc_nulls_last(), F.col(f"{right.name}.{ID}").desc_nulls_last())
+    pairs = lefts.alias(left.name).join(
+        rights.alias(right.name), F.expr(condition), "left" if keep_unmatched else "inner"
+    )
+    latest = Window.partitionBy(F.col(f"{left.name}.{ID}")).orderBy(
+        F.col(f"{right.name}.{TS}").desc_nulls_last(), F.col(f"{right.name}.{ID}").desc_nulls_last()
+    )
     return pairs.withColumn(RANK, F.row_number().over(latest)).where(F.col(RANK) == 1).drop(RANK)
 
 
@@ -94,5 +105,11 @@ def superseded(rights: DataFrame, right: Relation, keys: list[str], floor: int) 
     """``_id`` and ``_ts`` of the right records at or below ``floor`` with a newer one of equal ``keys`` also at or
     below it: every left record still to be emitted is at or after the floor, so it prefers the newer."""
     below = rights.alias(right.name).where(F.col(f"{right.name}.{TS}") <= floor)
-    newest = Window.partitionBy(*[F.expr(key) for key in keys]).orderBy(F.col(f"{right.name}.{TS}").desc(), F.col(f"{right.name}.{ID}").desc())
-    return below.withColumn(RANK, F.row_number().over(newest)).where(F.col(RANK) > 1).select(F.col(f"{right.name}.{ID}").alias(ID), F.col(f"{right.name}.{TS}").alias(TS))
+    newest = Window.partitionBy(*[F.expr(key) for key in keys]).orderBy(
+        F.col(f"{right.name}.{TS}").desc(), F.col(f"{right.name}.{ID}").desc()
+    )
+    return (
+        below.withColumn(RANK, F.row_number().over(newest))
+        .where(F.col(RANK) > 1)
+        .select(F.col(f"{right.name}.{ID}").alias(ID), F.col(f"{right.name}.{TS}").alias(TS))
+    )

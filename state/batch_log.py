@@ -25,12 +25,25 @@ from state.progress import Progress
 VERSIONS = pa.map_(pa.string(), pa.int64())
 FILE = pa.struct(
     [
-        ("relation", pa.string()), ("path", pa.string()), ("sha256", pa.string()), ("bytes", pa.int64()), ("first", pa.int64()), ("bound", pa.int64()),
-        ("refused", pa.string()), ("copy_of", pa.string()),
+        ("relation", pa.string()),
+        ("path", pa.string()),
+        ("sha256", pa.string()),
+        ("bytes", pa.int64()),
+        ("first", pa.int64()),
+        ("bound", pa.int64()),
+        ("refused", pa.string()),
+        ("copy_of", pa.string()),
     ]
 )
 RULE = pa.struct(
-    [("rule", pa.string()), ("table", pa.string()), ("policy", pa.string()), ("evaluated", pa.int64()), ("failed", pa.int64()), ("examples", pa.string())]
+    [
+        ("rule", pa.string()),
+        ("table", pa.string()),
+        ("policy", pa.string()),
+        ("evaluated", pa.int64()),
+        ("failed", pa.int64()),
+        ("examples", pa.string()),
+    ]
 )
 SCHEMA = pa.schema(
     [
@@ -43,7 +56,10 @@ SCHEMA = pa.schema(
         ("arrivals", VERSIONS),
         ("late", VERSIONS),  # relation -> arrivals sent to quarantine/late_arrivals
         ("evicted", VERSIONS),  # state table -> rows evicted by the batch's MERGE
-        ("changes", VERSIONS),  # change feeds: inserted, updated, deleted, ignored (as older), late, retracted (gold rows)
+        (
+            "changes",
+            VERSIONS,
+        ),  # change feeds: inserted, updated, deleted, ignored (as older), late, retracted (gold rows)
         ("landed", VERSIONS),  # relation -> rows its landed files brought to bronze
         ("quarantined", VERSIONS),  # relation -> rows of its landed files set aside in quarantine/ingest
         ("duplicates", VERSIONS),  # relation -> rows of its landed files skipped as copies of records already held
@@ -52,7 +68,10 @@ SCHEMA = pa.schema(
         ("clock", pa.int64()),  # the time the plan read (microseconds since the epoch; state/progress.py)
         ("idle", VERSIONS),  # the relations idle in the batch -> their last arrival (microseconds)
         ("declared", VERSIONS),  # relation -> progress declared by 'lakejoin advance' (event-time axis)
-        ("raised", pa.map_(pa.string(), pa.string())),  # after the batch: relation -> why its watermark stands above its own records'
+        (
+            "raised",
+            pa.map_(pa.string(), pa.string()),
+        ),  # after the batch: relation -> why its watermark stands above its own records'
         ("pairs", pa.int64()),
         ("recorded_at", pa.timestamp("us", tz="UTC")),
         ("seconds", pa.float64()),
@@ -71,7 +90,9 @@ class LandedFile:
     bytes: int
     first: int
     bound: int
-    refused: str | None = None  # why the file is refused for good (it lands nothing; recorded so as not to be tried again)
+    refused: str | None = (
+        None  # why the file is refused for good (it lands nothing; recorded so as not to be tried again)
+    )
     copy_of: str | None = None  # the file landed before with the same content: this one adds nothing
 
     @property

@@ -37,7 +37,14 @@ def split_late(arrivals: DataFrame, watermark: int | None) -> tuple[DataFrame, D
 
 
 def late_rows(
-    late: DataFrame, rel: Relation, watermark: int | None, lateness: str | None, event_time: str, kind: str | None, batch_id: int, raised: str | None = None
+    late: DataFrame,
+    rel: Relation,
+    watermark: int | None,
+    lateness: str | None,
+    event_time: str,
+    kind: str | None,
+    batch_id: int,
+    raised: str | None = None,
 ) -> DataFrame:
     """What ``quarantine/late_arrivals`` keeps of late records: the record, why, and the watermark then (a number
     on the event-time axis; the reason gives it as the event time reads). ``raised``: why the watermark stands above
@@ -67,7 +74,9 @@ def advance(before: Watermarks, newest: dict[str, int | None], lateness: dict[st
     return after
 
 
-def store_eviction(rel: Relation, relations: Sequence[Relation], marks: Watermarks, window: int | None) -> Eviction | None:
+def store_eviction(
+    rel: Relation, relations: Sequence[Relation], marks: Watermarks, window: int | None
+) -> Eviction | None:
     """Records in ``rel``'s store that no future member of another relation can be within the band window of: once
     every other relation's watermark is past ``ts + W`` (never without a window)."""
     needed = [marks.get(other.name) for other in others(rel, relations)]
@@ -76,7 +85,9 @@ def store_eviction(rel: Relation, relations: Sequence[Relation], marks: Watermar
     return Eviction(TS, min(needed) - window)  # type: ignore[type-var] - None ruled out above
 
 
-def probe_eviction(store: Relation, holds: Relation, relations: Sequence[Relation], marks: Watermarks, window: int | None) -> Eviction | None:
+def probe_eviction(
+    store: Relation, holds: Relation, relations: Sequence[Relation], marks: Watermarks, window: int | None
+) -> Eviction | None:
     """Probes of ``holds`` in ``store``'s buffer that no future tuple can take: no future record of ``store`` is
     older (``ts`` below its watermark) and, with three or more relations, no future member of a third relation
     can complete a tuple with a stored record older than the probe (``ts + W`` below its watermark)."""

@@ -70,7 +70,10 @@ def snapshot(engine: DeltaEngine, plan: BatchPlan, table: StateTable) -> DataFra
 
 
 def read_sides(
-    snapshots: dict[Relation, DataFrame | None], tables: Sequence[StateTable], arrivals: dict[Relation, DataFrame], replaced: dict[Relation, DataFrame] | None = None
+    snapshots: dict[Relation, DataFrame | None],
+    tables: Sequence[StateTable],
+    arrivals: dict[Relation, DataFrame],
+    replaced: dict[Relation, DataFrame] | None = None,
 ) -> list[Side]:
     """Each relation's arrivals with its buffers as they were before the batch (``snapshots``, each state table read
     once at the plan's version): each buffer a filter on its column (empty where the table keeps no such buffer),
@@ -169,14 +172,18 @@ def buffer_updates(
         exists = table.name in plan.state_versions
         moved = exists and any(cut is not None for cut in eviction.cutoffs.values()) and eviction != was
         span = spans.get(table.relation)
-        updates[table.name] = BufferUpdate(table, kept_by_buffers(arrivals[table.relation], eviction), eviction, moved, exists, span is not None, span)
+        updates[table.name] = BufferUpdate(
+            table, kept_by_buffers(arrivals[table.relation], eviction), eviction, moved, exists, span is not None, span
+        )
     return updates
 
 
 def _memberships(table: StateTable, rule: EvictionRule, marks: Watermarks) -> Memberships:
     """Each buffer's cutoff under ``marks``, and the relation's own watermark, which a row in no buffer stays above."""
     own = marks.get(table.relation.name)
-    return Memberships({buffer.column: rule(buffer, marks) for buffer in table.buffers}, None if own is None else Eviction(TS, own))
+    return Memberships(
+        {buffer.column: rule(buffer, marks) for buffer in table.buffers}, None if own is None else Eviction(TS, own)
+    )
 
 
 def store_probe_rule(relations: Sequence[Relation], window: int | None) -> EvictionRule:
@@ -194,18 +201,34 @@ def store_probe_rule(relations: Sequence[Relation], window: int | None) -> Evict
 Checked = Callable[[StateTable, DataFrame, Callable[[DataFrame], "Merged | None"]], "Merged | None"]
 
 
-def update_buffers(engine: DeltaEngine, plan: BatchPlan, updates: dict[str, BufferUpdate], txn_for: Callable[[str], Txn], checked: Checked) -> dict[str, int]:
+def update_buffers(
+    engine: DeltaEngine,
+    plan: BatchPlan,
+    updates: dict[str, BufferUpdate],
+    txn_for: Callable[[str], Txn],
+    checked: Checked,
+) -> dict[str, int]:
     """Apply each update by one MERGE on ``id`` that inserts and evicts, its rows checked by ``checked``; returns the
     rows evicted per table.
 
     The tables are independent and each MERGE is idempotent under its own transaction, so they run at once:
     a MERGE is mostly waiting (on the log, the scheduler, the commit), not computing."""
     with ThreadPoolExecutor(max_workers=max(1, len(updates))) as pool:
-        evicted = {name: pool.submit(_update_buffer, engine, plan, name, update, txn_for, checked) for name, update in updates.items()}
+        evicted = {
+            name: pool.submit(_update_buffer, engine, plan, name, update, txn_for, checked)
+            for name, update in updates.items()
+        }
     return {name: count for name, future in evicted.items() if (count := future.result()) is not None}
 
 
-def _update_buffer(engine: DeltaEngine, plan: BatchPlan, name: str, update: BufferUpdate, txn_for: Callable[[str], Txn], checked: Checked) -> int | None:
+def _update_buffer(
+    engine: DeltaEngine,
+    plan: BatchPlan,
+    name: str,
+    update: BufferUpdate,
+    txn_for: Callable[[str], Txn],
+    checked: Checked,
+) -> int | None:
     """One table's MERGE; the rows it evicted (counted again when the run this one resumes committed it, so a
     resumed batch logs what an uninterrupted one would)."""
     with step(name):
@@ -217,7 +240,9 @@ def _update_buffer(engine: DeltaEngine, plan: BatchPlan, name: str, update: Buff
         aligned = update.span if update.on_match is None else None
 
         def write(rows: DataFrame) -> Merged | None:
-            if update.inserts_only or not update.exists:  # an append: one write, where a MERGE also scans the table for the keys
+            if (
+                update.inserts_only or not update.exists
+            ):  # an append: one write, where a MERGE also scans the table for the keys
                 written = engine.append(update.table.path, rows, txn, statistics_of(rows.columns, STATE_STATISTICS))
                 return None if written is None else Merged(written, 0)
             return engine.merge(update.table.path, rows, BUFFER_KEY, update.eviction, txn, aligned, update.on_match)
@@ -253,7 +278,10 @@ def kept_by_buffers(arrivals: DataFrame, eviction: Memberships) -> DataFrame:
     an older change must not undo."""
     changes = DELETED in arrivals.columns
     live = f"NOT coalesce({DELETED}, false)" if changes else "true"
-    flags = {column: F.expr(live if cutoff is None else f"{quoted(cutoff.column)} >= {cutoff.below} AND {live}") for column, cutoff in eviction.cutoffs.items()}
+    flags = {
+        column: F.expr(live if cutoff is None else f"{quoted(cutoff.column)} >= {cutoff.below} AND {live}")
+        for column, cutoff in eviction.cutoffs.items()
+    }
     flagged = arrivals.withColumns(flags)
     gone = eviction.gone()
     if changes or gone is None:

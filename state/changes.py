@@ -90,7 +90,9 @@ class Applied:
         }
 
 
-def apply(resolved: Resolved, screened: DataFrame, split: Callable[[DataFrame], tuple[DataFrame, DataFrame]]) -> Applied:
+def apply(
+    resolved: Resolved, screened: DataFrame, split: Callable[[DataFrame], tuple[DataFrame, DataFrame]]
+) -> Applied:
     """``screened`` (the candidates its rules kept) as the batch carries them out: upserts ``split`` by lateness
     (their new version's), deletes as they are."""
     deleting = F.col(OP) == DELETE
@@ -98,13 +100,18 @@ def apply(resolved: Resolved, screened: DataFrame, split: Callable[[DataFrame], 
     return Applied(on_time, late, screened.where(deleting), resolved)
 
 
-def resolve(rows: DataFrame, held: DataFrame, settle: Callable[[DataFrame], DataFrame] = lambda frame: frame) -> Resolved:
+def resolve(
+    rows: DataFrame, held: DataFrame, settle: Callable[[DataFrame], DataFrame] = lambda frame: frame
+) -> Resolved:
     """Per id, the latest of ``rows`` (by sequence, then arrival), split by whether it is newer than ``held`` (the
     state's ``_id``, ``_seq``, ``_deleted`` of those ids). ``settle`` takes the rows compared with what is held, from
     which every part is derived (a small batch holds them on the driver, so its many reads do not resolve again)."""
     by_id = Window.partitionBy(ID)
     ranked = rows.withColumns(
-        {"_rank": F.row_number().over(by_id.orderBy(F.col(SEQ).desc(), F.col("_arrival_seq").desc())), "_batch_newest": F.max(SEQ).over(by_id)}
+        {
+            "_rank": F.row_number().over(by_id.orderBy(F.col(SEQ).desc(), F.col("_arrival_seq").desc())),
+            "_batch_newest": F.max(SEQ).over(by_id),
+        }
     )
     known = held.select(ID, F.col(SEQ).alias(HELD_SEQ), F.col(DELETED).alias(HELD_DELETED))
     compared = settle(ranked.join(known, ID, "left"))
@@ -115,15 +122,28 @@ def resolve(rows: DataFrame, held: DataFrame, settle: Callable[[DataFrame], Data
         upserts=applied.where(F.col(OP) != DELETE).select(*columns),
         deletes=applied.where(F.col(OP) == DELETE).select(*columns),
         current=applied.where(F.col(HELD_SEQ).isNotNull() & ~F.col(HELD_DELETED)).select(ID),
-        ignored=compared.where(~newer).withColumn(NEWEST, F.greatest("_batch_newest", HELD_SEQ)).select(*columns, NEWEST),
+        ignored=compared.where(~newer)
+        .withColumn(NEWEST, F.greatest("_batch_newest", HELD_SEQ))
+        .select(*columns, NEWEST),
     )
 
 
 def ignored_rows(resolved: Resolved, relation: str, batch_id: int) -> DataFrame:
     """What ``quarantine/late_arrivals`` keeps of the changes a batch ignored: the row, and why."""
-    reason = F.concat(F.lit("older change: sequence "), F.col(SEQ).cast("string"), F.lit(" is below sequence "), F.col(NEWEST).cast("string"), F.lit(" of the same record"))
+    reason = F.concat(
+        F.lit("older change: sequence "),
+        F.col(SEQ).cast("string"),
+        F.lit(" is below sequence "),
+        F.col(NEWEST).cast("string"),
+        F.lit(" of the same record"),
+    )
     return resolved.ignored.withColumns(
-        {"relation": F.lit(relation), "reason": reason, "watermark": F.lit(None).cast("bigint"), "batch_id": F.lit(batch_id).cast("bigint")}
+        {
+            "relation": F.lit(relation),
+            "reason": reason,
+            "watermark": F.lit(None).cast("bigint"),
+            "batch_id": F.lit(batch_id).cast("bigint"),
+        }
     ).drop(NEWEST)
 
 
@@ -141,4 +161,3 @@ def latest_held(snapshot: DataFrame) -> DataFrame:
     """A state table's ``_id``, ``_seq`` and ``_deleted`` (false where the table predates tombstones)."""
     deleted = F.col(DELETED) if DELETED in snapshot.columns else F.lit(False)
     return snapshot.select(ID, F.col(SEQ).cast("long").alias(SEQ), F.coalesce(deleted, F.lit(False)).alias(DELETED))
-

@@ -17,9 +17,9 @@ from state.batch_log import BatchLog, BatchPlan, LogTail
 from state.engines import DeltaEngine
 from state.engines.base import DeltaReader, Recorded
 from state.errors import LakejoinError
+from state.joiner import identity_column
 from state.layout import IN_STORE, Warehouse, is_table_name
 from state.lock import is_local
-from state.joiner import identity_column
 from state.relations import ID, TS, relation
 
 STATE_COLUMNS = (ID, TS, "_arrival_seq", IN_STORE)
@@ -51,7 +51,9 @@ def require_warehouse(engine: DeltaReader, warehouse: Warehouse) -> None:
 
 def check_ingest_target(engine: DeltaEngine, warehouse: Warehouse) -> None:
     """Ingest creates a warehouse only in a new or empty folder, never among someone else's files."""
-    if not is_local(warehouse.root) or any(engine.version(path) is not None for path in (warehouse.ingest_log, warehouse.definition)):
+    if not is_local(warehouse.root) or any(
+        engine.version(path) is not None for path in (warehouse.ingest_log, warehouse.definition)
+    ):
         return
     others = [name for name in _listdir(warehouse.root) if not name.startswith("_lakejoin_")]
     if others:
@@ -71,7 +73,9 @@ def check_consistency(engine: DeltaReader, warehouse: Warehouse, pipeline: str, 
     with that plan, which its writes carry). ``creates``: the run may make the warehouse (it lands files)."""
     if not creates:
         require_warehouse(engine, warehouse)
-    earlier = [path for path in [*warehouse.legacy_state(), warehouse.legacy_rule_results] if engine.version(path) is not None]
+    earlier = [
+        path for path in [*warehouse.legacy_state(), warehouse.legacy_rule_results] if engine.version(path) is not None
+    ]
     log_schema = engine.schema(warehouse.batches)
     if earlier or (log_schema is not None and "phase" in log_schema.fieldNames()):
         name = warehouse.name_of(earlier[0] if earlier else warehouse.batches)
@@ -82,16 +86,22 @@ def check_consistency(engine: DeltaReader, warehouse: Warehouse, pipeline: str, 
     for path in warehouse.landed_tables():  # bronze and its quarantine: ingests write them too, outside any batch
         found |= _check_batches(engine, warehouse, path, pipeline, tail)
     outputs = [(path, STATE_COLUMNS) for path in warehouse.buffers().values()] + [
-        (warehouse.late_arrivals, LATE_COLUMNS), (warehouse.dq_quarantine, DQ_QUARANTINE_COLUMNS), (warehouse.gold_changes, ()),
+        (warehouse.late_arrivals, LATE_COLUMNS),
+        (warehouse.dq_quarantine, DQ_QUARANTINE_COLUMNS),
+        (warehouse.gold_changes, ()),
     ]
     for path, columns in outputs:
         found |= _check_output(engine, warehouse, path, columns, pipeline, tail)
     first = identity_column(warehouse.relations[0], ID)  # every join kind's gold has the first relation's members
-    found |= _check_output(engine, warehouse, warehouse.gold, (first, *GOLD_COLUMNS), pipeline, tail, written_every_batch=True)
+    found |= _check_output(
+        engine, warehouse, warehouse.gold, (first, *GOLD_COLUMNS), pipeline, tail, written_every_batch=True
+    )
     unfinished = next((BatchPlan.decoded(record.plan) for record in found.values() if record.plan is not None), None)
     if found and unfinished is None:
         name = warehouse.name_of(next(iter(found)))
-        raise LakejoinError(f"{name} holds batch {tail.last_batch_id + 1}, which the batch log has not committed, without its plan: {_rebuild(warehouse)}")
+        raise LakejoinError(
+            f"{name} holds batch {tail.last_batch_id + 1}, which the batch log has not committed, without its plan: {_rebuild(warehouse)}"
+        )
     newest = unfinished or (tail.last and _pinned(tail.last))
     batch = tail.last_batch_id + (unfinished is not None)  # the batch that read what ``newest`` pins
     for name, version in (newest.bronze_versions if newest else {}).items():
@@ -106,7 +116,9 @@ def check_consistency(engine: DeltaReader, warehouse: Warehouse, pipeline: str, 
         version = (newest.state_versions if newest else {}).get(name)
         current = engine.version(path)
         if version is not None and current is None:
-            raise LakejoinError(f"{warehouse.name_of(path)} is missing, but batch {batch} read its version {version}: {_rebuild(warehouse)}")
+            raise LakejoinError(
+                f"{warehouse.name_of(path)} is missing, but batch {batch} read its version {version}: {_rebuild(warehouse)}"
+            )
         if version is not None and current < version:  # type: ignore[operator] - present
             raise LakejoinError(
                 f"{warehouse.name_of(path)} is at version {current}, but batch {batch} read its version {version} "
@@ -117,7 +129,13 @@ def check_consistency(engine: DeltaReader, warehouse: Warehouse, pipeline: str, 
 
 def _pinned(row: dict) -> BatchPlan:
     """What a logged batch pinned of the tables it read."""
-    return BatchPlan(row["batch_id"], row["seq_from"], row["seq_to"], dict(row["bronze_versions"] or {}), dict(row["state_versions"] or {}))
+    return BatchPlan(
+        row["batch_id"],
+        row["seq_from"],
+        row["seq_to"],
+        dict(row["bronze_versions"] or {}),
+        dict(row["state_versions"] or {}),
+    )
 
 
 def _rebuild(warehouse: Warehouse) -> str:
@@ -133,7 +151,9 @@ def _require_columns(warehouse: Warehouse, path: str, schema: StructType | None,
         )
 
 
-def _check_batches(engine: DeltaReader, warehouse: Warehouse, path: str, pipeline: str, tail: LogTail) -> dict[str, Recorded]:
+def _check_batches(
+    engine: DeltaReader, warehouse: Warehouse, path: str, pipeline: str, tail: LogTail
+) -> dict[str, Recorded]:
     """A table's record of this pipeline's batches: none after the one after the log's last. Returns the record of
     that next batch when the table has it (the batch died after writing here)."""
     info = engine.info(path, warehouse.app_id(pipeline, path))
@@ -153,7 +173,9 @@ def _left_unchanged(engine: DeltaReader, warehouse: Warehouse, batch: int) -> bo
     what they left it, though it lacks their marks (earlier versions left none for a change feed's MERGE that changed
     nothing). A gold restored to before a batch that changed it is still refused."""
     after = engine.rows(warehouse.batches, where=f"batch_id > {batch}")
-    return after is not None and all(not row.get("pairs") and not dict(row.get("changes") or {}).get("retracted") for row in after.to_pylist())
+    return after is not None and all(
+        not row.get("pairs") and not dict(row.get("changes") or {}).get("retracted") for row in after.to_pylist()
+    )
 
 
 def _check_output(
@@ -181,7 +203,11 @@ def _check_output(
         raise LakejoinError(
             f"{name} was not written by pipeline '{pipeline}' (no Delta transaction of {app_id!r}): move it away, or {fix}"
         )
-    if written_every_batch and info.txn_version < tail.last_batch_id and not _left_unchanged(engine, warehouse, info.txn_version):
+    if (
+        written_every_batch
+        and info.txn_version < tail.last_batch_id
+        and not _left_unchanged(engine, warehouse, info.txn_version)
+    ):
         raise LakejoinError(
             f"{name} ends at batch {info.txn_version}, but the batch log has committed batch {tail.last_batch_id} "
             f"(was it restored to an older version?): {fix}"

@@ -12,11 +12,11 @@ from state.asof import backward
 from state.engines import ENGINE_NAMES, DeltaEngine
 from state.errors import LakejoinError
 from state.event_time import span_on_axis, warehouse_kind
-from state.spans import describe_span, duration
 from state.final import JOIN_KINDS, JoinKind, JoinSpec
 from state.layout import GOLD_TABLE, LAYERS, Warehouse, is_name
 from state.relations import RELATIONS, Relation, RelationSpec, default_specs, relations_named
 from state.settings import setting
+from state.spans import describe_span, duration
 
 Span = int | timedelta  # an integer (integer event time) or a duration (timestamps, dates)
 
@@ -58,7 +58,9 @@ class Config:
         "file).",
     )
     max_batch_files: int = setting(1_000, doc="Landing files per batch.")
-    max_batch_bytes: int = setting(1 << 30, doc="Bytes of landing files per batch (a batch takes at least one file).", unset="1 GiB")
+    max_batch_bytes: int = setting(
+        1 << 30, doc="Bytes of landing files per batch (a batch takes at least one file).", unset="1 GiB"
+    )
     engine: str = setting(
         "auto",
         doc="The Delta engine: `delta-rs` (embedded), `spark` (Delta on Spark, needs Delta's jars or a Databricks "
@@ -73,7 +75,11 @@ class Config:
         unset="every layer under the warehouse (`WAREHOUSE/silver/orders_state`; in a schema, `silver_orders_state`)",
         example="{bronze: main.raw, silver: main.silver, gold: main.analytics}",
     )
-    gold_table: str = setting(GOLD_TABLE, doc="Gold's name within its layer. Fixed once the warehouse has a definition.", example="orders_payments")
+    gold_table: str = setting(
+        GOLD_TABLE,
+        doc="Gold's name within its layer. Fixed once the warehouse has a definition.",
+        example="orders_payments",
+    )
     allowed_lateness: Span | str | dict[str, Span | str] | None = setting(
         None,
         doc="How far below the newest event time seen a record may still arrive: a duration (`10 minutes`) for "
@@ -101,7 +107,9 @@ class Config:
         "the left's time); `forward` and `nearest` are refused.",
     )
     expectations: Expectations | dict | None = setting(
-        None, doc="Data-quality settings: the `expectations.*` settings below.", unset="every rule at its default policy"
+        None,
+        doc="Data-quality settings: the `expectations.*` settings below.",
+        unset="every rule at its default policy",
     )
 
     def __post_init__(self) -> None:
@@ -110,23 +118,33 @@ class Config:
         if self.join not in JOINS:
             raise LakejoinError(f"config: 'join' must be one of {', '.join(JOINS)}, got {self.join!r}")
         if self.predicate is None:
-            default = "true" if self.join == "synchronized" else " AND ".join(f"{a}.key = {b}.key" for a, b in zip(names, names[1:]))
+            default = (
+                "true"
+                if self.join == "synchronized"
+                else " AND ".join(f"{a}.key = {b}.key" for a, b in zip(names, names[1:]))
+            )
             object.__setattr__(self, "predicate", default)
         object.__setattr__(self, "select", _select(self.select))
         object.__setattr__(self, "allowed_lateness", _lateness(self.allowed_lateness, names))
         object.__setattr__(self, "window", None if self.window is None else duration(self.window, "window"))
         object.__setattr__(self, "tolerance", None if self.tolerance is None else duration(self.tolerance, "tolerance"))
         self._check_as_of()
-        if self.join == "synchronized":  # every member at one event time: the band window 0; in-order streams by default
+        if (
+            self.join == "synchronized"
+        ):  # every member at one event time: the band window 0; in-order streams by default
             if self.window:
-                raise LakejoinError(f"config: a synchronized join joins records of equal event time and takes no 'window' (got {_span_text(self.window)}): remove it")  # type: ignore[arg-type]
+                raise LakejoinError(
+                    f"config: a synchronized join joins records of equal event time and takes no 'window' (got {_span_text(self.window)}): remove it"
+                )  # type: ignore[arg-type]
             object.__setattr__(self, "window", 0)
             object.__setattr__(self, "allowed_lateness", self.allowed_lateness or dict.fromkeys(names, 0))
         object.__setattr__(self, "expectations", _expectations(self.expectations))
         self._check_finality(names)
         self._check_changes()
         if not isinstance(self.predicate, str) or not self.predicate.strip():
-            raise LakejoinError(f"config: 'predicate' must be a non-empty Spark SQL expression over {', '.join(f'{name}.*' for name in names)}")
+            raise LakejoinError(
+                f"config: 'predicate' must be a non-empty Spark SQL expression over {', '.join(f'{name}.*' for name in names)}"
+            )
         for name in ("max_batch_rows", "max_batch_files", "max_batch_bytes"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -135,21 +153,31 @@ class Config:
             raise LakejoinError(f"config: 'engine' must be one of {', '.join(ENGINE_NAMES)}, got {self.engine!r}")
         object.__setattr__(self, "layers", _layers(self.layers))
         if not isinstance(self.gold_table, str) or not is_name(self.gold_table):
-            raise LakejoinError(f"config: 'gold_table' must be a name of letters, digits and _ (not starting with a digit), got {self.gold_table!r}")
+            raise LakejoinError(
+                f"config: 'gold_table' must be a name of letters, digits and _ (not starting with a digit), got {self.gold_table!r}"
+            )
 
     def _check_as_of(self) -> None:
         """``tolerance`` and ``direction`` are an as-of join's, which bounds a match's age by its tolerance only."""
         as_of = self.join_kind.as_of
         if as_of and self.window is not None:
-            raise LakejoinError(f"config: join: {self.join} bounds a match's age with 'tolerance' (no match older than that), not 'window': rename it")
+            raise LakejoinError(
+                f"config: join: {self.join} bounds a match's age with 'tolerance' (no match older than that), not 'window': rename it"
+            )
         if not as_of and self.tolerance is not None:
-            raise LakejoinError(f"config: 'tolerance' bounds an as-of join's match (join: asof | asof_left); join: {self.join} takes 'window'")
+            raise LakejoinError(
+                f"config: 'tolerance' bounds an as-of join's match (join: asof | asof_left); join: {self.join} takes 'window'"
+            )
         if self.direction == "backward":
             return
         if not as_of:
-            raise LakejoinError(f"config: 'direction' is an as-of join's (join: asof | asof_left), not join: {self.join}'s: remove it")
+            raise LakejoinError(
+                f"config: 'direction' is an as-of join's (join: asof | asof_left), not join: {self.join}'s: remove it"
+            )
         if self.direction in ("forward", "nearest"):
-            raise LakejoinError(f"config: direction: {self.direction} is not built: an as-of join takes the latest right record at or before the left's time (direction: backward)")
+            raise LakejoinError(
+                f"config: direction: {self.direction} is not built: an as-of join takes the latest right record at or before the left's time (direction: backward)"
+            )
         raise LakejoinError(f"config: 'direction' must be backward, got {self.direction!r}")
 
     @property
@@ -176,7 +204,9 @@ class Config:
         if self.join in ("inner", "synchronized"):
             return
         if len(names) != 2:
-            raise LakejoinError(f"config: join: {self.join} joins two relations (the first is left), got {len(names)}: {', '.join(names)}")
+            raise LakejoinError(
+                f"config: join: {self.join} joins two relations (the first is left), got {len(names)}: {', '.join(names)}"
+            )
         kind = self.join_kind
         for rel in kind.waiting(self.joined):
             other = next(name for name in names if name != rel.name)
@@ -233,11 +263,23 @@ class Config:
         member id columns)."""
         record = None if rel is None else self.spec(rel).record_columns
         members = self.join_kind.row_keys(self.joined)
-        return {"ts_min": self.quality.ts_min, "ts_max": self.quality.ts_max, "window": self.reach, "record_columns": record, "members": members}
+        return {
+            "ts_min": self.quality.ts_min,
+            "ts_max": self.quality.ts_max,
+            "window": self.reach,
+            "record_columns": record,
+            "members": members,
+        }
 
     def placed(self, warehouse: Warehouse) -> Warehouse:
         """``warehouse``'s tables as this config places and names them."""
-        return replace(warehouse, relations=self.joined, pipeline=self.pipeline, layers=tuple(self.layers.items()), gold_table=self.gold_table)  # type: ignore[union-attr] - normalised
+        return replace(
+            warehouse,
+            relations=self.joined,
+            pipeline=self.pipeline,
+            layers=tuple(self.layers.items()),
+            gold_table=self.gold_table,
+        )  # type: ignore[union-attr] - normalised
 
     def on_axis(self, kind: str | None) -> Config:
         """This config with ``allowed_lateness``, ``window`` and ``tolerance`` as numbers on the event-time axis of
@@ -245,7 +287,10 @@ class Config:
         if kind is None:
             return self
         lateness = {rel: span_on_axis(span, kind, "allowed_lateness") for rel, span in self.allowed_lateness.items()}  # type: ignore[union-attr]
-        spans = {name: None if getattr(self, name) is None else span_on_axis(getattr(self, name), kind, name) for name in ("window", "tolerance")}
+        spans = {
+            name: None if getattr(self, name) is None else span_on_axis(getattr(self, name), kind, name)
+            for name in ("window", "tolerance")
+        }
         return replace(self, allowed_lateness=lateness, **spans)
 
     @property
@@ -256,7 +301,9 @@ class Config:
         bounds = [backward(*self.joined)] if self.join_kind.as_of else []
         if self.reach is None:
             return " AND ".join([f"({self.predicate})", *bounds]) if bounds else self.predicate  # type: ignore[return-value]
-        band = "{a}._ts = {b}._ts" if self.reach == 0 else f"abs({{a}}._ts - {{b}}._ts) <= {self.reach}"  # equal: a hash join
+        band = (
+            "{a}._ts = {b}._ts" if self.reach == 0 else f"abs({{a}}._ts - {{b}}._ts) <= {self.reach}"
+        )  # equal: a hash join
         bands = [band.format(a=a, b=b) for i, a in enumerate(names) for b in names[i + 1 :]]
         return " AND ".join([f"({self.predicate})", *bands, *bounds])
 
@@ -311,13 +358,19 @@ def _expectations(value: object) -> Expectations:
         raise LakejoinError(f"config: {RETIRED['expectations.engine']}")
     if not isinstance(value, dict) or set(value) - known:
         unknown = sorted(set(value) - known) if isinstance(value, dict) else [value]
-        raise LakejoinError(f"config: 'expectations' has unknown setting {unknown[0]!r}; known: {', '.join(sorted(known))}")
+        raise LakejoinError(
+            f"config: 'expectations' has unknown setting {unknown[0]!r}; known: {', '.join(sorted(known))}"
+        )
     settings = Expectations(**value)
     for bound in ("ts_min", "ts_max"):
         given = getattr(settings, bound)
         if given is not None and (not isinstance(given, int) or isinstance(given, bool)):
-            raise LakejoinError(f"config: 'expectations.{bound}' must be an integer (on the event-time axis) or null, got {given!r}")
-    if not isinstance(settings.policies, dict):  # which rules there are, and the policies each may take: expectations/rules.py
+            raise LakejoinError(
+                f"config: 'expectations.{bound}' must be an integer (on the event-time axis) or null, got {given!r}"
+            )
+    if not isinstance(
+        settings.policies, dict
+    ):  # which rules there are, and the policies each may take: expectations/rules.py
         raise LakejoinError("config: 'expectations.policies' must map rule names to warn, quarantine or fail")
     return settings
 
@@ -350,8 +403,12 @@ def _relations(value: object) -> dict[str, RelationSpec]:
     if value is None:
         value = {}
     if not isinstance(value, dict) or not all(isinstance(name, str) for name in value):
-        raise LakejoinError(f"config: 'relations' maps each relation's name to its columns (e.g. trades: {{id: trade_id, event_time: t}}), got {value!r}")
-    given = {name: RelationSpec.default() if spec is None else RelationSpec.parse(name, spec) for name, spec in value.items()}
+        raise LakejoinError(
+            f"config: 'relations' maps each relation's name to its columns (e.g. trades: {{id: trade_id, event_time: t}}), got {value!r}"
+        )
+    given = {
+        name: RelationSpec.default() if spec is None else RelationSpec.parse(name, spec) for name, spec in value.items()
+    }
     two_way = {rel.name for rel in RELATIONS}
     specs = {**default_specs(), **given} if set(given) <= two_way else given
     relations_named(list(specs))
@@ -362,10 +419,14 @@ def _layers(value: object) -> dict[str, str]:
     if value is None:
         return {}
     if not isinstance(value, dict) or any(layer not in LAYERS for layer in value):
-        raise LakejoinError(f"config: 'layers' must map some of {', '.join(LAYERS)} to a folder or a catalog schema, got {value!r}")
+        raise LakejoinError(
+            f"config: 'layers' must map some of {', '.join(LAYERS)} to a folder or a catalog schema, got {value!r}"
+        )
     for layer, where in value.items():
         if not isinstance(where, str) or not where.strip():
-            raise LakejoinError(f"config: 'layers.{layer}' must be a folder or a catalog schema (catalog.schema), got {where!r}")
+            raise LakejoinError(
+                f"config: 'layers.{layer}' must be a folder or a catalog schema (catalog.schema), got {where!r}"
+            )
     return {layer: value[layer] for layer in LAYERS if layer in value}
 
 
@@ -373,7 +434,9 @@ def _select(value: object) -> list[str] | None:
     if value is None:
         return None
     if not isinstance(value, list) or not value or not all(isinstance(item, str) and item.strip() for item in value):
-        raise LakejoinError("config: 'select' must be a non-empty list of Spark SQL expressions over r.* and s.*, e.g. ['r.order_id', 's.amount AS paid']")
+        raise LakejoinError(
+            "config: 'select' must be a non-empty list of Spark SQL expressions over r.* and s.*, e.g. ['r.order_id', 's.amount AS paid']"
+        )
     return list(value)
 
 

@@ -35,7 +35,9 @@ def first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     if causes := CAUSE.findall(text):
         return causes[-1].strip()
-    lines = [line.strip().lstrip(": ") for line in text.splitlines() if line.strip() and not line.strip().startswith("at ")]
+    lines = [
+        line.strip().lstrip(": ") for line in text.splitlines() if line.strip() and not line.strip().startswith("at ")
+    ]
     if len(lines) > 1 and lines[0].startswith("An error occurred while calling"):
         return lines[1]
     return lines[0] if lines else type(exc).__name__

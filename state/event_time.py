@@ -19,7 +19,6 @@ from pyspark.sql.types import (
     IntegerType,
     LongType,
     ShortType,
-    StringType,
     TimestampNTZType,
     TimestampType,
 )
@@ -88,7 +87,9 @@ def span_on_axis(span: int | timedelta, kind: str, setting: str) -> int:
         )
     if kind == DATE:
         if span % timedelta(days=1):
-            raise LakejoinError(f"config: {setting!r} is {describe_span(span)} but the event time is a date: give whole days")
+            raise LakejoinError(
+                f"config: {setting!r} is {describe_span(span)} but the event time is a date: give whole days"
+            )
         return span.days
     return span // timedelta(microseconds=1)
 
@@ -121,7 +122,9 @@ def on_axis_value(value: object, kind: str | None, setting: str) -> int:
     try:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise LakejoinError(f"{setting} {value!r} is not an event time: give an ISO-8601 timestamp or date, or an integer for integer event time") from None
+        raise LakejoinError(
+            f"{setting} {value!r} is not an event time: give an ISO-8601 timestamp or date, or an integer for integer event time"
+        ) from None
     if kind == INTEGER:
         raise LakejoinError(f"{setting} {value!r} is a time, but the event time is an integer: give an integer")
     if kind == DATE:

@@ -41,7 +41,9 @@ class JoinKind:
 
     name: str
     emits_tuples: bool  # inner and outer joins; semi and anti joins only use them to know what matched
-    preserved: tuple[int, ...]  # positions of the relations whose records give a row without a match (nulls for the other)
+    preserved: tuple[
+        int, ...
+    ]  # positions of the relations whose records give a row without a match (nulls for the other)
     first_match: bool = False  # semi: the left record's row at its first match
     as_of: bool = False  # each left record's row once final, with its best match (state/asof.py)
 
@@ -107,14 +109,19 @@ class JoinSpec:
     def cutoffs(self, relations: Sequence[Relation], marks: Watermarks) -> dict[Relation, Eviction | None]:
         """Per waiting relation, the cutoff below which its records are final under ``marks``: its store's
         eviction with the kind's horizon."""
-        return {rel: store_eviction(rel, relations, marks, self.kind.horizon(self.window)) for rel in self.kind.waiting(relations)}
+        return {
+            rel: store_eviction(rel, relations, marks, self.kind.horizon(self.window))
+            for rel in self.kind.waiting(relations)
+        }
 
     def state_tables(self, warehouse: Warehouse) -> list[StateTable]:
         """The state tables a batch MERGEs, one per relation: its store and probe buffers, or an as-of join's store."""
         return state_tables(warehouse, probes=not self.kind.as_of)
 
     def eviction_rule(self, relations: Sequence[Relation]) -> EvictionRule:
-        return asof.eviction_rule(relations, self.window) if self.kind.as_of else store_probe_rule(relations, self.window)
+        return (
+            asof.eviction_rule(relations, self.window) if self.kind.as_of else store_probe_rule(relations, self.window)
+        )
 
 
 def final_records(side: Side, cutoff: Eviction | None, candidates: DataFrame | None = None) -> DataFrame | None:
@@ -136,7 +143,9 @@ def newly_matched(side: Side, tuples: DataFrame) -> DataFrame:
 
 def unmatched(side: Side) -> DataFrame:
     """The relation's records not matched before this batch: its arrivals and its stored records without a match."""
-    stored = side.store.where(~F.coalesce(F.col(MATCHED), F.lit(False))) if MATCHED in side.store.columns else side.store
+    stored = (
+        side.store.where(~F.coalesce(F.col(MATCHED), F.lit(False))) if MATCHED in side.store.columns else side.store
+    )
     return stored.unionByName(side.arrivals, allowMissingColumns=True)
 
 
@@ -180,11 +189,17 @@ class Emitted:
     """What a batch of a join kind gives gold, and what its stores learn."""
 
     rows: DataFrame  # gold's rows: the tuples (inner, outer), and the rows of records final or first matched
-    newly: dict[Relation, DataFrame] = field(default_factory=dict)  # per tracked relation, its records first matched in this batch
-    dropped: dict[Relation, DataFrame] = field(default_factory=dict)  # per relation, its records no row can take any more
+    newly: dict[Relation, DataFrame] = field(
+        default_factory=dict
+    )  # per tracked relation, its records first matched in this batch
+    dropped: dict[Relation, DataFrame] = field(
+        default_factory=dict
+    )  # per relation, its records no row can take any more
 
 
-def emit(spec: JoinSpec, sides: Sequence[Side], tuples: DataFrame, projection: Projection, marks: Watermarks) -> Emitted:
+def emit(
+    spec: JoinSpec, sides: Sequence[Side], tuples: DataFrame, projection: Projection, marks: Watermarks
+) -> Emitted:
     """The batch's gold rows: its ``tuples`` (the store/probe join's), then each preserved record the watermarks
     after the batch (``marks``) make final without a match, or each left record first matched; for an as-of join,
     each left record made final, with its best match. The inner join is its tuples alone, at no extra cost."""
@@ -208,13 +223,24 @@ def emit(spec: JoinSpec, sides: Sequence[Side], tuples: DataFrame, projection: P
     return Emitted(union_by_name(parts), newly)
 
 
-def _emit_as_of(spec: JoinSpec, sides: Sequence[Side], projection: Projection, marks: Watermarks, cutoff: Eviction | None, nothing: DataFrame) -> Emitted:
+def _emit_as_of(
+    spec: JoinSpec,
+    sides: Sequence[Side],
+    projection: Projection,
+    marks: Watermarks,
+    cutoff: Eviction | None,
+    nothing: DataFrame,
+) -> Emitted:
     """The rows of the left records final in this batch, and the right records superseded below the floor."""
     left, right = sides
     relations = [left.relation, right.relation]
     final = final_records(left, cutoff)
     rights = right.store.unionByName(right.arrivals, allowMissingColumns=True)
-    rows = nothing if final is None else asof.rows(final, rights, relations, spec.condition, projection, keep_unmatched=bool(spec.kind.preserved))
+    rows = (
+        nothing
+        if final is None
+        else asof.rows(final, rights, relations, spec.condition, projection, keep_unmatched=bool(spec.kind.preserved))
+    )
     keys = asof.right_keys(spec.predicate, left.relation, right.relation)
     low = asof.floor(relations, marks)
     if keys is None or low is None:
@@ -233,7 +259,9 @@ def state_updates(
 ) -> dict[str, BufferUpdate]:
     """The batch's MERGE into each state table: its arrivals and the kind's eviction, with the marks of records
     first matched (outer, semi, anti) or the deletes of records superseded (as-of)."""
-    updates = buffer_updates(plan, tables, arrivals, marks, spec.eviction_rule([table.relation for table in tables]), spans)
+    updates = buffer_updates(
+        plan, tables, arrivals, marks, spec.eviction_rule([table.relation for table in tables]), spans
+    )
     return dropping(marked(updates, emitted.newly), emitted.dropped)
 
 
@@ -241,7 +269,11 @@ def marked(updates: dict[str, BufferUpdate], newly: dict[Relation, DataFrame]) -
     """The batch's state updates, each tracked store's with ``_matched`` on its arrivals and the marks of its stored
     records newly matched (``with_matched``)."""
     return {
-        name: replace(update, rows=with_matched(update.rows, newly[update.table.relation], update.store_cutoff), on_match=OnMatch(MATCHED))
+        name: replace(
+            update,
+            rows=with_matched(update.rows, newly[update.table.relation], update.store_cutoff),
+            on_match=OnMatch(MATCHED),
+        )
         if update.table.relation in newly
         else update
         for name, update in updates.items()
@@ -255,7 +287,9 @@ def dropping(updates: dict[str, BufferUpdate], dropped: dict[Relation, DataFrame
     def without(update: BufferUpdate, gone: DataFrame) -> BufferUpdate:
         kept = update.rows.join(gone.select(ID), ID, "left_anti")
         stored = gone.join(update.rows.select(ID), ID, "left_anti").select(ID, TS)
-        return replace(update, rows=kept.unionByName(stored, allowMissingColumns=True), on_match=OnMatch(None, delete=True))
+        return replace(
+            update, rows=kept.unionByName(stored, allowMissingColumns=True), on_match=OnMatch(None, delete=True)
+        )
 
     return {
         name: without(update, dropped[update.table.relation]) if update.table.relation in dropped else update

@@ -30,7 +30,9 @@ from state.predicate import conjuncts
 from state.relations import ID, RELATIONS, TS, Relation
 
 PACKED = "_tuple"  # a tuple's gold columns in one struct (``Projection.packed``)
-BROADCAST_ROWS = 1_000_000  # arrivals per relation up to which a batch broadcasts them into its joins (``batch_tuples``)
+BROADCAST_ROWS = (
+    1_000_000  # arrivals per relation up to which a batch broadcasts them into its joins (``batch_tuples``)
+)
 
 
 @dataclass(frozen=True)
@@ -74,11 +76,19 @@ class Projection:
 
     def of(self, owner: str, relations: Sequence[Relation] = RELATIONS) -> list[str]:
         """The projection as Spark SQL expressions (for ``selectExpr``); ``owner`` is the owner's, in Spark SQL."""
-        identity = [f"{quoted(rel.name)}.{derived} AS {identity_column(rel, derived)}" for rel in relations for derived in (ID, TS)]
+        identity = [
+            f"{quoted(rel.name)}.{derived} AS {identity_column(rel, derived)}"
+            for rel in relations
+            for derived in (ID, TS)
+        ]
         if self.select is not None:
             body = list(self.select)
         else:
-            body = [f"{quoted(rel.name)}.{quoted(name)} AS {quoted(f'{rel.name}_{name}')}" for rel in relations for name in self.columns.get(rel.name, ())]
+            body = [
+                f"{quoted(rel.name)}.{quoted(name)} AS {quoted(f'{rel.name}_{name}')}"
+                for rel in relations
+                for name in self.columns.get(rel.name, ())
+            ]
         return [*identity, *body, f"{owner} AS owner"]
 
     def packed(self, owner: str, relations: Sequence[Relation] = RELATIONS) -> list[str]:
@@ -105,19 +115,28 @@ class _Condition:
     equality: bool
 
 
-def owned_tuples(owner: Side, sides: Sequence[Side], predicate: str, projection: Projection, broadcast: bool = True) -> DataFrame:
+def owned_tuples(
+    owner: Side, sides: Sequence[Side], predicate: str, projection: Projection, broadcast: bool = True
+) -> DataFrame:
     """The tuples the store of ``owner`` produces in this batch (their oldest member is in ``owner``), projected by
     ``projection.packed``; ``broadcast``: each term's arrivals are broadcast into its joins."""
     relations = [side.relation for side in sides]
     parts = _conditions(predicate, relations)
-    parts += [_Condition(older(owner.relation, rel), frozenset({owner.relation.name, rel.name}), False) for rel in relations if rel != owner.relation]
+    parts += [
+        _Condition(older(owner.relation, rel), frozenset({owner.relation.name, rel.name}), False)
+        for rel in relations
+        if rel != owner.relation
+    ]
     order = [*(side for side in sides if side is not owner), owner]
     columns = projection.packed(label(owner.relation), relations)
     terms = []
     for k, new in enumerate(order):
         inputs = {new.relation: new.arrivals}
         inputs |= {side.relation: owner.buffered(side.relation) for side in order[:k]}
-        inputs |= {side.relation: owner.buffered(side.relation).unionByName(side.arrivals, allowMissingColumns=True) for side in order[k + 1 :]}
+        inputs |= {
+            side.relation: owner.buffered(side.relation).unionByName(side.arrivals, allowMissingColumns=True)
+            for side in order[k + 1 :]
+        }
         terms.append(_linked_join(inputs, new.relation, parts, broadcast).selectExpr(*columns))
     return union_by_name(terms)
 
@@ -130,15 +149,23 @@ def joined(frames: dict[Relation, DataFrame], predicate: str) -> DataFrame:
 
 def owner_label(relations: Sequence[Relation]) -> str:
     """The label of the relation of a tuple's oldest member (the tuple's owner), in Spark SQL."""
-    cases = " ".join(f"WHEN {' AND '.join(older(rel, other) for other in relations if other != rel)} THEN {label(rel)}" for rel in relations)
+    cases = " ".join(
+        f"WHEN {' AND '.join(older(rel, other) for other in relations if other != rel)} THEN {label(rel)}"
+        for rel in relations
+    )
     return f"CASE {cases} END"
 
 
 def _conditions(predicate: str, relations: Sequence[Relation]) -> list[_Condition]:
-    return [_Condition(part.text, part.reads, part.equality) for part in conjuncts(predicate, [rel.name for rel in relations])]
+    return [
+        _Condition(part.text, part.reads, part.equality)
+        for part in conjuncts(predicate, [rel.name for rel in relations])
+    ]
 
 
-def _linked_join(inputs: dict[Relation, DataFrame], first: Relation, parts: list[_Condition], broadcast: bool) -> DataFrame:
+def _linked_join(
+    inputs: dict[Relation, DataFrame], first: Relation, parts: list[_Condition], broadcast: bool
+) -> DataFrame:
     """The join of ``inputs``, built from ``first`` one relation at a time: next, one an equality links to those
     joined (a hash join), else one any conjunct links, else the next listed; each join takes every conjunct it
     completes. With ``broadcast`` (``first`` is a batch's arrivals) the rows joined so far are broadcast into each
@@ -148,14 +175,24 @@ def _linked_join(inputs: dict[Relation, DataFrame], first: Relation, parts: list
     while rest:
 
         def linked(rel: Relation, equality: bool) -> bool:
-            return any(rel.name in part.reads and part.reads & have and part.reads <= have | {rel.name} and (part.equality or not equality) for part in pending)
+            return any(
+                rel.name in part.reads
+                and part.reads & have
+                and part.reads <= have | {rel.name}
+                and (part.equality or not equality)
+                for part in pending
+            )
 
-        chosen = next((rel for rel in rest if linked(rel, True)), None) or next((rel for rel in rest if linked(rel, False)), rest[0])
+        chosen = next((rel for rel in rest if linked(rel, True)), None) or next(
+            (rel for rel in rest if linked(rel, False)), rest[0]
+        )
         rest.remove(chosen)
         have.add(chosen.name)
         ready = [f"({part.text})" for part in pending if part.reads <= have]
         pending = [part for part in pending if not part.reads <= have]
-        tuples = (F.broadcast(tuples) if broadcast else tuples).join(inputs[chosen].alias(chosen.name), F.expr(" AND ".join(ready) or "true"))
+        tuples = (F.broadcast(tuples) if broadcast else tuples).join(
+            inputs[chosen].alias(chosen.name), F.expr(" AND ".join(ready) or "true")
+        )
     return tuples
 
 
@@ -163,4 +200,6 @@ def batch_tuples(sides: Sequence[Side], predicate: str, projection: Projection, 
     """Every tuple one micro-batch produces, each with its owner. ``broadcast``: the arrivals are broadcast into the
     joins, so the state is scanned where it lies (a batch of at most ``BROADCAST_ROWS`` arrivals per relation); a larger
     batch is joined as Spark plans it, never collected whole to the driver."""
-    return projection.unpacked(union_by_name([owned_tuples(owner, sides, predicate, projection, broadcast) for owner in sides]))
+    return projection.unpacked(
+        union_by_name([owned_tuples(owner, sides, predicate, projection, broadcast) for owner in sides])
+    )

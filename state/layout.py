@@ -18,7 +18,6 @@ from functools import cached_property
 from state.errors import LakejoinError
 from state.relations import ID, RELATIONS, TS, Relation, others
 
-
 # The layers a config may place on their own (``layers``): the top folders of a warehouse's tables.
 LAYERS = ("bronze", "silver", "gold", "quarantine")
 GOLD_TABLE = "join_results"
@@ -96,7 +95,9 @@ class Warehouse:
         paths = self.tables()
         if len(set(paths)) < len(paths):
             twice = next(path for path in paths if paths.count(path) > 1)
-            raise LakejoinError(f"config: two tables would be at {twice}: give those layers places of their own, or gold another name")
+            raise LakejoinError(
+                f"config: two tables would be at {twice}: give those layers places of their own, or gold another name"
+            )
 
     @property
     def in_catalog(self) -> bool:
@@ -173,7 +174,10 @@ class Warehouse:
         ``reset`` drops and a run refuses to read."""
         names = [f"{rel.name}_store" for rel in self.relations]
         for rel in self.relations:
-            names += [f"{rel.name}_probes" if len(self.relations) == 2 else f"{rel.name}_probes_{of.name}" for of in others(rel, self.relations)]
+            names += [
+                f"{rel.name}_probes" if len(self.relations) == 2 else f"{rel.name}_probes_{of.name}"
+                for of in others(rel, self.relations)
+            ]
         return [self._path("silver", name) for name in names]
 
     @property
@@ -218,7 +222,16 @@ class Warehouse:
 
     def derived_tables(self) -> list[str]:
         """What the joiner builds from bronze (``lakejoin reset`` drops these): gold, then silver, the batch log last."""
-        return [self.gold, self.gold_changes, self.late_arrivals, self.dq_quarantine, self.legacy_rule_results, *self.buffers().values(), *self.legacy_state(), self.batches]
+        return [
+            self.gold,
+            self.gold_changes,
+            self.late_arrivals,
+            self.dq_quarantine,
+            self.legacy_rule_results,
+            *self.buffers().values(),
+            *self.legacy_state(),
+            self.batches,
+        ]
 
     def landed_tables(self) -> list[str]:
         """The tables both ingests and batches landing files write: bronze, and what landing sets aside."""
@@ -227,4 +240,16 @@ class Warehouse:
     def tables(self) -> list[str]:
         """Every table, in the order data flows through them."""
         bronze = [self.bronze(rel) for rel in self.relations]
-        return [*bronze, self.ingest_log, self.quarantine, *self.buffers().values(), self.late_arrivals, self.dq_quarantine, self.batches, self.definition, self.progress, self.gold, self.gold_changes]
+        return [
+            *bronze,
+            self.ingest_log,
+            self.quarantine,
+            *self.buffers().values(),
+            self.late_arrivals,
+            self.dq_quarantine,
+            self.batches,
+            self.definition,
+            self.progress,
+            self.gold,
+            self.gold_changes,
+        ]

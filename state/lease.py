@@ -32,7 +32,12 @@ POLL_SECONDS = 2.0
 CONFLICT_RETRIES = 20
 JOBS = ("run", "ingest")
 # Delta's errors for a transaction that lost to a concurrent one (its conflict checks)
-CONFLICTS = ("DELTA_CONCURRENT", "ConcurrentAppendException", "ConcurrentDeleteReadException", "ConcurrentTransactionException")
+CONFLICTS = (
+    "DELTA_CONCURRENT",
+    "ConcurrentAppendException",
+    "ConcurrentDeleteReadException",
+    "ConcurrentTransactionException",
+)
 CREATED = ("TABLE_OR_VIEW_ALREADY_EXISTS", "already exists")
 
 
@@ -68,7 +73,9 @@ class Lease:
         deadline = None if wait_seconds is None else time.monotonic() + wait_seconds
         while not self._taken():
             if deadline is not None and time.monotonic() >= deadline:
-                row = self.spark.sql(f"SELECT holder, expires_at FROM {self.table} WHERE job = {literal(self.job)}").first()
+                row = self.spark.sql(
+                    f"SELECT holder, expires_at FROM {self.table} WHERE job = {literal(self.job)}"
+                ).first()
                 raise WarehouseBusy(
                     f"another 'lakejoin {self.job}' holds {self.table.rpartition('.')[0]} ({row.holder}, its lease runs to "
                     f"{row.expires_at} UTC unless renewed); this one did nothing: retry when it is done, or pass --wait SECONDS"
@@ -95,7 +102,9 @@ class Lease:
         if self._renewer is not None:
             self._renewer.join()
         if not self._lost:
-            self._update("holder = NULL, expires_at = NULL", f"holder = {literal(self.holder)} AND epoch = {self.epoch}")
+            self._update(
+                "holder = NULL, expires_at = NULL", f"holder = {literal(self.holder)} AND epoch = {self.epoch}"
+            )
 
     def _create(self) -> None:
         """The table with a free lease per job, in one commit; a run that made it just before this one is no error."""
@@ -118,7 +127,13 @@ class Lease:
         )
         if taken:
             self._renewed_at = started
-            self.epoch = self.spark.sql(f"SELECT epoch FROM {self.table} WHERE job = {literal(self.job)} AND holder = {literal(self.holder)}").first().epoch
+            self.epoch = (
+                self.spark.sql(
+                    f"SELECT epoch FROM {self.table} WHERE job = {literal(self.job)} AND holder = {literal(self.holder)}"
+                )
+                .first()
+                .epoch
+            )
         return taken
 
     def _renewed(self) -> bool:
@@ -127,7 +142,8 @@ class Lease:
             return False
         started = time.monotonic()
         renewed = self._update(
-            f"expires_at = current_timestamp() + INTERVAL {LEASE_SECONDS} SECONDS", f"holder = {literal(self.holder)} AND epoch = {self.epoch}"
+            f"expires_at = current_timestamp() + INTERVAL {LEASE_SECONDS} SECONDS",
+            f"holder = {literal(self.holder)} AND epoch = {self.epoch}",
         )
         if renewed:
             self._renewed_at = started  # the lease runs at least LEASE_SECONDS from before the statement
@@ -145,7 +161,9 @@ class Lease:
                 if not any(mark in str(exc) for mark in CONFLICTS):
                     raise
             time.sleep(random.uniform(0.1, 0.5) * (attempt + 1))
-        raise LakejoinError(f"{self.table} kept changing under this run for {CONFLICT_RETRIES} tries: another process rewrites it; retry")
+        raise LakejoinError(
+            f"{self.table} kept changing under this run for {CONFLICT_RETRIES} tries: another process rewrites it; retry"
+        )
 
     def _renew_while_held(self) -> None:
         while not self._stop.wait(RENEW_SECONDS):

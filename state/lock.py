@@ -74,7 +74,9 @@ def hold(root: str, job: str, wait_seconds: float | None = 0.0, spark: SparkSess
         _acquire(handle, job, root, wait_seconds)
         handle.seek(0)
         handle.truncate()
-        handle.write(f"pid {os.getpid()} on {socket.gethostname()} since {datetime.now(timezone.utc):%Y-%m-%d %H:%M:%S} UTC")
+        handle.write(
+            f"pid {os.getpid()} on {socket.gethostname()} since {datetime.now(timezone.utc):%Y-%m-%d %H:%M:%S} UTC"
+        )
         handle.flush()
         yield _Unexpiring()
 

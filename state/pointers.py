@@ -17,7 +17,11 @@ from state.relations import Relation, RelationSpec
 
 
 def with_source_columns(
-    engine: DeltaEngine, table: str, pointers: DataFrame, version: int | None = None, files: list[tuple[str, int]] | None = None
+    engine: DeltaEngine,
+    table: str,
+    pointers: DataFrame,
+    version: int | None = None,
+    files: list[tuple[str, int]] | None = None,
 ) -> DataFrame:
     """Thin bronze rows (``pointers``) with the columns of the source rows they point at, read from the data files
     they name (``files``, each with a version of the table that holds it, when already known; one read of each; the
@@ -32,11 +36,20 @@ def with_source_columns(
     if files:
         read = engine.source_files(table, stored, [(version, path) for path, version in files])
         # no broadcast hint: a batch's pointers are a local relation Spark broadcasts by size; a whole bronze (validate) is not
-        joined = read.join(located, (read["_file_name"] == located["_file_name"]) & (read["_row_index"] == located["_source_line"]))
+        joined = read.join(
+            located, (read["_file_name"] == located["_file_name"]) & (read["_row_index"] == located["_source_line"])
+        )
         stored_values = {field.name: read[field.name] for field in stored.fields}
     else:
-        joined, stored_values = located, {field.name: F.lit(None).cast(field.dataType).alias(field.name) for field in stored.fields}
-    data = [located[name] if name in kept else stored_values[name] for name in schema.fieldNames() if not name.startswith("_")]
+        joined, stored_values = (
+            located,
+            {field.name: F.lit(None).cast(field.dataType).alias(field.name) for field in stored.fields},
+        )
+    data = [
+        located[name] if name in kept else stored_values[name]
+        for name in schema.fieldNames()
+        if not name.startswith("_")
+    ]
     return joined.select(*data, *[located[name] for name in pointers.columns if name.startswith("_")])
 
 
@@ -90,12 +103,16 @@ def read_failure(table: str):  # noqa: ANN202 - the ``refuse`` of ``land``
                 f"source table {table}: data files lakejoin has not joined yet were deleted (VACUUM): restore them, or join the "
                 "table's current snapshot in a new warehouse; keep VACUUM's retention above the time between runs"
             )
-        return LakejoinError(f"cannot read source table {table}: {(text.strip().splitlines() or [type(exc).__name__])[0]}")
+        return LakejoinError(
+            f"cannot read source table {table}: {(text.strip().splitlines() or [type(exc).__name__])[0]}"
+        )
 
     return failure
 
 
-def records(engine: DeltaEngine, warehouse: Warehouse, specs: dict[str, RelationSpec] | None, rel: Relation) -> DataFrame | None:
+def records(
+    engine: DeltaEngine, warehouse: Warehouse, specs: dict[str, RelationSpec] | None, rel: Relation
+) -> DataFrame | None:
     """Bronze's rows of ``rel`` with the record's columns: bronze itself for files; for a source table, its pointers
     with the columns read from the table's data files (the whole-table audits: ``validate``); a change feed's bronze
     holds its rows whole."""

@@ -12,7 +12,9 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-_TOKEN = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|`(?:[^`]|``)*`|[()]|\b(?:and|between|case|end)\b", re.IGNORECASE)
+_TOKEN = re.compile(
+    r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|`(?:[^`]|``)*`|[()]|\b(?:and|between|case|end)\b", re.IGNORECASE
+)
 _STRING = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
 _EQUALITY = re.compile(r"(?<![<>!=])==?(?![=>])|<=>")
 

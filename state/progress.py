@@ -24,7 +24,14 @@ from state.engines import DeltaEngine
 from state.layout import Warehouse
 from state.relations import Relation
 
-DECLARED_SCHEMA = pa.schema([("relation", pa.string()), ("to", pa.int64()), ("declared", pa.string()), ("declared_at", pa.timestamp("us", tz="UTC"))])
+DECLARED_SCHEMA = pa.schema(
+    [
+        ("relation", pa.string()),
+        ("to", pa.int64()),
+        ("declared", pa.string()),
+        ("declared_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
 
 
 @dataclass(frozen=True)
@@ -32,18 +39,24 @@ class Progress:
     """What a plan decided about watermarks that move without arrivals."""
 
     clock: int | None = None  # the time the plan read, microseconds since the epoch
-    idle: dict[str, int] = field(default_factory=dict)  # relation -> its last arrival, for the relations idle in the batch
+    idle: dict[str, int] = field(
+        default_factory=dict
+    )  # relation -> its last arrival, for the relations idle in the batch
     declared: dict[str, int] = field(default_factory=dict)  # relation -> declared progress, on the event-time axis
 
 
-def decide(engine: DeltaEngine, warehouse: Warehouse, idle_after: dict[Relation, float], joined_up_to: int, clock: datetime) -> Progress:
+def decide(
+    engine: DeltaEngine, warehouse: Warehouse, idle_after: dict[Relation, float], joined_up_to: int, clock: datetime
+) -> Progress:
     """Which relations are idle at ``clock`` (``idle_after``: relation -> seconds; one with arrivals after
     ``joined_up_to`` in the arrival order, still to be joined, is not), and the progress declared so far."""
     last = last_arrivals(engine, warehouse) if idle_after else {}
     now = micros(clock)
     idle = {
-        rel.name: last[rel.name] for rel, seconds in idle_after.items()
-        if rel.name in last and now - last[rel.name] >= seconds * 1_000_000
+        rel.name: last[rel.name]
+        for rel, seconds in idle_after.items()
+        if rel.name in last
+        and now - last[rel.name] >= seconds * 1_000_000
         and (engine.max_value(warehouse.bronze(rel), "_arrival_seq") or 0) <= joined_up_to
     }
     return Progress(now, idle, declared(engine, warehouse))
@@ -59,11 +72,15 @@ def last_arrivals(engine: DeltaEngine, warehouse: Warehouse) -> dict[str, int]:
     landed its files (the batch log's ``recorded_at``), whichever is newer."""
     last: dict[str, int] = {}
     log = engine.rows(warehouse.ingest_log, where="rows_landed > 0 OR (rows_landed IS NULL AND refused IS NULL)")
-    for name, moment in [] if log is None else zip(log.column("relation").to_pylist(), log.column("ingested_at").to_pylist()):
+    for name, moment in (
+        [] if log is None else zip(log.column("relation").to_pylist(), log.column("ingested_at").to_pylist())
+    ):
         last[name] = max(last.get(name, 0), micros(moment))
     schema = engine.schema(warehouse.batches)
     batches = engine.rows(warehouse.batches) if schema is not None and "landed" in schema.fieldNames() else None
-    for landed, moment in [] if batches is None else zip(batches.column("landed").to_pylist(), batches.column("recorded_at").to_pylist()):
+    for landed, moment in (
+        [] if batches is None else zip(batches.column("landed").to_pylist(), batches.column("recorded_at").to_pylist())
+    ):
         for name, rows in landed or []:
             if rows:
                 last[name] = max(last.get(name, 0), micros(moment))

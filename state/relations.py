@@ -43,7 +43,11 @@ class ChangeSpec:
     Change Data Feed (``changes: cdf``), or files whose rows carry an operation and a sequence column, Debezium's
     ``c``, ``r`` (insert), ``u`` (update) and ``d`` (delete) unless configured."""
 
-    op: str | None = setting(None, doc="Files: the column holding each row's operation.", unset="the source table's Change Data Feed (`changes: cdf`)")
+    op: str | None = setting(
+        None,
+        doc="Files: the column holding each row's operation.",
+        unset="the source table's Change Data Feed (`changes: cdf`)",
+    )
     sequence_by: str | None = setting(
         None,
         doc="Files: the column ordering an id's changes (an integer or a timestamp); the latest wins, whatever the arrival order.",
@@ -53,7 +57,7 @@ class ChangeSpec:
         doc="Files: the operation column's values for each operation; an update of an unseen id is an insert.",
         keys="insert, update, delete",
         unset="Debezium's: `c` and `r` insert, `u` update, `d` delete",
-        example='{insert: [I], update: [U], delete: [D]}',
+        example="{insert: [I], update: [U], delete: [D]}",
         factory=lambda: {INSERT: ("c", "r"), UPDATE: ("u",), DELETE: ("d",)},
     )
 
@@ -68,13 +72,24 @@ class ChangeSpec:
             return None
         if raw == "cdf":
             if table is None:
-                raise LakejoinError(f"{where}: cdf reads a source table's Change Data Feed: set relations.{name}.table, or give files' columns ({{op: <column>, sequence_by: <column>}})")
+                raise LakejoinError(
+                    f"{where}: cdf reads a source table's Change Data Feed: set relations.{name}.table, or give files' columns ({{op: <column>, sequence_by: <column>}})"
+                )
             return cls()
         known = ("op", "sequence_by", *cls().values)  # the values' keys: insert, update, delete
-        if not isinstance(raw, dict) or set(raw) - set(known) or not _is_name(raw.get("op")) or not _is_name(raw.get("sequence_by")):
-            raise LakejoinError(f"{where} must be cdf (a source table's Change Data Feed) or {{op: <column>, sequence_by: <column>}} (files), got {raw!r}")
+        if (
+            not isinstance(raw, dict)
+            or set(raw) - set(known)
+            or not _is_name(raw.get("op"))
+            or not _is_name(raw.get("sequence_by"))
+        ):
+            raise LakejoinError(
+                f"{where} must be cdf (a source table's Change Data Feed) or {{op: <column>, sequence_by: <column>}} (files), got {raw!r}"
+            )
         if table is not None:
-            raise LakejoinError(f"{where}: a source table's changes are read from its Change Data Feed: use changes: cdf")
+            raise LakejoinError(
+                f"{where}: a source table's changes are read from its Change Data Feed: use changes: cdf"
+            )
         values = dict(cls().values)
         for op in values:
             given = raw.get(op, values[op])
@@ -84,29 +99,45 @@ class ChangeSpec:
             values[op] = tuple(given)
         every = [value for group in values.values() for value in group]
         if len(every) != len(set(every)):
-            raise LakejoinError(f"{where}: a value names two operations ({', '.join(f'{op}: {list(v)}' for op, v in values.items())})")
+            raise LakejoinError(
+                f"{where}: a value names two operations ({', '.join(f'{op}: {list(v)}' for op, v in values.items())})"
+            )
         return cls(raw["op"], raw["sequence_by"], values)
 
     def settings(self) -> object:
         if self.cdf:
             return "cdf"
-        return {"op": self.op, "sequence_by": self.sequence_by, **{op: list(group) for op, group in self.values.items()}}
+        return {
+            "op": self.op,
+            "sequence_by": self.sequence_by,
+            **{op: list(group) for op, group in self.values.items()},
+        }
 
 
 @dataclass(frozen=True)
 class RelationSpec:
     """Which of a relation's columns identify its records and carry their event time (config ``relations``)."""
 
-    id: tuple[str, ...] = setting(("id",), doc="The column identifying a record, or a list of them whose values together do.", example="[region, order_no]")
+    id: tuple[str, ...] = setting(
+        ("id",),
+        doc="The column identifying a record, or a list of them whose values together do.",
+        example="[region, order_no]",
+    )
     event_time: str = setting(
-        "ts", doc="The record's event time: a TIMESTAMP, DATE or integer column (ISO-8601 text reads as a timestamp).", example="order_time"
+        "ts",
+        doc="The record's event time: a TIMESTAMP, DATE or integer column (ISO-8601 text reads as a timestamp).",
+        example="order_time",
     )
     columns: dict[str, str] = setting(
         doc="Spark SQL types for columns of text files (CSV, JSON); a CSV column is a string otherwise.",
         example="{amount: double, placed: timestamp}",
         factory=dict,
     )
-    required: tuple[str, ...] = setting((), doc="Further columns a record must have (not null, not empty); rows without them are quarantined.", example="[customer]")
+    required: tuple[str, ...] = setting(
+        (),
+        doc="Further columns a record must have (not null, not empty); rows without them are quarantined.",
+        example="[customer]",
+    )
     table: str | None = setting(
         None,
         doc="A Delta table (a path, or `catalog.schema.table`) read in place, version by version, instead of files.",
@@ -114,7 +145,8 @@ class RelationSpec:
         example="/data/raw/orders",
     )
     skip_change_commits: bool = setting(
-        False, doc="With a `table`: skip its commits that remove or rewrite rows (DELETE, UPDATE, MERGE, overwrite) instead of refusing them."
+        False,
+        doc="With a `table`: skip its commits that remove or rewrite rows (DELETE, UPDATE, MERGE, overwrite) instead of refusing them.",
     )
     changes: ChangeSpec | None = setting(
         None,
@@ -157,25 +189,45 @@ class RelationSpec:
         required = raw.get("required", [])
         columns = raw.get("columns", {})
         if not isinstance(ids, (list, tuple)) or not ids or not all(_is_name(column) for column in ids):
-            raise LakejoinError(f"config: relations.{name}.id must be a column name or a list of them, got {raw.get('id')!r}")
+            raise LakejoinError(
+                f"config: relations.{name}.id must be a column name or a list of them, got {raw.get('id')!r}"
+            )
         if not _is_name(raw.get("event_time", "ts")):
-            raise LakejoinError(f"config: relations.{name}.event_time must be a column name, got {raw.get('event_time')!r}")
+            raise LakejoinError(
+                f"config: relations.{name}.event_time must be a column name, got {raw.get('event_time')!r}"
+            )
         if not isinstance(required, list) or not all(_is_name(column) for column in required):
             raise LakejoinError(f"config: relations.{name}.required must be a list of column names, got {required!r}")
         if not isinstance(columns, dict) or not all(_is_name(k) and isinstance(v, str) for k, v in columns.items()):
-            raise LakejoinError(f"config: relations.{name}.columns must map column names to Spark SQL types (e.g. amount: double), got {columns!r}")
+            raise LakejoinError(
+                f"config: relations.{name}.columns must map column names to Spark SQL types (e.g. amount: double), got {columns!r}"
+            )
         table, skip = raw.get("table"), raw.get("skip_change_commits", False)
         if table is not None and (not isinstance(table, str) or not table.strip()):
-            raise LakejoinError(f"config: relations.{name}.table must be a Delta table's path or catalog name, got {table!r}")
+            raise LakejoinError(
+                f"config: relations.{name}.table must be a Delta table's path or catalog name, got {table!r}"
+            )
         if table is not None and columns:
-            raise LakejoinError(f"config: relations.{name}.columns types the columns of text files; table {table} declares its own types: remove it")
+            raise LakejoinError(
+                f"config: relations.{name}.columns types the columns of text files; table {table} declares its own types: remove it"
+            )
         if not isinstance(skip, bool) or (skip and table is None):
-            raise LakejoinError(f"config: relations.{name}.skip_change_commits must be true or false, and only with a table, got {skip!r}")
+            raise LakejoinError(
+                f"config: relations.{name}.skip_change_commits must be true or false, and only with a table, got {skip!r}"
+            )
         changes = ChangeSpec.parse(name, raw.get("changes"), table)
         if changes is not None and skip:
-            raise LakejoinError(f"config: relations.{name}: a change feed applies a source table's updates and deletes; skip_change_commits would drop them: remove it")
+            raise LakejoinError(
+                f"config: relations.{name}: a change feed applies a source table's updates and deletes; skip_change_commits would drop them: remove it"
+            )
         followed = [] if changes is None or changes.cdf else [changes.op, changes.sequence_by]
-        for key, names in (("id", ids), ("event_time", [raw.get("event_time", "ts")]), ("required", required), ("columns", list(columns)), ("changes", followed)):
+        for key, names in (
+            ("id", ids),
+            ("event_time", [raw.get("event_time", "ts")]),
+            ("required", required),
+            ("columns", list(columns)),
+            ("changes", followed),
+        ):
             for column in names:
                 if storable(column, 0) != column:
                     raise LakejoinError(
@@ -187,8 +239,12 @@ class RelationSpec:
         if landing is not None and (not isinstance(landing, str) or not landing.strip()):
             raise LakejoinError(f"config: relations.{name}.landing must be a folder's path, got {landing!r}")
         if landing is not None and table is not None:
-            raise LakejoinError(f"config: relations.{name} reads table {table} in place and takes no files: remove its landing or its table")
-        return cls(tuple(ids), raw.get("event_time", "ts"), dict(columns), tuple(required), table, skip, changes, idle, landing)
+            raise LakejoinError(
+                f"config: relations.{name} reads table {table} in place and takes no files: remove its landing or its table"
+            )
+        return cls(
+            tuple(ids), raw.get("event_time", "ts"), dict(columns), tuple(required), table, skip, changes, idle, landing
+        )
 
     @property
     def record_columns(self) -> list[str]:
@@ -198,14 +254,23 @@ class RelationSpec:
         return list(dict.fromkeys([*self.id, self.event_time, *self.required, *changes]))
 
     def settings(self) -> dict[str, object]:
-        settings = {"id": list(self.id), "event_time": self.event_time, "columns": dict(self.columns), "required": list(self.required)}
+        settings = {
+            "id": list(self.id),
+            "event_time": self.event_time,
+            "columns": dict(self.columns),
+            "required": list(self.required),
+        }
         if self.changes is not None:
             settings["changes"] = self.changes.settings()
         if self.idle_after is not None:
             settings["idle_after"] = describe_span(timedelta(seconds=self.idle_after))
         if self.landing is not None:
             settings["landing"] = self.landing
-        return settings if self.table is None else {**settings, "table": self.table, "skip_change_commits": self.skip_change_commits}
+        return (
+            settings
+            if self.table is None
+            else {**settings, "table": self.table, "skip_change_commits": self.skip_change_commits}
+        )
 
 
 def _seconds(value: object, setting: str) -> float:
@@ -217,12 +282,15 @@ def _seconds(value: object, setting: str) -> float:
     except LakejoinError:
         span = None
     if not isinstance(span, timedelta) or span <= timedelta(0):
-        raise LakejoinError(f"config: {setting} must be a duration such as '15 minutes' or a number of seconds, got {value!r}")
+        raise LakejoinError(
+            f"config: {setting} must be a duration such as '15 minutes' or a number of seconds, got {value!r}"
+        )
     return span.total_seconds()
 
 
 def _is_name(value: object) -> bool:
     return isinstance(value, str) and bool(value.strip()) and not value.startswith("_")
+
 
 R = Relation("r", 0)
 S = Relation("s", 1)
@@ -239,7 +307,9 @@ def relations_named(names: Sequence[str]) -> tuple[Relation, ...]:
                 "(it names tables and is the predicate's alias)"
             )
     if len(names) < 2:
-        raise LakejoinError(f"config: 'relations' must name at least two relations to join, got {', '.join(names) or 'none'}")
+        raise LakejoinError(
+            f"config: 'relations' must name at least two relations to join, got {', '.join(names) or 'none'}"
+        )
     return tuple(Relation(name, rank) for rank, name in enumerate(names))
 
 

@@ -19,8 +19,15 @@ class Documented:
     example: str | None  # a YAML value to show, when the default alone does not say what the setting takes
 
 
-def setting(default: Any = MISSING, *, doc: str, unset: str | None = None, example: str | None = None, keys: str | None = None,
-            factory: Callable[[], Any] | None = None) -> Any:
+def setting(
+    default: Any = MISSING,
+    *,
+    doc: str,
+    unset: str | None = None,
+    example: str | None = None,
+    keys: str | None = None,
+    factory: Callable[[], Any] | None = None,
+) -> Any:
     """A dataclass field with its reference: ``doc`` says what it does and why, ``unset`` what leaving it out means
     (else the default is shown), ``example`` a value worth showing, ``keys`` the YAML keys when they are not the
     field's name."""

@@ -25,7 +25,9 @@ SPARK_DELTA_SKIP = (
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    items.sort(key=lambda item: item.module.__name__.rpartition(".")[2] not in LONGEST_FIRST)  # stable: the rest keep their order
+    items.sort(
+        key=lambda item: item.module.__name__.rpartition(".")[2] not in LONGEST_FIRST
+    )  # stable: the rest keep their order
 
 
 @pytest.fixture(scope="session")

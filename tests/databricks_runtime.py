@@ -17,7 +17,8 @@ import pytest
 # seconds, issue 87's fixed cost), so they run on demand, beside the suite, not in it
 WHERE_IT_RUNS = "LAKEJOIN_WHERE_IT_RUNS"
 ON_DEMAND = pytest.mark.skipif(
-    not os.environ.get(WHERE_IT_RUNS), reason=f"starts Spark where users run it, or joins every kind under the Databricks emulations: set {WHERE_IT_RUNS}=1 (tens of minutes)"
+    not os.environ.get(WHERE_IT_RUNS),
+    reason=f"starts Spark where users run it, or joins every kind under the Databricks emulations: set {WHERE_IT_RUNS}=1 (tens of minutes)",
 )
 DELTA_INTERNALS = "org.apache.spark.sql.delta"
 RUNTIME = "DATABRICKS_RUNTIME_VERSION"
@@ -50,7 +51,7 @@ def databricks_runtime(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
             refused.append(f"{class_of(self.container)}.{self.name}")
             raise RefusedOnDatabricks(f"{refused[-1]}: Delta's internals are no contract on a Databricks runtime")
         if self.target_id.startswith(STATIC + DELTA_INTERNALS):  # a static method of a class of the package
-            refused.append(f"{self.target_id[len(STATIC):]}.{self.name}")
+            refused.append(f"{self.target_id[len(STATIC) :]}.{self.name}")
             raise RefusedOnDatabricks(f"{refused[-1]}: Delta's internals are no contract on a Databricks runtime")
         return call(self, *args)
 

@@ -19,11 +19,11 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from state.config import Config
-from pipelines.spark import DELTA_JARS
 from pipelines.ingest import IngestResult, ingest_files
 from pipelines.silver import BatchReport, run
 from pipelines.sources import ingest_sources
+from pipelines.spark import DELTA_JARS
+from state.config import Config
 from state.engines import DeltaEngine
 from state.errors import FileRefused
 from state.faults import CRASH_AT, InjectedCrash
@@ -36,9 +36,13 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAKEJOIN = [sys.executable, "-m", "pipelines.cli"]
 
 
-def lakejoin(*args: str, cwd: str, engine: str = "delta-rs", env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def lakejoin(
+    *args: str, cwd: str, engine: str = "delta-rs", env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     """``lakejoin ARGS`` in a fresh process on ``engine`` (and ``env`` added to its environment), to completion."""
-    return subprocess.run([*LAKEJOIN, *args], capture_output=True, text=True, cwd=cwd, env={**_env(engine), **(env or {})}, timeout=600)
+    return subprocess.run(
+        [*LAKEJOIN, *args], capture_output=True, text=True, cwd=cwd, env={**_env(engine), **(env or {})}, timeout=600
+    )
 
 
 def lakejoin_here(*args: str, cwd: str, engine: str = "delta-rs") -> subprocess.CompletedProcess:
@@ -57,7 +61,13 @@ def lakejoin_here(*args: str, cwd: str, engine: str = "delta-rs") -> subprocess.
 def start_lakejoin(*args: str, cwd: str, engine: str = "delta-rs") -> subprocess.Popen:
     """``lakejoin ARGS`` started in a process group of its own (its JVM included), so a test can kill it all."""
     return subprocess.Popen(
-        [*LAKEJOIN, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd, env=_env(engine), start_new_session=True
+        [*LAKEJOIN, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=cwd,
+        env=_env(engine),
+        start_new_session=True,
     )
 
 
@@ -126,7 +136,9 @@ class Pipeline:
 
     def ingest(self, side: str, path: str) -> IngestResult:
         """One file ingested on its own; a file refused as a whole raises its refusal."""
-        (result,) = ingest_files(self.engine, self.warehouse, relation(side, self.config.joined), [path], self.config.relations)
+        (result,) = ingest_files(
+            self.engine, self.warehouse, relation(side, self.config.joined), [path], self.config.relations
+        )
         if result.refused is not None:
             raise FileRefused(result.refused)
         return result
@@ -140,7 +152,11 @@ class Pipeline:
     def land_chunk(self, records: Sequence[Record]) -> None:
         """Ingest a chunk as one file per relation (each relation's records in their order)."""
         for side in (rel.name for rel in self.config.joined):
-            rows = [{"id": rec.id, "ts": rec.ts, "key": rec.key, "payload": rec.payload} for rec in records if rec.relation == side]
+            rows = [
+                {"id": rec.id, "ts": rec.ts, "key": rec.key, "payload": rec.payload}
+                for rec in records
+                if rec.relation == side
+            ]
             if rows:
                 self.ingest(side, self.write_file(rows))
 
@@ -150,9 +166,13 @@ class Pipeline:
         for rel in self.config.joined:
             bronze = self.engine.read(self.warehouse.bronze(rel))
             for row in [] if bronze is None else bronze.collect():
-                arrivals[row["_arrival_seq"]] = Record(rel.name, row["id"], row["ts"], row["key"], row["payload"], rel.rank)
+                arrivals[row["_arrival_seq"]] = Record(
+                    rel.name, row["id"], row["ts"], row["key"], row["payload"], rel.rank
+                )
         log = self.engine.read(self.warehouse.batches).orderBy("batch_id").collect()
-        return [[arrivals[seq] for seq in range(row["seq_from"] + 1, row["seq_to"] + 1) if seq in arrivals] for row in log]
+        return [
+            [arrivals[seq] for seq in range(row["seq_from"] + 1, row["seq_to"] + 1) if seq in arrivals] for row in log
+        ]
 
     def late_ids(self) -> set[str]:
         late = self.engine.read(self.warehouse.late_arrivals)
@@ -173,7 +193,9 @@ class Pipeline:
     def gold_matches(self) -> Counter[Match]:
         """Gold's tuples, each with its members' ids and its owner, as the N-way reference gives them."""
         names = [rel.name for rel in self.config.joined]
-        return Counter(Match(tuple((name, row[f"_{name}_id"]) for name in names), row["owner"].lower()) for row in self.gold_rows())
+        return Counter(
+            Match(tuple((name, row[f"_{name}_id"]) for name in names), row["owner"].lower()) for row in self.gold_rows()
+        )
 
     def state_rows(self) -> int:
         """The records every buffer holds (a record in two buffers counts twice, as the model keeps two copies)."""
@@ -190,7 +212,9 @@ class Pipeline:
                 continue
             sums = rows.agg(*[F.count(F.when(F.col(column), 1)).alias(column) for column in columns]).first()
             for column in columns:
-                counts[f"{rel.name}_store" if column == IN_STORE else f"{column[4:-7]}_probes_{rel.name}"] = sums[column]
+                counts[f"{rel.name}_store" if column == IN_STORE else f"{column[4:-7]}_probes_{rel.name}"] = sums[
+                    column
+                ]
         return counts
 
     def versions(self) -> dict[str, int | None]:
@@ -205,13 +229,26 @@ class Pipeline:
         tables = {"gold": gold}
         for name, path in warehouse.buffers().items():
             rows = engine.read(path)  # None until the relation it holds has arrived
-            kept = ["id", "ts", "key", "payload", "_arrival_seq", *(c for c in (rows.columns if rows is not None else []) if c == "_matched" or c.startswith("_in_"))]
+            kept = [
+                "id",
+                "ts",
+                "key",
+                "payload",
+                "_arrival_seq",
+                *(c for c in (rows.columns if rows is not None else []) if c == "_matched" or c.startswith("_in_")),
+            ]
             tables[name] = Counter() if rows is None else Counter(tuple(row) for row in rows.select(*kept).collect())
         late = engine.read(warehouse.late_arrivals)
         late_columns = ("relation", "id", "ts", "reason", "watermark", "batch_id")
-        tables["late_arrivals"] = Counter() if late is None else Counter(tuple(row) for row in late.select(*late_columns).collect())
+        tables["late_arrivals"] = (
+            Counter() if late is None else Counter(tuple(row) for row in late.select(*late_columns).collect())
+        )
         rows = engine.read(warehouse.dq_quarantine)
-        tables["dq_quarantine"] = Counter() if rows is None else Counter(tuple(row) for row in rows.select("batch_id", "rule", "table", "row_key").collect())  # row names the file
+        tables["dq_quarantine"] = (
+            Counter()
+            if rows is None
+            else Counter(tuple(row) for row in rows.select("batch_id", "rule", "table", "row_key").collect())
+        )  # row names the file
         log_columns = ("batch_id", "seq_from", "seq_to", "watermarks", "late", "evicted", "rules")
         committed = engine.read(warehouse.batches).select(*log_columns)
         tables["batches"] = Counter(tuple(_hashable(value) for value in row) for row in committed.collect())

@@ -65,10 +65,14 @@ def banded(window: int | None, predicate: TuplePredicate = same_key) -> TuplePre
     """``predicate`` and, with a band window, every two members within ``window`` of each other."""
     if window is None:
         return predicate
-    return lambda members: predicate(members) and max(m.ts for m in members.values()) - min(m.ts for m in members.values()) <= window
+    return lambda members: (
+        predicate(members) and max(m.ts for m in members.values()) - min(m.ts for m in members.values()) <= window
+    )
 
 
-def combinations(choices: dict[str, list[Record]], relations: Sequence[str], predicate: TuplePredicate) -> list[Members]:
+def combinations(
+    choices: dict[str, list[Record]], relations: Sequence[str], predicate: TuplePredicate
+) -> list[Members]:
     """Every tuple taking one record per relation from ``choices`` that satisfies ``predicate``."""
     every = (dict(zip(relations, combination)) for combination in product(*(choices[name] for name in relations)))
     return [members for members in every if predicate(members)]
@@ -94,7 +98,11 @@ class Store:
         """A record of this relation arrives: the tuples it is the oldest member of, from probes newer than it
         (a delayed store)."""
         self.stored.append(record)
-        newer = {name: [p for p in self.buffered(name) if record.older_than(p)] for name in self.relations if name != self.relation}
+        newer = {
+            name: [p for p in self.buffered(name) if record.older_than(p)]
+            for name in self.relations
+            if name != self.relation
+        }
         return tuples({**newer, self.relation: [record]}, self.relations, predicate)
 
     def probe(self, record: Record, predicate: TuplePredicate) -> list[Match]:
@@ -116,7 +124,9 @@ def stores_of(relations: Sequence[str]) -> dict[str, Store]:
     return {name: Store(name, relations) for name in relations}
 
 
-def produced_per_arrival(arrivals: Iterable[Record], relations: Sequence[str], predicate: TuplePredicate = same_key) -> list[tuple[Record, list[Match]]]:
+def produced_per_arrival(
+    arrivals: Iterable[Record], relations: Sequence[str], predicate: TuplePredicate = same_key
+) -> list[tuple[Record, list[Match]]]:
     """Each arrival, and the tuples the stores produce as it comes in (its store, then its probe of every other)."""
     stores = stores_of(relations)
     produced = []
@@ -129,7 +139,9 @@ def produced_per_arrival(arrivals: Iterable[Record], relations: Sequence[str], p
     return produced
 
 
-def join_each_record(arrivals: Iterable[Record], relations: Sequence[str], predicate: TuplePredicate = same_key) -> list[Match]:
+def join_each_record(
+    arrivals: Iterable[Record], relations: Sequence[str], predicate: TuplePredicate = same_key
+) -> list[Match]:
     """Every tuple the stores produce as ``arrivals`` come in one by one."""
     return [match for _, found in produced_per_arrival(arrivals, relations, predicate) for match in found]
 
@@ -164,8 +176,14 @@ class BatchJoiner:
         found = []
         for owner, store in self.stores.items():
             choices = {name: store.buffered(name) + new[name] for name in self.relations}
-            with_new = (members for members in combinations(choices, self.relations, self.predicate) if any(id(m) in fresh for m in members.values()))
-            found += [match for match in (match_of(members, self.relations) for members in with_new) if match.owner == owner]
+            with_new = (
+                members
+                for members in combinations(choices, self.relations, self.predicate)
+                if any(id(m) in fresh for m in members.values())
+            )
+            found += [
+                match for match in (match_of(members, self.relations) for members in with_new) if match.owner == owner
+            ]
         for store in self.stores.values():
             for name in self.relations:
                 store.buffered(name).extend(new[name])
@@ -210,7 +228,9 @@ def advance(marks: dict[str, int], arrived: Iterable[Record], lateness: int) -> 
         marks[rec.relation] = max(marks.get(rec.relation, rec.ts - lateness), rec.ts - lateness)
 
 
-def eviction_cutoff(store: str, holds: str, relations: Sequence[str], marks: dict[str, int], window: int | None) -> int | None:
+def eviction_cutoff(
+    store: str, holds: str, relations: Sequence[str], marks: dict[str, int], window: int | None
+) -> int | None:
     """The ``ts`` below which ``store``'s buffer of ``holds`` records can go (docs/design.md 2.8), given the
     watermarks after a batch; None when nothing can. Its own records: once every other relation's watermark is
     past ``ts + window``. A probe: once ``store``'s watermark is past it (no future record of ``store`` is older)

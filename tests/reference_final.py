@@ -11,7 +11,19 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from tests.reference import TWO, BatchJoiner, Pair, Predicate, Record, advance, as_tuple_predicate, equal_keys, eviction_cutoff, on_time, pairs_of
+from tests.reference import (
+    TWO,
+    BatchJoiner,
+    Pair,
+    Predicate,
+    Record,
+    advance,
+    as_tuple_predicate,
+    equal_keys,
+    eviction_cutoff,
+    on_time,
+    pairs_of,
+)
 
 KINDS = ("inner", "left", "right", "full", "semi", "anti")
 PRESERVED = {"inner": (), "left": ("r",), "right": ("s",), "full": ("r", "s"), "semi": (), "anti": ("r",)}
@@ -44,7 +56,11 @@ class Finality:
 
 
 def join_kind_in_batches(
-    batches: Iterable[list[Record]], kind: str, predicate: Predicate = equal_keys, lateness: int | None = None, window: int | None = None
+    batches: Iterable[list[Record]],
+    kind: str,
+    predicate: Predicate = equal_keys,
+    lateness: int | None = None,
+    window: int | None = None,
 ) -> tuple[list[Pair], Finality]:
     """Gold rows of a ``kind`` join over ``batches``: the inner pairs as they come (not for semi and anti); a semi
     row at its left record's first match (it never waits); an outer or anti row when its record is final and
@@ -65,7 +81,11 @@ def join_kind_in_batches(
         matched |= {("r", pair.r_id) for pair in pairs} | {("s", pair.s_id) for pair in pairs}
         finality.add(rec for rec in arrived if rec.relation in PRESERVED[kind])
         for relation in PRESERVED[kind]:
-            rows += [unmatched_row(rec) for rec in finality.take_final(relation, joiner.marks) if (relation, rec.id) not in matched]
+            rows += [
+                unmatched_row(rec)
+                for rec in finality.take_final(relation, joiner.marks)
+                if (relation, rec.id) not in matched
+            ]
     return rows, finality
 
 
@@ -74,7 +94,10 @@ def best_match(left: Record, rights: Iterable[Record], tolerance: int | None) ->
     candidates = [
         right
         for right in rights
-        if left.key is not None and right.key == left.key and right.ts <= left.ts and (tolerance is None or left.ts - right.ts <= tolerance)
+        if left.key is not None
+        and right.key == left.key
+        and right.ts <= left.ts
+        and (tolerance is None or left.ts - right.ts <= tolerance)
     ]
     return max(candidates, key=Record.order, default=None)
 
@@ -104,7 +127,9 @@ def asof_in_batches(
     return rows, held
 
 
-def kept_rights(rights: list[Record], waiting: list[Record], marks: dict[str, int], tolerance: int | None) -> list[Record]:
+def kept_rights(
+    rights: list[Record], waiting: list[Record], marks: dict[str, int], tolerance: int | None
+) -> list[Record]:
     """The right records some left record may still take: every left still to be emitted is at or after the
     floor, the lower watermark (a waiting left is at or after the right one, which has not passed it; a left to
     come at or after the left one); at or below it only the latest right of each key (by time, then id: of two at
@@ -120,5 +145,6 @@ def kept_rights(rights: list[Record], waiting: list[Record], marks: dict[str, in
     return [
         right
         for right in rights
-        if right.key is not None and (right.ts > floor or (not superseded(right) and (tolerance is None or floor - right.ts <= tolerance)))
+        if right.key is not None
+        and (right.ts > floor or (not superseded(right) and (tolerance is None or floor - right.ts <= tolerance)))
     ]

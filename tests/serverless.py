@@ -25,8 +25,20 @@ ALLOWED_SETTINGS = frozenset(
         "spark.databricks.execution.timeout",
     }
 )
-_REFUSED_SQL = re.compile(r"^\s*(SET\s+(?!(?:" + "|".join(map(re.escape, ALLOWED_SETTINGS)) + r")\s*=)\S|RESET\b|(UN)?CACHE\b)|\bglobal_temp\.", re.I)
-REFUSED_DATAFRAME_CALLS = ("cache", "persist", "checkpoint", "localCheckpoint", "createGlobalTempView", "createOrReplaceGlobalTempView")
+_REFUSED_SQL = re.compile(
+    r"^\s*(SET\s+(?!(?:"
+    + "|".join(map(re.escape, ALLOWED_SETTINGS))
+    + r")\s*=)\S|RESET\b|(UN)?CACHE\b)|\bglobal_temp\.",
+    re.I,
+)
+REFUSED_DATAFRAME_CALLS = (
+    "cache",
+    "persist",
+    "checkpoint",
+    "localCheckpoint",
+    "createGlobalTempView",
+    "createOrReplaceGlobalTempView",
+)
 
 
 class RefusedOnServerless(Exception):
@@ -81,7 +93,14 @@ def refuse_what_serverless_refuses(managed: str | None = None) -> Calls:
             return None
         found = [paths] if isinstance(paths, str) else list(paths or [])  # type: ignore[call-overload]
         root = os.path.realpath(managed)
-        return next((path for path in found if isinstance(path, str) and os.path.realpath(path.removeprefix("file:")).startswith(root)), None)
+        return next(
+            (
+                path
+                for path in found
+                if isinstance(path, str) and os.path.realpath(path.removeprefix("file:")).startswith(root)
+            ),
+            None,
+        )
 
     def sql(self: SparkSession, query: str, *args: object, **kwargs: object) -> DataFrame:
         if _REFUSED_SQL.search(query):

@@ -32,7 +32,9 @@ def main(warehouse: str, landing: str, checkpoints: str) -> None:
         if never_ran(os.path.join(checkpoints, name)):
             shutil.rmtree(os.path.join(checkpoints, name))
     queries = [
-        spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(os.path.join(landing, name))
+        spark.readStream.schema(SCHEMA)
+        .option("maxFilesPerTrigger", 1)
+        .json(os.path.join(landing, name))
         .writeStream.foreachBatch(pipeline.foreach_batch(name))
         .option("checkpointLocation", os.path.join(checkpoints, name))
         .trigger(availableNow=True)

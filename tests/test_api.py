@@ -31,15 +31,23 @@ SCHEMA = "id STRING, ts BIGINT, key STRING, payload STRING"
 def out_of_order(count: int, seed: int) -> list[Record]:
     """``count`` records per relation over 4 keys, their event times in no order."""
     rng = random.Random(seed)
-    return [Record(side, f"{side}{i}", rng.randrange(60), f"k{rng.randrange(4)}") for side in "rs" for i in range(count)]
+    return [
+        Record(side, f"{side}{i}", rng.randrange(60), f"k{rng.randrange(4)}") for side in "rs" for i in range(count)
+    ]
 
 
 def rows(records: list[Record], side: str) -> list[dict]:
-    return [{"id": rec.id, "ts": rec.ts, "key": rec.key, "payload": f"of {rec.id}"} for rec in records if rec.relation == side]
+    return [
+        {"id": rec.id, "ts": rec.ts, "key": rec.key, "payload": f"of {rec.id}"}
+        for rec in records
+        if rec.relation == side
+    ]
 
 
 def gold_pairs(pipeline: Pipeline) -> Counter[Pair]:
-    return Counter(Pair(row.r_id, row.s_id, row.owner) for row in pipeline.table("gold").select("r_id", "s_id", "owner").collect())
+    return Counter(
+        Pair(row.r_id, row.s_id, row.owner) for row in pipeline.table("gold").select("r_id", "s_id", "owner").collect()
+    )
 
 
 def test_the_api_and_the_cli_give_the_same_gold_state_and_batch_log(spark, deltars, tmp_path, capsys):
@@ -52,7 +60,9 @@ def test_the_api_and_the_cli_give_the_same_gold_state_and_batch_log(spark, delta
     by_cli, by_api = (helpers.Pipeline(engine, str(tmp_path / name), Config(**settings)) for name in ("cli", "api"))
     for pipeline in (by_cli, by_api):
         os.makedirs(pipeline.root)
-    files = {side: [by_cli.write_file(rows(records, side)[:8]), by_cli.write_file(rows(records, side)[8:])] for side in "rs"}
+    files = {
+        side: [by_cli.write_file(rows(records, side)[:8]), by_cli.write_file(rows(records, side)[8:])] for side in "rs"
+    }
 
     config = ["--config", str(tmp_path / "pipeline.yml")]
     for side in "rs":
@@ -71,7 +81,11 @@ def test_the_api_and_the_cli_give_the_same_gold_state_and_batch_log(spark, delta
 
 
 # What Delta Lake sets in any session that reads or writes a Delta table (the caller's own reads of ``table()`` too).
-DELTAS_OWN = ("spark.sql.parquet.fieldId.read.enabled", "spark.sql.parquet.fieldId.write.enabled", "spark.databricks.delta.lastCommitVersionInSession")
+DELTAS_OWN = (
+    "spark.sql.parquet.fieldId.read.enabled",
+    "spark.sql.parquet.fieldId.write.enabled",
+    "spark.databricks.delta.lastCommitVersionInSession",
+)
 
 
 def caller_settings(spark: SparkSession, settings: dict[str, str] | None = None) -> dict[str, str]:
@@ -105,7 +119,9 @@ def test_a_callers_session_is_used_as_it_is_and_left_as_it_was_with_no_error_in_
 
 def test_a_dataframe_lands_as_a_file_would_its_bad_rows_quarantined_and_its_errors_one_line(spark, tmp_path):
     pipeline = Pipeline(tmp_path / "wh", spark=spark)
-    frame = spark.createDataFrame([("r1", "5", "k"), ("r2", "soon", "k"), ("r1", "5", "k")], "id STRING, ts STRING, key STRING")
+    frame = spark.createDataFrame(
+        [("r1", "5", "k"), ("r2", "soon", "k"), ("r1", "5", "k")], "id STRING, ts STRING, key STRING"
+    )
     (result,) = pipeline.ingest("r", frame)
     assert (result.landed, result.quarantined, result.duplicates) == (1, 1, 1)
     quarantined = pipeline.table("quarantine/ingest").select("reason", "source_line").collect()
@@ -120,7 +136,9 @@ def test_a_dataframe_lands_as_a_file_would_its_bad_rows_quarantined_and_its_erro
 
     assert str(unknown.value) == "unknown relation 'x': the config's relations are r, s"
     assert "column '_key' starts with '_', which lakejoin reserves for bookkeeping: rename it" in str(reserved.value)
-    assert str(nowhere.value) == f"no warehouse at {tmp_path / 'nowhere'}: land files there first with 'lakejoin ingest'"
+    assert (
+        str(nowhere.value) == f"no warehouse at {tmp_path / 'nowhere'}: land files there first with 'lakejoin ingest'"
+    )
     for caught in (unknown, reserved, nowhere):
         assert "\n" not in str(caught.value) and caught.value.__cause__ is None
     assert pipeline.table("bronze/r").count() == 1  # nothing of a refused frame landed
@@ -143,15 +161,34 @@ def test_two_streams_land_through_foreach_batch_exactly_once_across_kill_9(delta
         folder.mkdir(parents=True)
         mine = rows(records, side)
         for part in range(6):
-            (folder / f"{part:02d}.json").write_text("\n".join(json.dumps(row) for row in mine[part * 4 : part * 4 + 4]))
+            (folder / f"{part:02d}.json").write_text(
+                "\n".join(json.dumps(row) for row in mine[part * 4 : part * 4 + 4])
+            )
     (tmp_path / "checkpoints" / "r" / "offsets").mkdir(parents=True)
-    (tmp_path / "checkpoints" / "r" / "offsets" / ".0.killed.tmp").write_text("{")  # killed while writing its first offset
-    command = [sys.executable, "-m", "tests.stream_feeder", str(tmp_path / "wh"), str(tmp_path / "landing"), str(tmp_path / "checkpoints")]
+    (tmp_path / "checkpoints" / "r" / "offsets" / ".0.killed.tmp").write_text(
+        "{"
+    )  # killed while writing its first offset
+    command = [
+        sys.executable,
+        "-m",
+        "tests.stream_feeder",
+        str(tmp_path / "wh"),
+        str(tmp_path / "landing"),
+        str(tmp_path / "checkpoints"),
+    ]
     env = helpers._env("delta-rs")
 
     rng = random.Random(17)
     for _ in range(KILLS):
-        victim = subprocess.Popen(command, cwd=helpers.REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        victim = subprocess.Popen(
+            command,
+            cwd=helpers.REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
         time.sleep(rng.uniform(*KILL_AFTER_SECONDS))
         os.killpg(victim.pid, signal.SIGKILL)
         victim.communicate()
@@ -165,25 +202,41 @@ def test_two_streams_land_through_foreach_batch_exactly_once_across_kill_9(delta
     gold = deltars.read(warehouse.gold).select("r_id", "s_id", "owner").collect()
     assert Counter(Pair(*row) for row in gold) == Counter(batch_join(records))
     logged = Counter(row.source_file for row in deltars.read(warehouse.ingest_log).select("source_file").collect())
-    assert all(source.startswith("foreachBatch:") for source in logged) and set(logged.values()) == {1}  # a replay logs nothing
+    assert all(source.startswith("foreachBatch:") for source in logged) and set(logged.values()) == {
+        1
+    }  # a replay logs nothing
 
 
-def test_the_example_notebook_runs_as_a_script_and_its_gold_is_the_join_of_what_it_landed(deltars, tmp_path, monkeypatch, capsys):
+def test_the_example_notebook_runs_as_a_script_and_its_gold_is_the_join_of_what_it_landed(
+    deltars, tmp_path, monkeypatch, capsys
+):
     """Run here, on this process's session as a notebook's cell would find one, with delta-rs as without Delta's jars."""
     monkeypatch.setenv("LAKEJOIN_EXAMPLE_ROOT", str(tmp_path))
     with mock.patch("state.engines.session_has_delta", lambda spark: False):
         runpy.run_path(os.path.join(helpers.REPO, "examples", "notebook.py"), run_name="__main__")
     printed = capsys.readouterr().out
 
-    landed = {name: [json.loads(line) for path in sorted((tmp_path / "landing" / name).iterdir()) for line in path.read_text().splitlines()] for name in ("orders", "payments")}
+    landed = {
+        name: [
+            json.loads(line)
+            for path in sorted((tmp_path / "landing" / name).iterdir())
+            for line in path.read_text().splitlines()
+        ]
+        for name in ("orders", "payments")
+    }
     hour = 3600
     expected = Counter(
         (order["order_id"], payment["payment_id"])
         for order in landed["orders"]
         for payment in landed["payments"]
-        if order["customer"] == payment["customer"] and 0 <= seconds(payment["paid_at"]) - seconds(order["order_time"]) <= hour
+        if order["customer"] == payment["customer"]
+        and 0 <= seconds(payment["paid_at"]) - seconds(order["order_time"]) <= hour
     )
-    gold = deltars.read(str(tmp_path / "warehouse" / "gold" / "join_results")).select("orders_order_id", "payments_payment_id").collect()
+    gold = (
+        deltars.read(str(tmp_path / "warehouse" / "gold" / "join_results"))
+        .select("orders_order_id", "payments_payment_id")
+        .collect()
+    )
     assert expected and Counter(tuple(row) for row in gold) == expected
     assert "PASS" in printed and "reconciliation" in printed
 

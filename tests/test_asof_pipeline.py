@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from expectations.audit import audit
 from expectations.reconcile import check_gold
-from state.config import Config
 from pipelines.status import warehouse_status
+from state.config import Config
 from state.errors import LakejoinError
 from state.event_time import TIMESTAMP
 from tests.helpers import Pipeline, copied, crash_at_each
@@ -27,7 +27,13 @@ from tests.test_cli import doc_block
 from tests.test_final_reference import FAR, merge_asof
 
 PROPERTY = settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-S1, R3, S2, S5, R4 = Record("s", "s1", 1, "k"), Record("r", "r3", 3, "k"), Record("s", "s2", 2, "k"), Record("s", "s5", 5, "k"), Record("r", "r4", 4, "k")
+S1, R3, S2, S5, R4 = (
+    Record("s", "s1", 1, "k"),
+    Record("r", "r3", 3, "k"),
+    Record("s", "s2", 2, "k"),
+    Record("s", "s5", 5, "k"),
+    Record("r", "r4", 4, "k"),
+)
 
 
 def as_of(engine, root, kind: str = "asof", lateness: int = 0, tolerance: int | None = None) -> Pipeline:  # noqa: ANN001 - an engine, a path
@@ -61,13 +67,19 @@ def test_a_trade_waits_for_the_quotes_watermark_and_takes_a_quote_that_arrived_a
     pipeline = as_of(engine, tmp_path)
     one_by_one(pipeline, [S1, R3])
     waiting = warehouse_status(engine, pipeline.warehouse, pipeline.config).waiting
-    assert waiting == [{"relation": "r", "records": 1, "oldest": "3", "until": "S's watermark passes 3"}]  # an s at 3 may come
+    assert waiting == [
+        {"relation": "r", "records": 1, "oldest": "3", "until": "S's watermark passes 3"}
+    ]  # an s at 3 may come
     one_by_one(pipeline, [S2, S5, R4])
     # S's watermark 5 makes r3 final with s2 (batch 4); r4 arrives final (below 5) and takes s2 too (s5 is after it).
     assert rows_by_batch(pipeline) == {4: {Pair("r3", "s2", "R")}, 5: {Pair("r4", "s2", "R")}}
     assert stored(pipeline, "r") == set()  # r3 left once final, r4 was final on arrival
     assert stored(pipeline, "s") == {"s2", "s5"}  # s1 superseded by s2 below the floor (R's watermark 3)
-    assert not any(column.endswith("_probes") for path in pipeline.warehouse.buffers().values() for column in pipeline.engine.read(path).columns)  # none kept
+    assert not any(
+        column.endswith("_probes")
+        for path in pipeline.warehouse.buffers().values()
+        for column in pipeline.engine.read(path).columns
+    )  # none kept
 
 
 def test_several_quotes_in_one_batch_and_an_equal_time_take_the_latest_by_id(deltars, tmp_path):
@@ -85,13 +97,23 @@ def test_with_a_tolerance_the_left_variant_keeps_a_trade_without_a_recent_quote(
     assert rows(pipeline) == Counter([Pair("r4", None, "R"), Pair("r2", "s1", "R"), Pair("r9", None, "R")])
     unmatched = next(row for row in pipeline.gold_rows() if row["_r_id"] == "r4")
     assert (unmatched["r_id"], unmatched["s_id"], unmatched["s_ts"]) == ("r4", None, None)
-    validated = audit(deltars, pipeline.warehouse, pipeline.config, str(tmp_path / "docs"))  # every rule and the reconciliation
+    validated = audit(
+        deltars, pipeline.warehouse, pipeline.config, str(tmp_path / "docs")
+    )  # every rule and the reconciliation
     assert validated.success, validated.describe()
 
 
 @PROPERTY
-@given(data=st.data(), recs=two_streams(), lateness=st.integers(0, 3), window=st.one_of(st.none(), st.integers(0, 2)), keep=st.booleans())
-def test_any_arrival_order_and_batch_split_gives_merge_asof_of_what_was_not_late_each_trade_once(deltars, tmp_path_factory, data, recs, lateness, window, keep):
+@given(
+    data=st.data(),
+    recs=two_streams(),
+    lateness=st.integers(0, 3),
+    window=st.one_of(st.none(), st.integers(0, 2)),
+    keep=st.booleans(),
+)
+def test_any_arrival_order_and_batch_split_gives_merge_asof_of_what_was_not_late_each_trade_once(
+    deltars, tmp_path_factory, data, recs, lateness, window, keep
+):
     """Batch by batch, gold and the quotes kept are the reference's on the same batches; once both watermarks
     pass everything, gold is pandas' merge_asof of the records not late, the late ones are the watermark model's,
     and validate reconciles."""
@@ -125,7 +147,9 @@ def kept_quotes(batches: list[list[Record]], lateness: int, window: int | None) 
     return quotes
 
 
-def test_an_asof_run_dying_at_each_write_in_turn_resumes_to_the_uninterrupted_result(deltars, tmp_path_factory, monkeypatch):
+def test_an_asof_run_dying_at_each_write_in_turn_resumes_to_the_uninterrupted_result(
+    deltars, tmp_path_factory, monkeypatch
+):
     """Every crash point of an as-of batch: the plan, each output, the two stores (a MERGE that deletes superseded
     quotes among them), the commit."""
     order = [S1, R3, S2, S5, R4, Record("s", "s6", 6, "k"), Record("r", "r8", 8, "k"), Record("s", "s9", 9, "k")]
@@ -134,7 +158,9 @@ def test_an_asof_run_dying_at_each_write_in_turn_resumes_to_the_uninterrupted_re
     crashed = copied(uninterrupted, tmp_path_factory.mktemp("crashed"))
     uninterrupted.run(max_batch_rows=2)
     steps = ["gold", "late_arrivals", "r_state", "s_state", "dq_quarantine", "commit"]
-    crash_at_each(crashed, monkeypatch, [f"{moment}:{step}" for step in steps for moment in ("before", "after")], max_batch_rows=2)
+    crash_at_each(
+        crashed, monkeypatch, [f"{moment}:{step}" for step in steps for moment in ("before", "after")], max_batch_rows=2
+    )
     assert crashed.snapshot() == uninterrupted.snapshot()
     assert rows(uninterrupted) == Counter([Pair("r3", "s2", "R"), Pair("r4", "s2", "R"), Pair("r8", "s6", "R")])
 
@@ -155,12 +181,30 @@ def test_state_stays_flat_on_a_long_stream_of_repeating_keys(deltars, tmp_path):
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
-        ({"join": "asof"}, "config: join: asof emits each r record once no s record at or before its time can still arrive, which takes an 'allowed_lateness' for s: set it (without it that row is never final)"),
-        ({"join": "asof_left", "relations": dict.fromkeys("abc"), "allowed_lateness": 1}, "config: join: asof_left joins two relations (the first is left), got 3: a, b, c"),
-        ({"join": "asof", "allowed_lateness": 1, "window": 5}, "config: join: asof bounds a match's age with 'tolerance' (no match older than that), not 'window': rename it"),
-        ({"join": "inner", "tolerance": 5}, "config: 'tolerance' bounds an as-of join's match (join: asof | asof_left); join: inner takes 'window'"),
-        ({"join": "asof", "allowed_lateness": 1, "direction": "forward"}, "config: direction: forward is not built: an as-of join takes the latest right record at or before the left's time (direction: backward)"),
-        ({"join": "left", "direction": "nearest", "window": 1, "allowed_lateness": 1}, "config: 'direction' is an as-of join's (join: asof | asof_left), not join: left's: remove it"),
+        (
+            {"join": "asof"},
+            "config: join: asof emits each r record once no s record at or before its time can still arrive, which takes an 'allowed_lateness' for s: set it (without it that row is never final)",
+        ),
+        (
+            {"join": "asof_left", "relations": dict.fromkeys("abc"), "allowed_lateness": 1},
+            "config: join: asof_left joins two relations (the first is left), got 3: a, b, c",
+        ),
+        (
+            {"join": "asof", "allowed_lateness": 1, "window": 5},
+            "config: join: asof bounds a match's age with 'tolerance' (no match older than that), not 'window': rename it",
+        ),
+        (
+            {"join": "inner", "tolerance": 5},
+            "config: 'tolerance' bounds an as-of join's match (join: asof | asof_left); join: inner takes 'window'",
+        ),
+        (
+            {"join": "asof", "allowed_lateness": 1, "direction": "forward"},
+            "config: direction: forward is not built: an as-of join takes the latest right record at or before the left's time (direction: backward)",
+        ),
+        (
+            {"join": "left", "direction": "nearest", "window": 1, "allowed_lateness": 1},
+            "config: 'direction' is an as-of join's (join: asof | asof_left), not join: left's: remove it",
+        ),
     ],
 )
 def test_an_asof_join_that_could_never_emit_or_is_misspelt_is_refused_in_one_line(settings, message):
@@ -173,4 +217,7 @@ def test_the_docs_asof_config_reads_as_written():
     config = Config(**yaml.safe_load(doc_block("docs/joins.md", "**The as-of join**")))
     assert (config.join, config.tolerance, config.direction) == ("asof", timedelta(seconds=5), "backward")
     condition = config.on_axis(TIMESTAMP).join_condition  # microseconds
-    assert condition == "(trades.symbol = quotes.symbol) AND abs(trades._ts - quotes._ts) <= 5000000 AND quotes._ts <= trades._ts"
+    assert (
+        condition
+        == "(trades.symbol = quotes.symbol) AND abs(trades._ts - quotes._ts) <= 5000000 AND quotes._ts <= trades._ts"
+    )

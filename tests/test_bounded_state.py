@@ -10,9 +10,9 @@ from deltalake import DeltaTable
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from state.config import Config
 from pipelines.silver import RunReport
 from pipelines.status import warehouse_status
+from state.config import Config
 from state.relations import R
 from tests.helpers import Pipeline
 from tests.reference import Record, batch_join, late_in_batches, respects_lateness, within
@@ -24,8 +24,16 @@ PROPERTY = settings(max_examples=3, deadline=None, suppress_health_check=[Health
 @st.composite
 def delayed_streams(draw: st.DrawFn, max_delay: int) -> list[Record]:
     """Records with random ts, each arriving up to ``max_delay`` ts units late: order by ts + delay."""
-    rows = draw(st.lists(st.tuples(st.sampled_from("rs"), st.integers(0, 12), st.sampled_from("ab"), st.integers(0, max_delay)), min_size=1, max_size=12))
-    records = [(ts + delay, i, Record(rel, f"{rel}{i}", ts, key, f"p{i}")) for i, (rel, ts, key, delay) in enumerate(rows)]
+    rows = draw(
+        st.lists(
+            st.tuples(st.sampled_from("rs"), st.integers(0, 12), st.sampled_from("ab"), st.integers(0, max_delay)),
+            min_size=1,
+            max_size=12,
+        )
+    )
+    records = [
+        (ts + delay, i, Record(rel, f"{rel}{i}", ts, key, f"p{i}")) for i, (rel, ts, key, delay) in enumerate(rows)
+    ]
     return [record for _, _, record in sorted(records)]
 
 
@@ -38,10 +46,14 @@ def land_and_run(pipeline: Pipeline, order: list[Record], data: st.DataObject) -
 
 @PROPERTY
 @given(data=st.data(), lateness=st.integers(0, 4), window=st.one_of(st.none(), st.integers(0, 5)))
-def test_when_every_record_respects_the_lateness_bound_gold_is_the_unbounded_join(deltars, tmp_path_factory, data, lateness, window):
+def test_when_every_record_respects_the_lateness_bound_gold_is_the_unbounded_join(
+    deltars, tmp_path_factory, data, lateness, window
+):
     order = data.draw(delayed_streams(lateness))
     assert respects_lateness(order, lateness)
-    pipeline = Pipeline(deltars, str(tmp_path_factory.mktemp("bound")), Config(allowed_lateness=lateness, window=window))
+    pipeline = Pipeline(
+        deltars, str(tmp_path_factory.mktemp("bound")), Config(allowed_lateness=lateness, window=window)
+    )
     land_and_run(pipeline, order, data)
     assert pipeline.late_ids() == set()
     assert pipeline.gold_pairs() == Counter(batch_join(order, within(window)))
@@ -59,13 +71,17 @@ def only_the_violators_are_late(engine, root: str, data: st.DataObject, lateness
 
 @PROPERTY
 @given(data=st.data(), lateness=st.integers(0, 2), window=st.one_of(st.none(), st.integers(0, 3)))
-def test_exactly_the_violators_are_quarantined_and_the_rest_join_exactly(deltars, tmp_path_factory, data, lateness, window):
+def test_exactly_the_violators_are_quarantined_and_the_rest_join_exactly(
+    deltars, tmp_path_factory, data, lateness, window
+):
     only_the_violators_are_late(deltars, str(tmp_path_factory.mktemp("late")), data, lateness, window)
 
 
 @settings(PROPERTY, max_examples=1)  # ~90 s an example on Delta on Spark
 @given(data=st.data(), lateness=st.integers(0, 2), window=st.integers(0, 3))
-def test_on_delta_spark_exactly_the_violators_are_quarantined_and_the_rest_join_exactly(spark_engine, tmp_path_factory, data, lateness, window):
+def test_on_delta_spark_exactly_the_violators_are_quarantined_and_the_rest_join_exactly(
+    spark_engine, tmp_path_factory, data, lateness, window
+):
     only_the_violators_are_late(spark_engine, str(tmp_path_factory.mktemp("late")), data, lateness, window)
 
 
@@ -138,4 +154,15 @@ def test_a_state_table_is_appended_to_while_nothing_leaves_it_and_merged_once_a_
     pipeline.run()
     operations = [commit["operation"] for commit in reversed(DeltaTable(pipeline.warehouse.state(R)).history())]
     assert operations == ["WRITE", "WRITE", "MERGE"]
-    assert pipeline.gold_pairs() == Counter(batch_join([Record("r", "r1", 1, "a"), Record("s", "s1", 1, "a"), Record("r", "r2", 1, "a"), Record("r", "r9", 9, "a"), Record("s", "s9", 9, "a")], within(1)))
+    assert pipeline.gold_pairs() == Counter(
+        batch_join(
+            [
+                Record("r", "r1", 1, "a"),
+                Record("s", "s1", 1, "a"),
+                Record("r", "r2", 1, "a"),
+                Record("r", "r9", 9, "a"),
+                Record("s", "s9", 9, "a"),
+            ],
+            within(1),
+        )
+    )

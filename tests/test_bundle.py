@@ -122,7 +122,9 @@ def test_the_models_do_reject_what_they_should():
     with pytest.raises(ValueError, match="Unexpected field"):
         Job.from_dict({"name": "x", "tasks": [{"task_key": "a", "spark_python_taks": {}}]})
     with pytest.raises(TypeError):
-        Job.from_dict({"name": "x", "tasks": [{"python_wheel_task": {"package_name": "lakejoin", "entry_point": "lakejoin"}}]})
+        Job.from_dict(
+            {"name": "x", "tasks": [{"python_wheel_task": {"package_name": "lakejoin", "entry_point": "lakejoin"}}]}
+        )
 
 
 ACCEPTANCE = "lakejoin_acceptance"  # checks a workspace once, in schemas of its own: no join of the warehouse
@@ -136,7 +138,9 @@ def joining_jobs(bundle: dict[str, Any]) -> dict[str, tuple[str, dict[str, Any]]
 def wheel_tasks(job: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The job's tasks that run lakejoin on the warehouse, by task key (the others are conditions, and the task that
     fails a run in which one of them failed: tests/test_job_results.py)."""
-    return {task["task_key"]: task for task in job["tasks"] if "python_wheel_task" in task and task["task_key"] != "failed"}
+    return {
+        task["task_key"]: task for task in job["tasks"] if "python_wheel_task" in task and task["task_key"] != "failed"
+    }
 
 
 def test_every_task_runs_a_real_lakejoin_command_from_the_wheel(bundle):
@@ -144,7 +148,9 @@ def test_every_task_runs_a_real_lakejoin_command_from_the_wheel(bundle):
         project = tomllib.load(handle)["project"]
     commands = set()
     for path, job in joining_jobs(bundle).values():
-        every = {task["task_key"]: task for task in resolved(job, defaults(bundle))["tasks"] if "python_wheel_task" in task}
+        every = {
+            task["task_key"]: task for task in resolved(job, defaults(bundle))["tasks"] if "python_wheel_task" in task
+        }
         if "failed" in every:
             commands.add(_parser().parse_args(every["failed"]["python_wheel_task"]["parameters"]).command)
         for task in wheel_tasks(resolved(job, defaults(bundle))).values():
@@ -155,9 +161,15 @@ def test_every_task_runs_a_real_lakejoin_command_from_the_wheel(bundle):
             commands.add(arguments.command)
             assert arguments.warehouse == "main.lakejoin"  # catalog.schema: a Unity Catalog warehouse
             # the wheel where the artifact's build puts it: a cluster's task library, or its serverless environment's
-            environments = {environment["environment_key"]: environment["spec"] for environment in job.get("environments", [])}
-            wheels = [library["whl"] for library in task.get("libraries", [])] or environments[task["environment_key"]]["dependencies"]
-            assert [os.path.normpath(os.path.join(os.path.dirname(path), wheel)) for wheel in wheels] == [os.path.join(REPO, "dist", "*.whl")]
+            environments = {
+                environment["environment_key"]: environment["spec"] for environment in job.get("environments", [])
+            }
+            wheels = [library["whl"] for library in task.get("libraries", [])] or environments[task["environment_key"]][
+                "dependencies"
+            ]
+            assert [os.path.normpath(os.path.join(os.path.dirname(path), wheel)) for wheel in wheels] == [
+                os.path.join(REPO, "dist", "*.whl")
+            ]
     assert commands == {"run", "validate", "maintain", "failed"}
     assert bundle["artifacts"]["lakejoin_wheel"]["type"] == "whl"
 
@@ -189,9 +201,15 @@ def test_a_wheel_task_s_entry_point_ends_the_process_with_the_command_s_status(b
     command shows as a successful task."""
     with open(os.path.join(REPO, "pyproject.toml"), "rb") as handle:
         scripts = tomllib.load(handle)["project"]["scripts"]
-    (entry_point,) = {task["python_wheel_task"]["entry_point"] for _, job in jobs(bundle).values() for task in wheel_tasks(job).values()}
+    (entry_point,) = {
+        task["python_wheel_task"]["entry_point"]
+        for _, job in jobs(bundle).values()
+        for task in wheel_tasks(job).values()
+    }
     called = EntryPoint(entry_point, scripts[entry_point], "console_scripts").load()
-    monkeypatch.setattr(sys, "argv", [entry_point, "reset", "--warehouse", str(tmp_path)])  # refused without --yes, before Spark
+    monkeypatch.setattr(
+        sys, "argv", [entry_point, "reset", "--warehouse", str(tmp_path)]
+    )  # refused without --yes, before Spark
     with pytest.raises(SystemExit) as ended:
         called()
     assert ended.value.code == 2
@@ -210,7 +228,9 @@ def deployed_pause(job: dict[str, Any], target: dict[str, Any]) -> dict[str, str
     """How each trigger of ``job`` is deployed to ``target``: its own pause_status, else the target's
     presets.trigger_pause_status (PAUSED by default in development mode), else the Jobs API's default, UNPAUSED
     (databricks/cli: bundle/config/mutator/apply_presets.go and apply_target_mode.go)."""
-    preset = (target.get("presets") or {}).get("trigger_pause_status") or ("PAUSED" if target.get("mode") == "development" else None)
+    preset = (target.get("presets") or {}).get("trigger_pause_status") or (
+        "PAUSED" if target.get("mode") == "development" else None
+    )
     return {kind: job[kind].get("pause_status") or preset or "UNPAUSED" for kind in TRIGGERS if kind in job}
 
 
@@ -240,29 +260,52 @@ def test_nothing_scheduled_can_overlap_a_join(bundle):
     run's tasks one after the other: the join, then on the day's first run validation, then maintenance."""
     for name, target in bundle["targets"].items():
         unpaused = {**target, "presets": {"trigger_pause_status": "UNPAUSED"}}
-        running = sorted(key for key, (_, job) in jobs(bundle).items() if "UNPAUSED" in deployed_pause(job, unpaused).values())
+        running = sorted(
+            key for key, (_, job) in jobs(bundle).items() if "UNPAUSED" in deployed_pause(job, unpaused).values()
+        )
         assert running == ["lakejoin_join"], (name, running)
     job = jobs(bundle)["lakejoin_join"][1]
     assert job["max_concurrent_runs"] == 1 and job["queue"]["enabled"]
     on_the_warehouse = [task for task in job["tasks"] if task["task_key"] != "failed"]  # `failed` reads no table
-    assert in_sequence(on_the_warehouse) == ["join", "first_hour_of_the_day", "first_run_of_the_hour", "validate", "maintain"]
-    assert [_parser().parse_args(task["python_wheel_task"]["parameters"]).command for task in wheel_tasks(job).values()] == ["run", "validate", "maintain"]
+    assert in_sequence(on_the_warehouse) == [
+        "join",
+        "first_hour_of_the_day",
+        "first_run_of_the_hour",
+        "validate",
+        "maintain",
+    ]
+    assert [
+        _parser().parse_args(task["python_wheel_task"]["parameters"]).command for task in wheel_tasks(job).values()
+    ] == ["run", "validate", "maintain"]
 
 
-COMPARED = {"LESS_THAN": operator.lt, "LESS_THAN_OR_EQUAL": operator.le, "GREATER_THAN": operator.gt, "GREATER_THAN_OR_EQUAL": operator.ge}
+COMPARED = {
+    "LESS_THAN": operator.lt,
+    "LESS_THAN_OR_EQUAL": operator.le,
+    "GREATER_THAN": operator.gt,
+    "GREATER_THAN_OR_EQUAL": operator.ge,
+}
 
 
 def holds(condition: dict[str, str], trigger: datetime) -> bool:
     """A condition task's outcome for a run triggered at ``trigger`` (UTC): ``{{job.trigger.time.hour}}`` and
     ``.minute`` are the trigger's; these operators compare numbers (https://docs.databricks.com/aws/en/jobs/if-else)."""
+
     def value(operand: str) -> float:
-        return float(re.sub(r"\{\{job\.trigger\.time\.(hour|minute)\}\}", lambda match: str(getattr(trigger, match.group(1))), operand))
+        return float(
+            re.sub(
+                r"\{\{job\.trigger\.time\.(hour|minute)\}\}",
+                lambda match: str(getattr(trigger, match.group(1))),
+                operand,
+            )
+        )
 
     return COMPARED[condition["op"]](value(condition["left"]), value(condition["right"]))
 
 
 def triggers(expression: str, day: datetime) -> Iterator[datetime]:
     """The times a ``0 M H * * ?`` Quartz cron fires on ``day``, M and H each ``*``, ``*/N`` or a number."""
+
     def values(field: str, high: int) -> list[int]:
         if field == "*":
             return list(range(high + 1))
@@ -281,7 +324,11 @@ def test_validation_and_maintenance_run_on_the_first_run_of_each_utc_day_only(bu
         job = resolved(jobs(bundle)["lakejoin_join"][1], {**defaults(bundle), "join_every_minutes": minutes})
         conditions = [task["condition_task"] for task in job["tasks"] if "condition_task" in task]
         day = datetime(2026, 11, 27)
-        daily = [run for run in triggers(job["schedule"]["quartz_cron_expression"], day) if all(holds(condition, run) for condition in conditions)]
+        daily = [
+            run
+            for run in triggers(job["schedule"]["quartz_cron_expression"], day)
+            if all(holds(condition, run) for condition in conditions)
+        ]
         assert daily == [day], (minutes, daily)
 
 
@@ -299,7 +346,10 @@ def test_unpausing_is_the_target_s_own_setting_which_every_later_deploy_keeps(bu
     assert "schedules" not in bundle["variables"]
     for _, job in jobs(bundle).values():
         assert all("${var." not in str(job[kind].get("pause_status", "")) for kind in TRIGGERS if kind in job)
-    unpaused = {**bundle["targets"]["prod"], "presets": {"trigger_pause_status": "UNPAUSED"}}  # the checklist's last step
+    unpaused = {
+        **bundle["targets"]["prod"],
+        "presets": {"trigger_pause_status": "UNPAUSED"},
+    }  # the checklist's last step
     assert deployed_pause(jobs(bundle)["lakejoin_join"][1], unpaused) == {"schedule": "UNPAUSED"}
     assert deployed_pause(jobs(bundle)["lakejoin_join_follow"][1], unpaused) == {"continuous": "PAUSED"}
     with open(os.path.join(REPO, "docs", "databricks.md"), encoding="utf-8") as handle:
@@ -319,17 +369,28 @@ def mode_errors(target: dict[str, Any]) -> list[str]:
     """The errors `databricks bundle validate -t TARGET` reports for the target's mode."""
     mode, workspace = target.get("mode"), target.get("workspace") or {}
     if mode == "production":
-        return [] if workspace.get("root_path") else ["target with 'mode: production' must set 'workspace.root_path' to make sure only one copy is deployed"]
+        return (
+            []
+            if workspace.get("root_path")
+            else [
+                "target with 'mode: production' must set 'workspace.root_path' to make sure only one copy is deployed"
+            ]
+        )
     if mode == "development":
         errors = [
             f"{key} must start with '~/' or contain the current username when using 'mode: development'"
             for key in USER_PATHS
-            if key in workspace and not (workspace[key].startswith("~/") or "${workspace.current_user." in workspace[key])
+            if key in workspace
+            and not (workspace[key].startswith("~/") or "${workspace.current_user." in workspace[key])
         ]
         if (target.get("presets") or {}).get("trigger_pause_status") == "UNPAUSED":
             errors.append("target with 'mode: development' cannot set trigger pause status to UNPAUSED by default")
         return errors
-    return [] if mode is None else [f"unsupported value '{mode}' specified for 'mode': must be either 'development' or 'production'"]
+    return (
+        []
+        if mode is None
+        else [f"unsupported value '{mode}' specified for 'mode': must be either 'development' or 'production'"]
+    )
 
 
 def test_the_mode_rules_refuse_what_the_cli_refuses():
@@ -339,7 +400,10 @@ def test_the_mode_rules_refuse_what_the_cli_refuses():
 
 
 def test_every_target_passes_the_cli_s_mode_rules(bundle):
-    assert {name: target.get("mode") for name, target in bundle["targets"].items()} == {"dev": "development", "prod": "production"}
+    assert {name: target.get("mode") for name, target in bundle["targets"].items()} == {
+        "dev": "development",
+        "prod": "production",
+    }
     for name, target in bundle["targets"].items():
         assert not mode_errors(target), (name, mode_errors(target))
 
@@ -351,22 +415,39 @@ def test_prod_deploys_one_copy_whoever_deploys_it(bundle):
 
 
 def test_the_following_join_is_a_paused_continuous_job_that_runs_on_the_scheduled_join_s_warehouse(bundle):
-    follow, scheduled = (resolved(jobs(bundle)[key][1], defaults(bundle)) for key in ("lakejoin_join_follow", "lakejoin_join"))
-    assert "schedule" not in follow and follow["continuous"] == {"pause_status": "PAUSED"}  # unpaused instead of lakejoin_join, by hand
+    follow, scheduled = (
+        resolved(jobs(bundle)[key][1], defaults(bundle)) for key in ("lakejoin_join_follow", "lakejoin_join")
+    )
+    assert "schedule" not in follow and follow["continuous"] == {
+        "pause_status": "PAUSED"
+    }  # unpaused instead of lakejoin_join, by hand
     arguments = _parser().parse_args(wheel_tasks(follow)["join_follow"]["python_wheel_task"]["parameters"])
     assert arguments.follow and arguments.trigger == 30
-    assert arguments.warehouse == _parser().parse_args(wheel_tasks(scheduled)["join"]["python_wheel_task"]["parameters"]).warehouse
+    assert (
+        arguments.warehouse
+        == _parser().parse_args(wheel_tasks(scheduled)["join"]["python_wheel_task"]["parameters"]).warehouse
+    )
 
 
 def test_the_serverless_join_is_the_scheduled_join_on_a_serverless_environment_paused_until_unpaused_instead(bundle):
-    serverless, scheduled = (resolved(jobs(bundle)[key][1], defaults(bundle)) for key in ("lakejoin_join_serverless", "lakejoin_join"))
+    serverless, scheduled = (
+        resolved(jobs(bundle)[key][1], defaults(bundle)) for key in ("lakejoin_join_serverless", "lakejoin_join")
+    )
     assert serverless["schedule"]["pause_status"] == "PAUSED" and "job_clusters" not in serverless
     [environment] = serverless["environments"]
     assert environment["spec"]["environment_version"] == defaults(bundle)["serverless_environment"]
-    on_cluster = [{key: value for key, value in task.items() if key not in ("job_cluster_key", "libraries", "run_if")} for task in scheduled["tasks"]]
-    on_serverless = [{key: value for key, value in task.items() if key not in ("environment_key", "run_if")} for task in serverless["tasks"]]
+    on_cluster = [
+        {key: value for key, value in task.items() if key not in ("job_cluster_key", "libraries", "run_if")}
+        for task in scheduled["tasks"]
+    ]
+    on_serverless = [
+        {key: value for key, value in task.items() if key not in ("environment_key", "run_if")}
+        for task in serverless["tasks"]
+    ]
     assert on_serverless == on_cluster  # the same tasks, conditions and commands
-    assert [task.get("environment_key") for task in serverless["tasks"]] == [task.get("job_cluster_key") and environment["environment_key"] for task in scheduled["tasks"]]
+    assert [task.get("environment_key") for task in serverless["tasks"]] == [
+        task.get("job_cluster_key") and environment["environment_key"] for task in scheduled["tasks"]
+    ]
     assert [task.get("run_if") for task in serverless["tasks"]] == [task.get("run_if") for task in scheduled["tasks"]]
     for part in ("email_notifications", "webhook_notifications", "max_concurrent_runs", "queue"):
         assert serverless[part] == scheduled[part], part
@@ -386,8 +467,12 @@ RUNTIME_KEY = re.compile(r"(?P<version>\d+(?:\.\d+)?)\.x-scala(?P<scala>\d+\.\d+
 
 
 def test_the_runtime_key_has_the_documented_form():
-    assert [RUNTIME_KEY.fullmatch(key)["version"] for key in ("17.3.x-scala2.13", "16.4.x-scala2.12", "18.x-scala2.13")] == ["17.3", "16.4", "18"]
-    assert not any(RUNTIME_KEY.fullmatch(key) for key in ("18-scala2.13", "18.x", "18.3.x-scala2.13 ", "LTS 18.x-scala2.13"))
+    assert [
+        RUNTIME_KEY.fullmatch(key)["version"] for key in ("17.3.x-scala2.13", "16.4.x-scala2.12", "18.x-scala2.13")
+    ] == ["17.3", "16.4", "18"]
+    assert not any(
+        RUNTIME_KEY.fullmatch(key) for key in ("18-scala2.13", "18.x", "18.3.x-scala2.13 ", "LTS 18.x-scala2.13")
+    )
 
 
 def test_the_runtime_is_the_long_term_supported_line_of_the_pinned_spark(bundle):
@@ -406,7 +491,9 @@ def test_prod_is_refused_without_whom_a_failure_tells_and_dev_tells_whoever_depl
         with pytest.raises(RequiredVariable, match=name):
             target_variables(bundle, "prod", {key: value for key, value in GIVEN.items() if key != name})
     dev = target_variables(bundle, "dev", {"sql_warehouse_id": GIVEN["sql_warehouse_id"]})
-    assert dev["notify_on_failure"] == ["someone@example.com"] and dev["alert_subscriptions"] == [{"user_email": "someone@example.com"}]
+    assert dev["notify_on_failure"] == ["someone@example.com"] and dev["alert_subscriptions"] == [
+        {"user_email": "someone@example.com"}
+    ]
     named = {**GIVEN, "failure_destinations": [{"id": "0f1e2d3c"}]}
     for key, (_, job) in jobs(bundle).items():
         told = resolved(job, target_variables(bundle, "prod", named))
@@ -420,10 +507,23 @@ def test_an_overlong_join_task_tells_them_before_the_next_run_waits(bundle):
     values = defaults(bundle)
     for key in ("lakejoin_join", "lakejoin_join_serverless"):
         job = resolved(jobs(bundle)[key][1], values)
-        assert "health" not in job and job["email_notifications"]["on_duration_warning_threshold_exceeded"] == values["notify_on_failure"]
+        assert (
+            "health" not in job
+            and job["email_notifications"]["on_duration_warning_threshold_exceeded"] == values["notify_on_failure"]
+        )
         rules = {task["task_key"]: task["health"]["rules"] for task in job["tasks"] if "health" in task}
-        assert rules == {"join": [{"metric": "RUN_DURATION_SECONDS", "op": "GREATER_THAN", "value": values["run_duration_warning_seconds"]}]}, key
-    assert values["run_duration_warning_seconds"] < int(values["join_every_minutes"]) * 60  # heard of before the next run waits
+        assert rules == {
+            "join": [
+                {
+                    "metric": "RUN_DURATION_SECONDS",
+                    "op": "GREATER_THAN",
+                    "value": values["run_duration_warning_seconds"],
+                }
+            ]
+        }, key
+    assert (
+        values["run_duration_warning_seconds"] < int(values["join_every_minutes"]) * 60
+    )  # heard of before the next run waits
 
 
 def test_prod_runs_as_its_service_principal_from_its_folder_with_groups_that_may_run_or_view(bundle):
@@ -431,7 +531,10 @@ def test_prod_runs_as_its_service_principal_from_its_folder_with_groups_that_may
     principal = GIVEN["service_principal"]
     assert prod["run_as"] == {"service_principal_name": principal}
     assert prod["workspace"]["root_path"].startswith(f"/Workspace/Users/{principal}/.bundle/")
-    assert prod["permissions"] == [{"level": "CAN_MANAGE_RUN", "group_name": "data-engineers"}, {"level": "CAN_VIEW", "group_name": "users"}]
+    assert prod["permissions"] == [
+        {"level": "CAN_MANAGE_RUN", "group_name": "data-engineers"},
+        {"level": "CAN_VIEW", "group_name": "users"},
+    ]
     for key, (_, job) in jobs(bundle).items():  # the models take the target's run_as and permissions on each job
         Job.from_dict({**resolved(job, defaults(bundle)), "run_as": prod["run_as"], "permissions": prod["permissions"]})
 
@@ -443,7 +546,10 @@ def test_every_job_cluster_carries_the_tag_its_cost_is_found_by(bundle):
 
 
 def test_no_workspace_url_or_secret_is_hard_coded(bundle):
-    forbidden = re.compile(r"https?://|cloud\.databricks\.com|azuredatabricks\.net|gcp\.databricks\.com|dapi[0-9a-f]{16,}|\btoken\b|password|\bhost:", re.I)
+    forbidden = re.compile(
+        r"https?://|cloud\.databricks\.com|azuredatabricks\.net|gcp\.databricks\.com|dapi[0-9a-f]{16,}|\btoken\b|password|\bhost:",
+        re.I,
+    )
     for path in [BUNDLE, *included(bundle)]:
         with open(path, encoding="utf-8") as handle:
             text = "\n".join(line.split("#")[0] for line in handle)  # comments may explain, not configure
@@ -453,7 +559,9 @@ def test_no_workspace_url_or_secret_is_hard_coded(bundle):
 def task_parameters(bundle: dict[str, Any], key: str, task: str, **variables: str) -> list[str]:
     """The parameters of task ``task`` of job ``key`` as ``bundle deploy`` would pass them, with ``variables`` set
     (``-t`` a target, ``--var name=value``)."""
-    return wheel_tasks(resolved(jobs(bundle)[key][1], {**defaults(bundle), **variables}))[task]["python_wheel_task"]["parameters"]
+    return wheel_tasks(resolved(jobs(bundle)[key][1], {**defaults(bundle), **variables}))[task]["python_wheel_task"][
+        "parameters"
+    ]
 
 
 def test_every_task_takes_the_config_and_names_no_relation_and_no_batch_size(bundle):
@@ -461,7 +569,10 @@ def test_every_task_takes_the_config_and_names_no_relation_and_no_batch_size(bun
         for task in wheel_tasks(job):
             arguments = _parser().parse_args(task_parameters(bundle, key, task))
             assert arguments.config == defaults(bundle)["config"], (key, task)
-            assert getattr(arguments, "relation", None) is None and getattr(arguments, "side", None) is None, (key, task)
+            assert getattr(arguments, "relation", None) is None and getattr(arguments, "side", None) is None, (
+                key,
+                task,
+            )
             assert getattr(arguments, "max_batch_rows", None) is None, (key, task)  # the config's max_batch_rows rules
 
 
@@ -471,7 +582,9 @@ def test_the_acceptance_job_checks_both_computes_in_schemas_of_their_own_and_is_
     tasks = wheel_tasks(resolved(job, defaults(bundle)))
     checks = {key: _parser().parse_args(task["python_wheel_task"]["parameters"]) for key, task in tasks.items()}
     assert {key: (args.command, args.fail) for key, args in checks.items()} == {
-        "classic": ("acceptance", False), "serverless": ("acceptance", False), "forced_failure": ("acceptance", True),
+        "classic": ("acceptance", False),
+        "serverless": ("acceptance", False),
+        "forced_failure": ("acceptance", True),
     }
     assert "job_cluster_key" in tasks["classic"] and "environment_key" in tasks["serverless"]
     schemas = {checks["classic"].warehouse, checks["serverless"].warehouse}
@@ -492,7 +605,9 @@ def checklist_configs() -> dict[str, dict[str, Any]]:
     file the page shows in a titled YAML block)."""
     with open(os.path.join(REPO, "docs", "databricks.md"), encoding="utf-8") as handle:
         page = handle.read()
-    shown = {title: yaml.safe_load(body) for title, body in re.findall(r'```yaml title="([^"]+)"\n(.*?)```', page, re.S)}
+    shown = {
+        title: yaml.safe_load(body) for title, body in re.findall(r'```yaml title="([^"]+)"\n(.*?)```', page, re.S)
+    }
     copies = re.findall(r"databricks fs cp (\S+) dbfs:(\S+)", page)
     return {destination: shown[source] for source, destination in copies if source in shown}
 
@@ -527,14 +642,18 @@ def test_the_join_job_ingests_and_joins_a_config_s_own_relations_from_their_land
     for folder in landing.values():
         folder.mkdir(parents=True)
     config = tmp_path / "pipeline.yml"
-    config.write_text(yaml.safe_dump({
-        "relations": {
-            "orders": {"id": "order_id", "event_time": "placed", "landing": str(landing["orders"])},
-            "payments": {"id": "payment_id", "event_time": "paid", "landing": str(landing["payments"])},
-        },
-        "predicate": "orders.customer = payments.customer",
-        "engine": "delta-rs",
-    }))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "relations": {
+                    "orders": {"id": "order_id", "event_time": "placed", "landing": str(landing["orders"])},
+                    "payments": {"id": "payment_id", "event_time": "paid", "landing": str(landing["payments"])},
+                },
+                "predicate": "orders.customer = payments.customer",
+                "engine": "delta-rs",
+            }
+        )
+    )
 
     def land(name: str, file: str, rows: list[dict]) -> None:
         (landing[name] / file).write_text("".join(json.dumps(row) + "\n" for row in rows))
@@ -548,4 +667,9 @@ def test_the_join_job_ingests_and_joins_a_config_s_own_relations_from_their_land
     land("payments", "p2.jsonl", [{"payment_id": "p1", "paid": 6, "customer": "c1"}])
     assert main(parameters) == 0
     gold = DeltaRsReader().rows(str(warehouse / "gold" / "join_results")).to_pylist()
-    assert sorted((row["orders_order_id"], row["payments_payment_id"]) for row in gold) == [("o0", "p0"), ("o1", "p1"), ("o2", "p0"), ("o3", "p1")]
+    assert sorted((row["orders_order_id"], row["payments_payment_id"]) for row in gold) == [
+        ("o0", "p0"),
+        ("o1", "p1"),
+        ("o2", "p0"),
+        ("o3", "p1"),
+    ]

@@ -17,7 +17,9 @@ from tests.conftest import require_spark_delta
 from tests.reference import Record, batch_join
 
 pytestmark = pytest.mark.spark_delta
-RECORDS = [Record("r", f"r{n}", n, "a" if n % 2 else "b") for n in range(6)] + [Record("s", f"s{n}", n, "a" if n % 3 else "b") for n in range(6)]
+RECORDS = [Record("r", f"r{n}", n, "a" if n % 2 else "b") for n in range(6)] + [
+    Record("s", f"s{n}", n, "a" if n % 3 else "b") for n in range(6)
+]
 
 
 @pytest.fixture
@@ -28,7 +30,11 @@ def warehouse(spark, tmp_path):
     pipeline = Api("spark_catalog.lj_lock", {"engine": "spark"}, spark=spark)
     for name in "rs":
         path = tmp_path / f"{name}.jsonl"
-        path.write_text("".join(f'{{"id": "{rec.id}", "ts": {rec.ts}, "key": "{rec.key}"}}\n' for rec in RECORDS if rec.relation == name))
+        path.write_text(
+            "".join(
+                f'{{"id": "{rec.id}", "ts": {rec.ts}, "key": "{rec.key}"}}\n' for rec in RECORDS if rec.relation == name
+            )
+        )
         pipeline.ingest(name, [str(path)])
     yield "spark_catalog.lj_lock"
     spark.sql("DROP SCHEMA IF EXISTS lj_lock CASCADE")
@@ -63,7 +69,9 @@ def test_two_runs_racing_for_a_catalog_warehouse_never_both_commit_a_batch(spark
     assert spark.table(lease_table(warehouse)).where("holder IS NOT NULL").count() == 0, "both let their leases go"
 
 
-def test_a_run_whose_lease_lapsed_and_was_taken_stops_before_committing_and_the_taker_resumes_its_batch(spark, warehouse, monkeypatch):
+def test_a_run_whose_lease_lapsed_and_was_taken_stops_before_committing_and_the_taker_resumes_its_batch(
+    spark, warehouse, monkeypatch
+):
     """The lapse is forced: the lease's expiry moved to the past just before the batch's commit, as if the run had
     stalled that long, and another run takes it."""
     taker = Lease(spark.newSession(), lease_table(warehouse), "run")
@@ -73,7 +81,9 @@ def test_a_run_whose_lease_lapsed_and_was_taken_stops_before_committing_and_the_
     def stalled(self: Lease) -> None:
         checks.append(self.holder)
         if self is not taker and len(checks) == 2:  # the batch's second proof: before its log row
-            spark.sql(f"UPDATE {lease_table(warehouse)} SET expires_at = current_timestamp() - INTERVAL 1 SECOND WHERE job = 'run'")
+            spark.sql(
+                f"UPDATE {lease_table(warehouse)} SET expires_at = current_timestamp() - INTERVAL 1 SECOND WHERE job = 'run'"
+            )
             taker.take(wait_seconds=0)
             self._renewed_at = float("-inf")  # the stall: its last renewal is long past
         original(self)
@@ -87,7 +97,9 @@ def test_a_run_whose_lease_lapsed_and_was_taken_stops_before_committing_and_the_
     taker.release()
     monkeypatch.setattr(Lease, "check", original)
     report = Api(warehouse, spark=spark).run()
-    assert [batch.resumed for batch in report.batches] == [True]  # the stalled run's batch, with the plan its writes carry
+    assert [batch.resumed for batch in report.batches] == [
+        True
+    ]  # the stalled run's batch, with the plan its writes carry
     assert gold(spark, warehouse) == Counter((pair.r_id, pair.s_id) for pair in batch_join(RECORDS))
 
 

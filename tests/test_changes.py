@@ -18,9 +18,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from expectations.reconcile import check_gold
-from state.config import Config
-from pipelines.status import warehouse_status
 from pipelines.silver import BatchReport, run
+from pipelines.status import warehouse_status
+from state.config import Config
 from state.errors import LakejoinError
 from tests.helpers import Pipeline, copied, crash_at_each
 
@@ -34,7 +34,11 @@ def change(op: str, seq: int, id: str, ts: int, key: str, amount: float = 1.0) -
 
 def current_gold(pipeline: Pipeline) -> Counter:
     gold = pipeline.engine.rows(pipeline.warehouse.gold)  # on the driver: delta-rs reads it without a Spark job
-    return Counter() if gold is None else Counter((row["_r_id"], row["_s_id"], row["r_amount"], row["s_amount"]) for row in gold.to_pylist())
+    return (
+        Counter()
+        if gold is None
+        else Counter((row["_r_id"], row["_s_id"], row["r_amount"], row["s_amount"]) for row in gold.to_pylist())
+    )
 
 
 def changes_sum(pipeline: Pipeline) -> Counter:
@@ -74,7 +78,9 @@ def test_an_update_retracts_the_old_versions_pairs_and_adds_the_new_ones(orders:
 
 def test_an_older_change_arriving_later_changes_nothing_and_a_delete_outlives_a_late_insert(orders: Pipeline) -> None:
     orders.ingest("s", orders.write_file([change("c", 1, "p1", 12, "k1")]))
-    orders.ingest("r", orders.write_file([change("u", 5, "o1", 10, "k1", 50.0)]))  # an update before its insert: an upsert
+    orders.ingest(
+        "r", orders.write_file([change("u", 5, "o1", 10, "k1", 50.0)])
+    )  # an update before its insert: an upsert
     orders.run()
     orders.ingest("r", orders.write_file([change("c", 1, "o1", 10, "k1", 10.0)]))  # the insert, older: ignored
     orders.ingest("s", orders.write_file([change("d", 4, "p1", 12, "k1")]))
@@ -95,11 +101,19 @@ def test_a_three_way_join_over_change_feeds_keeps_the_join_of_the_current_record
     feeds = {"relations": {name: {"changes": CHANGES} for name in ("r", "s", "t")}}
     pipeline = Pipeline(deltars, str(tmp_path), Config(**feeds))
     landed = [
-        ("r", change("c", 1, "r1", 1, "k1")), ("s", change("c", 1, "s1", 2, "k1")), ("t", change("c", 1, "t1", 3, "k1")),
-        ("t", change("c", 2, "t2", 4, "k1")), ("s", change("u", 2, "s1", 5, "k2")), ("s", change("c", 3, "s3", 0, "k1")),
-        ("t", change("d", 3, "t1", 3, "k1")), ("r", change("u", 2, "r1", 6, "k1", 2.0)),
+        ("r", change("c", 1, "r1", 1, "k1")),
+        ("s", change("c", 1, "s1", 2, "k1")),
+        ("t", change("c", 1, "t1", 3, "k1")),
+        ("t", change("c", 2, "t2", 4, "k1")),
+        ("s", change("u", 2, "s1", 5, "k2")),
+        ("s", change("c", 3, "s3", 0, "k1")),
+        ("t", change("d", 3, "t1", 3, "k1")),
+        ("r", change("u", 2, "r1", 6, "k1", 2.0)),
     ]
-    tuples = lambda: Counter(tuple(row[f"_{name}_id"] for name in "rst") + (row["r_amount"],) for row in pipeline.gold_rows())  # noqa: E731
+
+    def tuples():
+        return Counter(tuple(row[f"_{name}_id"] for name in "rst") + (row["r_amount"],) for row in pipeline.gold_rows())
+
     for relation, row in landed:
         pipeline.ingest(relation, pipeline.write_file([row]))
     pipeline.run(max_batch_rows=3)
@@ -132,7 +146,12 @@ def current_records(events: list[tuple[str, dict]]) -> dict[str, dict[str, dict]
 
 def reference_gold(events: list[tuple[str, dict]]) -> Counter:
     current = current_records(events)
-    return Counter((r["id"], s["id"], r["amount"], s["amount"]) for r in current["r"].values() for s in current["s"].values() if r["key"] == s["key"])
+    return Counter(
+        (r["id"], s["id"], r["amount"], s["amount"])
+        for r in current["r"].values()
+        for s in current["s"].values()
+        if r["key"] == s["key"]
+    )
 
 
 # A schedule a user might follow: ("ingest", relation, rows) lands one file, ("run", n) runs batches of up to n rows.
@@ -149,7 +168,19 @@ def change_schedules(draw: st.DrawFn) -> list[Step]:
         for number in range(draw(st.integers(1, 3))):
             for op in ["c", *["u"] * draw(st.integers(0, 2)), *(["d"] if draw(st.booleans()) else [])]:
                 seq += 1
-                events.append((relation, change(op, seq, f"{relation}{number}", draw(st.integers(0, 20)), draw(st.sampled_from(["k1", "k2"])), float(seq))))
+                events.append(
+                    (
+                        relation,
+                        change(
+                            op,
+                            seq,
+                            f"{relation}{number}",
+                            draw(st.integers(0, 20)),
+                            draw(st.sampled_from(["k1", "k2"])),
+                            float(seq),
+                        ),
+                    )
+                )
     steps: list[Step] = []
     for relation, run_of in itertools.groupby(draw(st.permutations(events)), key=lambda event: event[0]):
         steps.append(("ingest", relation, [row for _, row in run_of]))
@@ -168,13 +199,19 @@ UNCHANGED = [
 ]  # fmt: skip
 
 
-def follow(pipeline: Pipeline, schedule: list[Step], arrived: list[tuple[str, dict]] | None = None) -> list[tuple[str, dict]]:
+def follow(
+    pipeline: Pipeline, schedule: list[Step], arrived: list[tuple[str, dict]] | None = None
+) -> list[tuple[str, dict]]:
     """``schedule`` carried out after the changes ``arrived`` before it, gold checked against the reference after every
     batch; returns every change arrived."""
     arrived = list(arrived or [])
 
     def check(report: BatchReport) -> None:
-        (upto,) = pipeline.engine.rows(pipeline.warehouse.batches, where=f"batch_id = {report.batch_id}").column("seq_to").to_pylist()
+        (upto,) = (
+            pipeline.engine.rows(pipeline.warehouse.batches, where=f"batch_id = {report.batch_id}")
+            .column("seq_to")
+            .to_pylist()
+        )
         assert current_gold(pipeline) == reference_gold(arrived[:upto]), f"after batch {report.batch_id}"
 
     for step in schedule:
@@ -182,35 +219,50 @@ def follow(pipeline: Pipeline, schedule: list[Step], arrived: list[tuple[str, di
             pipeline.ingest(step[1], pipeline.write_file(step[2]))
             arrived += [(step[1], row) for row in step[2]]
         else:
-            run(pipeline.engine, pipeline.warehouse, pipeline.config.with_overrides(max_batch_rows=step[1]), progress=check)
+            run(
+                pipeline.engine,
+                pipeline.warehouse,
+                pipeline.config.with_overrides(max_batch_rows=step[1]),
+                progress=check,
+            )
     assert changes_sum(pipeline) == current_gold(pipeline) == reference_gold(arrived)
     return arrived
 
 
-CHANGE_PROPERTY = settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+CHANGE_PROPERTY = settings(
+    deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 
 
 @settings(CHANGE_PROPERTY, max_examples=1)
 @example(schedule=UNCHANGED)
 @given(schedule=change_schedules())
-def test_runs_after_any_ingests_keep_gold_the_join_of_the_current_records_after_every_batch(tmp_path_factory, deltars, schedule) -> None:
+def test_runs_after_any_ingests_keep_gold_the_join_of_the_current_records_after_every_batch(
+    tmp_path_factory, deltars, schedule
+) -> None:
     """Every batch leaves its mark in gold, also one whose MERGE changes nothing there, so every later run goes on."""
     follow(Pipeline(deltars, str(tmp_path_factory.mktemp("changes")), Config(**CONFIG)), schedule)
 
 
-def test_on_delta_spark_batches_that_change_nothing_in_gold_or_state_are_followed_by_runs_that_go_on(tmp_path, spark_engine) -> None:
+def test_on_delta_spark_batches_that_change_nothing_in_gold_or_state_are_followed_by_runs_that_go_on(
+    tmp_path, spark_engine
+) -> None:
     """The schedule above on Delta on Spark, whose MERGE likewise commits nothing when it changes nothing (the property
     runs on delta-rs: a change-feed batch costs several times as much here)."""
     follow(Pipeline(spark_engine, str(tmp_path), Config(**CONFIG)), UNCHANGED)
 
 
-def test_a_warehouse_whose_gold_lacks_the_marks_of_batches_that_changed_nothing_there_runs_on(tmp_path_factory, deltars) -> None:
+def test_a_warehouse_whose_gold_lacks_the_marks_of_batches_that_changed_nothing_there_runs_on(
+    tmp_path_factory, deltars
+) -> None:
     """Earlier versions left no mark in gold for a batch whose MERGE changed nothing there, and refused every later run;
     the batch log shows such a batch changed nothing in gold, so the next run goes on. A gold restored to before a
     batch that did change it is still refused, however many batches that changed nothing follow it."""
     stuck = Pipeline(deltars, str(tmp_path_factory.mktemp("stuck")), Config(**CONFIG))
     arrived = follow(stuck, UNCHANGED[:4])  # batch 2 updates o1, which has no partner: gold unchanged
-    assert [row["operation"] for row in DeltaTable(stuck.warehouse.gold).history(1)] == ["WRITE"], "a commit of no rows marks batch 2"
+    assert [row["operation"] for row in DeltaTable(stuck.warehouse.gold).history(1)] == ["WRITE"], (
+        "a commit of no rows marks batch 2"
+    )
     drop_last_commit(stuck.warehouse.gold)  # as earlier versions left it
     before = str(tmp_path_factory.mktemp("backup") / "gold")
     shutil.copytree(stuck.warehouse.gold, before)
@@ -220,7 +272,10 @@ def test_a_warehouse_whose_gold_lacks_the_marks_of_batches_that_changed_nothing_
     shutil.rmtree(stuck.warehouse.gold)
     shutil.copytree(before, stuck.warehouse.gold)  # restored from a copy made before batch 4
     stuck.ingest("r", stuck.write_file([change("c", 5, "o3", 5, "k1")]))
-    with pytest.raises(LakejoinError, match=r"gold/join_results ends at batch 1, but the batch log has committed batch 5 \(was it restored"):
+    with pytest.raises(
+        LakejoinError,
+        match=r"gold/join_results ends at batch 1, but the batch log has committed batch 5 \(was it restored",
+    ):
         stuck.run()
 
 
@@ -246,34 +301,62 @@ def change_source(engine, table: str, statement: str, rows: list[dict] | None = 
     elif statement.startswith("DELETE"):
         opened.delete("order_id = 'o2'")
     else:
-        merge = opened.merge(pa.Table.from_pylist(rows), "target.order_id = source.order_id", source_alias="source", target_alias="target")
+        merge = opened.merge(
+            pa.Table.from_pylist(rows),
+            "target.order_id = source.order_id",
+            source_alias="source",
+            target_alias="target",
+        )
         merge.when_matched_update_all().when_not_matched_insert_all().execute()
 
 
-def test_a_source_tables_update_delete_and_merge_commits_correct_gold_through_its_change_data_feed(tmp_path, engine) -> None:
+def test_a_source_tables_update_delete_and_merge_commits_correct_gold_through_its_change_data_feed(
+    tmp_path, engine
+) -> None:
     orders = str(tmp_path / "raw" / "orders")
     write_deltalake(
         orders,
-        pa.Table.from_pylist([{"order_id": "o1", "customer": "ann", "t": 1, "amount": 10.0}, {"order_id": "o2", "customer": "bob", "t": 2, "amount": 20.0}]),
+        pa.Table.from_pylist(
+            [
+                {"order_id": "o1", "customer": "ann", "t": 1, "amount": 10.0},
+                {"order_id": "o2", "customer": "bob", "t": 2, "amount": 20.0},
+            ]
+        ),
         configuration={"delta.enableChangeDataFeed": "true"},
     )
-    relations = {"r": {"id": "order_id", "event_time": "t", "table": orders, "changes": "cdf"}, "s": {"id": "payment_id", "event_time": "t"}}
+    relations = {
+        "r": {"id": "order_id", "event_time": "t", "table": orders, "changes": "cdf"},
+        "s": {"id": "payment_id", "event_time": "t"},
+    }
     pipeline = Pipeline(engine, str(tmp_path), Config(relations=relations, predicate="r.customer = s.customer"))
-    pipeline.ingest("s", pipeline.write_file([{"payment_id": "p1", "customer": "ann", "t": 3}, {"payment_id": "p2", "customer": "bob", "t": 4}]))
+    pipeline.ingest(
+        "s",
+        pipeline.write_file(
+            [{"payment_id": "p1", "customer": "ann", "t": 3}, {"payment_id": "p2", "customer": "bob", "t": 4}]
+        ),
+    )
 
     def joined() -> Counter:
         pipeline.run()
-        return Counter((row["r_order_id"], row["s_payment_id"], row["r_customer"], row["r_amount"]) for row in pipeline.gold_rows())
+        return Counter(
+            (row["r_order_id"], row["s_payment_id"], row["r_customer"], row["r_amount"]) for row in pipeline.gold_rows()
+        )
 
     assert joined() == Counter({("o1", "p1", "ann", 10.0): 1, ("o2", "p2", "bob", 20.0): 1})
     change_source(engine, orders, "UPDATE {table} SET amount = 15.0 WHERE order_id = 'o1'")
     assert joined() == Counter({("o1", "p1", "ann", 15.0): 1, ("o2", "p2", "bob", 20.0): 1})
     change_source(engine, orders, "DELETE FROM {table} WHERE order_id = 'o2'")
     assert joined() == Counter({("o1", "p1", "ann", 15.0): 1})
-    merged = [{"order_id": "o1", "customer": "bob", "t": 1, "amount": 15.0}, {"order_id": "o3", "customer": "ann", "t": 5, "amount": 30.0}]
+    merged = [
+        {"order_id": "o1", "customer": "bob", "t": 1, "amount": 15.0},
+        {"order_id": "o3", "customer": "ann", "t": 5, "amount": 30.0},
+    ]
     change_source(
-        engine, orders, "MERGE INTO {table} AS target USING incoming AS source ON target.order_id = source.order_id "
-        "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *", merged,
+        engine,
+        orders,
+        "MERGE INTO {table} AS target USING incoming AS source ON target.order_id = source.order_id "
+        "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *",
+        merged,
     )
     assert joined() == Counter({("o1", "p2", "bob", 15.0): 1, ("o3", "p1", "ann", 30.0): 1})
     signed: Counter = Counter()
@@ -287,19 +370,29 @@ def test_a_source_table_without_its_change_data_feed_is_refused_in_one_line(tmp_
     orders = str(tmp_path / "orders")
     write_deltalake(orders, pa.Table.from_pylist([{"id": "o1", "ts": 1, "key": "k"}]))
     pipeline = Pipeline(deltars, str(tmp_path), Config(relations={"r": {"table": orders, "changes": "cdf"}, "s": {}}))
-    with pytest.raises(LakejoinError, match=r"has no Change Data Feed .*ALTER TABLE .* SET TBLPROPERTIES \(delta.enableChangeDataFeed = true\)"):
+    with pytest.raises(
+        LakejoinError,
+        match=r"has no Change Data Feed .*ALTER TABLE .* SET TBLPROPERTIES \(delta.enableChangeDataFeed = true\)",
+    ):
         pipeline.run()
 
 
-def test_a_run_dying_at_each_write_of_change_batches_resumes_to_the_uninterrupted_gold(deltars, tmp_path_factory, monkeypatch) -> None:
+def test_a_run_dying_at_each_write_of_change_batches_resumes_to_the_uninterrupted_gold(
+    deltars, tmp_path_factory, monkeypatch
+) -> None:
     """Every batch retracts what the one before added: a crash between gold's MERGE and the state tables' (or the
     commit) must neither lose a retraction nor apply one twice."""
     events = [
-        ("r", change("c", 1, "o1", 1, "k1", 10.0)), ("s", change("c", 1, "p1", 2, "k1", 1.0)),
-        ("r", change("u", 2, "o1", 3, "k2", 11.0)), ("s", change("c", 2, "p2", 4, "k2", 2.0)),
-        ("s", change("d", 3, "p2", 4, "k2", 2.0)), ("r", change("c", 3, "o3", 5, "k1", 30.0)),
-        ("s", change("u", 4, "p1", 6, "k2", 3.0)), ("r", change("u", 4, "o3", 7, "k2", 31.0)),
-        ("r", change("d", 5, "o1", 3, "k2", 11.0)), ("s", change("c", 5, "p5", 8, "k2", 5.0)),
+        ("r", change("c", 1, "o1", 1, "k1", 10.0)),
+        ("s", change("c", 1, "p1", 2, "k1", 1.0)),
+        ("r", change("u", 2, "o1", 3, "k2", 11.0)),
+        ("s", change("c", 2, "p2", 4, "k2", 2.0)),
+        ("s", change("d", 3, "p2", 4, "k2", 2.0)),
+        ("r", change("c", 3, "o3", 5, "k1", 30.0)),
+        ("s", change("u", 4, "p1", 6, "k2", 3.0)),
+        ("r", change("u", 4, "o3", 7, "k2", 31.0)),
+        ("r", change("d", 5, "o1", 3, "k2", 11.0)),
+        ("s", change("c", 5, "p5", 8, "k2", 5.0)),
     ]
     uninterrupted = Pipeline(deltars, str(tmp_path_factory.mktemp("uninterrupted")), Config(**CONFIG))
     for relation, row in events:
@@ -307,16 +400,28 @@ def test_a_run_dying_at_each_write_of_change_batches_resumes_to_the_uninterrupte
     crashed = copied(uninterrupted, tmp_path_factory.mktemp("crashed"))
     uninterrupted.run(max_batch_rows=2)
     steps = ["gold", "gold_changes", "r_state", "s_state", "commit"]
-    crash_at_each(crashed, monkeypatch, [f"{moment}:{step}" for step in steps for moment in ("before", "after")], max_batch_rows=2)
+    crash_at_each(
+        crashed, monkeypatch, [f"{moment}:{step}" for step in steps for moment in ("before", "after")], max_batch_rows=2
+    )
     assert current_gold(crashed) == current_gold(uninterrupted) == reference_gold(events)
     assert changes_sum(crashed) == changes_sum(uninterrupted) == reference_gold(events)
-    logged = lambda pipeline: pipeline.engine.read(pipeline.warehouse.gold_changes).groupBy("batch_id", "_change").count().collect()  # noqa: E731
+
+    def logged(pipeline):
+        return pipeline.engine.read(pipeline.warehouse.gold_changes).groupBy("batch_id", "_change").count().collect()
+
     assert sorted(logged(crashed)) == sorted(logged(uninterrupted))
 
 
 def test_a_change_row_without_a_known_operation_or_a_sequence_is_quarantined_with_the_reason(orders: Pipeline) -> None:
-    rows = [change("x", 1, "o1", 1, "k1"), {**change("u", 1, "o2", 1, "k1"), "seq": "soon"}, change("r", 2, "o3", 1, "k1")]
+    rows = [
+        change("x", 1, "o1", 1, "k1"),
+        {**change("u", 1, "o2", 1, "k1"), "seq": "soon"},
+        change("r", 2, "o3", 1, "k1"),
+    ]
     result = orders.ingest("r", orders.write_file(rows))
     assert (result.landed, result.quarantined) == (1, 2)
     reasons = {row["id"]: row["reason"] for row in orders.engine.read(orders.warehouse.quarantine).collect()}
-    assert reasons == {"o1": "op is not a change operation (insert: c, r; update: u; delete: d): x", "o2": "seq is not an integer or a timestamp: soon"}
+    assert reasons == {
+        "o1": "op is not a change operation (insert: c, r; update: u; delete: d): x",
+        "o2": "seq is not an integer or a timestamp: soon",
+    }

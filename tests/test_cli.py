@@ -25,8 +25,16 @@ def landing(tmp_path):
 def test_every_command_exits_zero_when_it_succeeds_run_after_run(landing):
     """delta-rs can abort an interpreter at exit (134); lakejoin must exit 0 every time, in fresh processes."""
     warehouse = str(landing / "wh")
-    codes = [lakejoin("ingest", "--warehouse", warehouse, "--side", "r", str(landing / "r.jsonl"), cwd=str(landing)).returncode]
-    codes.append(lakejoin("ingest", "--warehouse", warehouse, "--side", "s", str(landing / "s.jsonl"), cwd=str(landing)).returncode)
+    codes = [
+        lakejoin(
+            "ingest", "--warehouse", warehouse, "--side", "r", str(landing / "r.jsonl"), cwd=str(landing)
+        ).returncode
+    ]
+    codes.append(
+        lakejoin(
+            "ingest", "--warehouse", warehouse, "--side", "s", str(landing / "s.jsonl"), cwd=str(landing)
+        ).returncode
+    )
     first = lakejoin("run", "--warehouse", warehouse, "--max-batch-rows", "10", cwd=str(landing))
     codes.append(first.returncode)
     again = lakejoin("run", "--warehouse", warehouse, cwd=str(landing))
@@ -42,7 +50,9 @@ def test_every_command_exits_zero_when_it_succeeds_run_after_run(landing):
 def test_errors_are_one_line_with_a_non_zero_exit(landing):
     missing = lakejoin("run", "--warehouse", str(landing / "nowhere"), cwd=str(landing))
     assert missing.returncode == 2
-    assert missing.stderr.strip().splitlines() == [f"lakejoin: error: no warehouse at {landing / 'nowhere'}: land files there first with 'lakejoin ingest'"]
+    assert missing.stderr.strip().splitlines() == [
+        f"lakejoin: error: no warehouse at {landing / 'nowhere'}: land files there first with 'lakejoin ingest'"
+    ]
     (landing / "bad.yml").write_text("predicate: r.key = s.key\nbatch_size: 3\n")
     bad_config = lakejoin("run", "--warehouse", str(landing), "--config", str(landing / "bad.yml"), cwd=str(landing))
     assert bad_config.returncode == 2
@@ -71,14 +81,31 @@ def test_bad_files_are_refused_in_one_line_each_and_the_good_ones_land(landing, 
 
 
 def test_the_demo_prints_pass(tmp_path):
-    demo = lakejoin_here("demo", "--rows", "300", "--keys", "50", "--chunk-rows", "300", "--max-batch-rows", "200", cwd=str(tmp_path))
+    demo = lakejoin_here(
+        "demo", "--rows", "300", "--keys", "50", "--chunk-rows", "300", "--max-batch-rows", "200", cwd=str(tmp_path)
+    )
     assert demo.returncode == 0, demo.stderr[-2000:]
     assert "PASS: gold equals the batch SQL join" in demo.stdout
     assert "rows per second" in demo.stdout
 
 
 def test_the_asof_demo_joins_each_trade_with_its_latest_quote_and_prints_pass(tmp_path):
-    demo = lakejoin_here("demo", "--join", "asof", "--rows", "300", "--keys", "20", "--disorder", "30", "--chunk-rows", "300", "--max-batch-rows", "300", cwd=str(tmp_path))
+    demo = lakejoin_here(
+        "demo",
+        "--join",
+        "asof",
+        "--rows",
+        "300",
+        "--keys",
+        "20",
+        "--disorder",
+        "30",
+        "--chunk-rows",
+        "300",
+        "--max-batch-rows",
+        "300",
+        cwd=str(tmp_path),
+    )
     assert demo.returncode == 0, demo.stderr[-2000:]
     assert "PASS: gold equals the batch SQL join" in demo.stdout
     assert "results: 0 " not in demo.stdout, demo.stdout
@@ -86,7 +113,20 @@ def test_the_asof_demo_joins_each_trade_with_its_latest_quote_and_prints_pass(tm
 
 
 def test_the_left_join_demo_prints_pass(tmp_path):
-    demo = lakejoin_here("demo", "--join", "left", "--rows", "400", "--keys", "300", "--chunk-rows", "400", "--max-batch-rows", "400", cwd=str(tmp_path))
+    demo = lakejoin_here(
+        "demo",
+        "--join",
+        "left",
+        "--rows",
+        "400",
+        "--keys",
+        "300",
+        "--chunk-rows",
+        "400",
+        "--max-batch-rows",
+        "400",
+        cwd=str(tmp_path),
+    )
     assert demo.returncode == 0, demo.stderr[-2000:]
     assert "PASS: gold equals the batch SQL join" in demo.stdout
     assert "join: left (a row waits until the other relation's watermark makes it final)" in demo.stdout
@@ -106,11 +146,27 @@ def test_a_newcomer_joins_their_own_two_files_with_the_readmes_commands(tmp_path
     it describes; ``show`` prints the joined rows."""
     section = "## Join your own two files"
     (tmp_path / "join.yml").write_text(doc_block("README.md", section))
-    orders = [("o1", "c1", "2026-03-01T10:00:00Z"), ("o2", "c2", "2026-03-01T10:05:00Z"), ("o3", "c3", "2026-03-01T10:07:00Z")]
-    payments = [("p1", "c1", "2026-03-01T10:02:00Z"), ("p2", "c1", "2026-03-01T11:00:00Z"), ("p3", "c2", "2026-03-01T09:59:00Z")]
-    (tmp_path / "orders.jsonl").write_text("\n".join(json.dumps({"order_id": o, "customer": c, "order_time": t}) for o, c, t in orders))
-    (tmp_path / "payments.jsonl").write_text("\n".join(json.dumps({"payment_id": p, "customer": c, "paid_at": t}) for p, c, t in payments))
-    commands = [shlex.split(line)[1:] for line in doc_block("README.md", section, "bash").splitlines() if line.startswith(".venv/bin/lakejoin ")]
+    orders = [
+        ("o1", "c1", "2026-03-01T10:00:00Z"),
+        ("o2", "c2", "2026-03-01T10:05:00Z"),
+        ("o3", "c3", "2026-03-01T10:07:00Z"),
+    ]
+    payments = [
+        ("p1", "c1", "2026-03-01T10:02:00Z"),
+        ("p2", "c1", "2026-03-01T11:00:00Z"),
+        ("p3", "c2", "2026-03-01T09:59:00Z"),
+    ]
+    (tmp_path / "orders.jsonl").write_text(
+        "\n".join(json.dumps({"order_id": o, "customer": c, "order_time": t}) for o, c, t in orders)
+    )
+    (tmp_path / "payments.jsonl").write_text(
+        "\n".join(json.dumps({"payment_id": p, "customer": c, "paid_at": t}) for p, c, t in payments)
+    )
+    commands = [
+        shlex.split(line)[1:]
+        for line in doc_block("README.md", section, "bash").splitlines()
+        if line.startswith(".venv/bin/lakejoin ")
+    ]
     assert [command[0] for command in commands] == ["ingest", "ingest", "run", "show"]
     for command in commands:
         done = lakejoin_here(*command, cwd=str(tmp_path))
@@ -122,7 +178,20 @@ def test_a_newcomer_joins_their_own_two_files_with_the_readmes_commands(tmp_path
 
 
 def test_the_three_way_demo_prints_pass(tmp_path):
-    demo = lakejoin_here("demo", "--relations", "3", "--rows", "150", "--keys", "20", "--chunk-rows", "225", "--max-batch-rows", "225", cwd=str(tmp_path))
+    demo = lakejoin_here(
+        "demo",
+        "--relations",
+        "3",
+        "--rows",
+        "150",
+        "--keys",
+        "20",
+        "--chunk-rows",
+        "225",
+        "--max-batch-rows",
+        "225",
+        cwd=str(tmp_path),
+    )
     assert demo.returncode == 0, demo.stderr[-2000:]
     assert "PASS: gold equals the batch SQL join" in demo.stdout
 

@@ -47,7 +47,10 @@ def landed(deltars, tmp_path, pristine) -> tuple[Pipeline, list[Record]]:
 
 # How long a fresh ``lakejoin run`` of the landed warehouse (ten batches) takes to start Spark and to finish, per engine.
 RUN_SECONDS = {"delta-rs": (7.0, 20.0), "spark": (10.0, 40.0)}
-KILLS = {"delta-rs": 2, "spark": 1}  # a Spark kill costs ~40 s (its JVM, then batches of ~5 s): delta-rs's series kills more often
+KILLS = {
+    "delta-rs": 2,
+    "spark": 1,
+}  # a Spark kill costs ~40 s (its JVM, then batches of ~5 s): delta-rs's series kills more often
 
 
 def run_args(pipeline: Pipeline, *extra: str) -> list[str]:
@@ -60,7 +63,11 @@ def test_a_run_finding_the_warehouse_busy_does_nothing_and_exits_3(landed):
     with hold(pipeline.warehouse.root, JOIN):
         busy = lakejoin(*run_args(pipeline), cwd=pipeline.root)
     assert busy.returncode == 3
-    assert busy.stderr.strip().splitlines()[-1].startswith(f"lakejoin: error: another 'lakejoin run' holds {pipeline.warehouse.root} (pid {os.getpid()}")
+    assert (
+        busy.stderr.strip()
+        .splitlines()[-1]
+        .startswith(f"lakejoin: error: another 'lakejoin run' holds {pipeline.warehouse.root} (pid {os.getpid()}")
+    )
     assert "--wait SECONDS" in busy.stderr
     assert pipeline.versions() == before
 
@@ -100,7 +107,9 @@ def test_a_following_run_joins_what_is_ingested_while_it_runs_and_ctrl_c_ends_it
     while pipeline.engine.max_value(pipeline.warehouse.batches, "seq_to") != arrivals and time.monotonic() < deadline:
         time.sleep(0.5)
     assert following.poll() is None  # still following, with nothing pending
-    os.killpg(following.pid, signal.SIGINT)  # Ctrl-C in a terminal: the whole group, whose JVM ignores it (PySpark sees to that)
+    os.killpg(
+        following.pid, signal.SIGINT
+    )  # Ctrl-C in a terminal: the whole group, whose JVM ignores it (PySpark sees to that)
     out, err = following.communicate(timeout=120)
     assert following.returncode == 0, err[-2000:]
     summary = out.strip().splitlines()[-1]
@@ -108,7 +117,9 @@ def test_a_following_run_joins_what_is_ingested_while_it_runs_and_ctrl_c_ends_it
     assert pipeline.gold_pairs() == Counter(batch_join(records + more))
 
 
-def test_kill_9_at_random_moments_then_a_clean_rerun_gives_the_uninterrupted_result(landed, deltars, pristine, tmp_path_factory, cli_engine):
+def test_kill_9_at_random_moments_then_a_clean_rerun_gives_the_uninterrupted_result(
+    landed, deltars, pristine, tmp_path_factory, cli_engine
+):
     pipeline, records = landed
     uninterrupted = Pipeline(deltars, str(tmp_path_factory.mktemp("uninterrupted")))
     shutil.copytree(pristine[0], uninterrupted.warehouse.root)

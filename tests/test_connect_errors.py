@@ -71,28 +71,38 @@ def test_a_closed_port_is_refused_in_one_line_naming_the_url(tmp_path, command):
     url = f"sc://127.0.0.1:{closed_port()}"
     args = [*COMMANDS[command][:1], "--warehouse", "wh", *COMMANDS[command][1:]]
     lines, seconds = refused(tmp_path, *args, "--remote", url)
-    assert lines == [f"lakejoin: error: cannot reach the Spark Connect server at {url}: Connection refused; check the host and port, and that the server runs"]
+    assert lines == [
+        f"lakejoin: error: cannot reach the Spark Connect server at {url}: Connection refused; check the host and port, and that the server runs"
+    ]
     assert seconds < DEADLINE
 
 
 def test_the_demo_and_spark_remote_are_refused_the_same_way(tmp_path):
     url = f"sc://127.0.0.1:{closed_port()}"
     lines, seconds = refused(tmp_path, "demo", "--rows", "100", env={"SPARK_REMOTE": url})
-    assert lines == [f"lakejoin: error: cannot reach the Spark Connect server at {url}: Connection refused; check the host and port, and that the server runs"]
+    assert lines == [
+        f"lakejoin: error: cannot reach the Spark Connect server at {url}: Connection refused; check the host and port, and that the server runs"
+    ]
     assert seconds < DEADLINE
 
 
-def test_a_port_that_is_no_spark_connect_server_is_refused_within_the_deadline_and_a_token_is_not_printed(tmp_path, hanging_up_port):
+def test_a_port_that_is_no_spark_connect_server_is_refused_within_the_deadline_and_a_token_is_not_printed(
+    tmp_path, hanging_up_port
+):
     url = f"sc://127.0.0.1:{hanging_up_port}/;token=dapi0123456789abcdef"
     lines, seconds = refused(tmp_path, "run", "--warehouse", "wh", "--remote", url)
-    assert len(lines) == 1 and lines[0].startswith(f"lakejoin: error: cannot reach the Spark Connect server at sc://127.0.0.1:{hanging_up_port}/;token=…: ")
+    assert len(lines) == 1 and lines[0].startswith(
+        f"lakejoin: error: cannot reach the Spark Connect server at sc://127.0.0.1:{hanging_up_port}/;token=…: "
+    )
     assert "dapi" not in lines[0]
     assert seconds < DEADLINE
 
 
 def test_a_url_that_is_not_spark_connect_s_is_refused_before_anything_is_tried(tmp_path):
     lines, _ = refused(tmp_path, "run", "--warehouse", "wh", "--remote", "http://127.0.0.1:15002")
-    assert len(lines) == 1 and lines[0].startswith("lakejoin: error: http://127.0.0.1:15002 is not a Spark Connect URL (")
+    assert len(lines) == 1 and lines[0].startswith(
+        "lakejoin: error: http://127.0.0.1:15002 is not a Spark Connect URL ("
+    )
 
 
 def unavailable(retry_after_ms: int | None = None) -> BaseException:
@@ -170,13 +180,18 @@ class RefusingConnectSession:
             return default
 
     def sql(self, query: str) -> None:
-        raise PermissionError("[INSUFFICIENT_PERMISSIONS] Public DBFS root is disabled. Access is denied on path: /lakejoin-probe-of-delta/none")
+        raise PermissionError(
+            "[INSUFFICIENT_PERMISSIONS] Public DBFS root is disabled. Access is denied on path: /lakejoin-probe-of-delta/none"
+        )
 
 
 def test_a_probe_refused_by_the_server_is_one_line_and_a_catalog_warehouse_needs_no_probe():
     from state.engines import make_engine
     from state.errors import LakejoinError
 
-    with pytest.raises(LakejoinError, match=r"^cannot tell whether the Spark Connect server has Delta \(\[INSUFFICIENT_PERMISSIONS\] Public DBFS root is disabled.*set engine: spark"):
+    with pytest.raises(
+        LakejoinError,
+        match=r"^cannot tell whether the Spark Connect server has Delta \(\[INSUFFICIENT_PERMISSIONS\] Public DBFS root is disabled.*set engine: spark",
+    ):
         make_engine(RefusingConnectSession())  # type: ignore[arg-type]
     assert make_engine(RefusingConnectSession(), catalog=True).name == "spark"  # type: ignore[arg-type] - decided without the probe

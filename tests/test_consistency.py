@@ -39,15 +39,24 @@ DAMAGES = {
         r"gold/join_results was not written by lakejoin \(no column _r_id\)",
     ),
     "state table rewritten by something else": (
-        lambda p: (rows := p.engine.rows(p.warehouse.state(S)), p.engine.drop(p.warehouse.state(S)), p.engine.append(p.warehouse.state(S), rows)),
+        lambda p: (
+            rows := p.engine.rows(p.warehouse.state(S)),
+            p.engine.drop(p.warehouse.state(S)),
+            p.engine.append(p.warehouse.state(S), rows),
+        ),
         "silver/s_state was not written by pipeline 'lakejoin'",
     ),
     "a state table of the earlier layout (a table per buffer)": (
-        lambda p: p.engine.append(os.path.join(p.warehouse.root, "silver", "r_probes"), p.engine.rows(p.warehouse.bronze(R))),
+        lambda p: p.engine.append(
+            os.path.join(p.warehouse.root, "silver", "r_probes"), p.engine.rows(p.warehouse.bronze(R))
+        ),
         "silver/r_probes is a table of lakejoin's earlier layout",
     ),
     "batch log replaced by another table": (
-        lambda p: (p.engine.drop(p.warehouse.batches), p.engine.append(p.warehouse.batches, foreign({"batch_id": [1]}))),
+        lambda p: (
+            p.engine.drop(p.warehouse.batches),
+            p.engine.append(p.warehouse.batches, foreign({"batch_id": [1]})),
+        ),
         r"silver/batches was not written by lakejoin \(no column seq_from\)",
     ),
 }

@@ -46,7 +46,9 @@ def test_each_step_of_a_few_row_cycle_stays_within_its_budget_on_delta_rs(spark,
 
 
 @pytest.mark.spark_delta
-def test_each_step_of_a_few_row_cycle_stays_within_its_budget_on_delta_on_spark_with_each_log_reader(spark, tmp_path, monkeypatch):
+def test_each_step_of_a_few_row_cycle_stays_within_its_budget_on_delta_on_spark_with_each_log_reader(
+    spark, tmp_path, monkeypatch
+):
     """The JVM reader's cycle, then the public reader's on the same tables: what a Databricks runtime pays."""
     require_spark_delta(spark)
     monkeypatch.setattr(spark_delta, "log_reader", JvmLog)

@@ -47,11 +47,17 @@ def test_show_and_table_take_a_table_by_its_folder_name_in_a_catalog_too(root):
 
 
 def records_file(path, records, *more_lines: str) -> str:
-    path.write_text("".join(json.dumps({"id": rec.id, "ts": rec.ts, "key": rec.key}) + "\n" for rec in records) + "".join(line + "\n" for line in more_lines))
+    path.write_text(
+        "".join(json.dumps({"id": rec.id, "ts": rec.ts, "key": rec.key}) + "\n" for rec in records)
+        + "".join(line + "\n" for line in more_lines)
+    )
     return str(path)
 
 
-MEDALLION = {"layers": {"bronze": "main.raw", "silver": "main.silver", "gold": "main.analytics"}, "gold_table": "orders_payments"}
+MEDALLION = {
+    "layers": {"bronze": "main.raw", "silver": "main.silver", "gold": "main.analytics"},
+    "gold_table": "orders_payments",
+}
 
 
 def test_each_layer_may_live_in_a_schema_of_its_own_its_tables_named_without_the_layer():
@@ -62,13 +68,22 @@ def test_each_layer_may_live_in_a_schema_of_its_own_its_tables_named_without_the
     assert warehouse.quarantine == "main.lakejoin.quarantine_ingest"  # a layer not placed stays at the warehouse
     assert warehouse.definition == "main.lakejoin.silver_definition"  # found before the layers are known
     # What the batch log, the checks and the application transactions call a table does not depend on where it is.
-    assert warehouse.name_of(warehouse.state(R)) == "silver_r_state" and warehouse.app_id("lakejoin", warehouse.gold) == "lakejoin:gold_orders_payments"
-    assert _path_of(warehouse, "silver/r_state") == "main.silver.r_state" and _path_of(warehouse, "gold") == warehouse.gold
+    assert (
+        warehouse.name_of(warehouse.state(R)) == "silver_r_state"
+        and warehouse.app_id("lakejoin", warehouse.gold) == "lakejoin:gold_orders_payments"
+    )
+    assert (
+        _path_of(warehouse, "silver/r_state") == "main.silver.r_state" and _path_of(warehouse, "gold") == warehouse.gold
+    )
 
 
 def test_a_layer_may_live_in_a_folder_of_its_own():
     warehouse = config_from({"layers": {"gold": "/lake/gold", "silver": "main.silver"}}).placed(Warehouse("/lake/wh"))
-    assert (warehouse.gold, warehouse.state(R), warehouse.bronze(R)) == ("/lake/gold/join_results", "main.silver.r_state", "/lake/wh/bronze/r")
+    assert (warehouse.gold, warehouse.state(R), warehouse.bronze(R)) == (
+        "/lake/gold/join_results",
+        "main.silver.r_state",
+        "/lake/wh/bronze/r",
+    )
     assert warehouse.name_of(warehouse.gold) == "gold/join_results"
 
 
@@ -81,7 +96,10 @@ def test_delta_rs_refuses_a_layer_in_a_catalog_schema_naming_it(deltars):
 @pytest.mark.parametrize(
     "settings, error",
     [
-        ({"layers": {"platinum": "main.x"}}, "'layers' must map some of bronze, silver, gold, quarantine to a folder or a catalog schema"),
+        (
+            {"layers": {"platinum": "main.x"}},
+            "'layers' must map some of bronze, silver, gold, quarantine to a folder or a catalog schema",
+        ),
         ({"layers": {"gold": " "}}, "'layers.gold' must be a folder or a catalog schema"),
         ({"gold_table": "gold.results"}, "'gold_table' must be a name of letters, digits and _"),
     ],
@@ -92,22 +110,40 @@ def test_a_bad_layer_or_gold_name_is_refused_in_one_line(settings, error):
 
 
 def test_two_tables_at_one_place_are_refused_before_anything_is_written():
-    with pytest.raises(LakejoinError, match=re.escape("two tables would be at main.x.changes: give those layers places of their own, or gold another name")):
+    with pytest.raises(
+        LakejoinError,
+        match=re.escape(
+            "two tables would be at main.x.changes: give those layers places of their own, or gold another name"
+        ),
+    ):
         config_from({"layers": {"gold": "main.x"}, "gold_table": "changes"}).placed(Warehouse("main.lakejoin"))
 
 
 def test_a_run_finds_the_layers_in_the_recorded_definition_and_a_config_that_moves_one_is_refused(deltars, tmp_path):
     from pipelines.api import Pipeline as Api
 
-    placed = {"layers": {"silver": str(tmp_path / "silver"), "gold": str(tmp_path / "gold")}, "gold_table": "pairs", "engine": "delta-rs"}
+    placed = {
+        "layers": {"silver": str(tmp_path / "silver"), "gold": str(tmp_path / "gold")},
+        "gold_table": "pairs",
+        "engine": "delta-rs",
+    }
     files = [records_file(tmp_path / f"{rec.id}.jsonl", [rec]) for rec in RECORDS[:2]]
     Api(tmp_path / "wh", placed).ingest("r", files[0])
     Api(tmp_path / "wh").ingest("s", files[1])  # the recorded definition places the tables
     assert Api(tmp_path / "wh").run().pairs == 1
-    assert deltars.count(str(tmp_path / "gold" / "pairs")) == 1 and deltars.version(str(tmp_path / "silver" / "batches")) is not None
-    assert {name for name in os.listdir(tmp_path / "wh") if not name.startswith("_lakejoin_")} <= {"bronze", "quarantine", "silver"}
+    assert (
+        deltars.count(str(tmp_path / "gold" / "pairs")) == 1
+        and deltars.version(str(tmp_path / "silver" / "batches")) is not None
+    )
+    assert {name for name in os.listdir(tmp_path / "wh") if not name.startswith("_lakejoin_")} <= {
+        "bronze",
+        "quarantine",
+        "silver",
+    }
     assert os.listdir(tmp_path / "wh" / "silver") == ["definition"] and "gold" not in os.listdir(tmp_path / "wh")
-    with pytest.raises(LakejoinError, match=re.escape("config changes layers.gold from ") + ".*lakejoin does not move them: keep"):
+    with pytest.raises(
+        LakejoinError, match=re.escape("config changes layers.gold from ") + ".*lakejoin does not move them: keep"
+    ):
         Api(tmp_path / "wh", placed | {"layers": {**placed["layers"], "gold": str(tmp_path / "elsewhere")}}).run()
     with pytest.raises(LakejoinError, match='config changes gold_table from "pairs" to "join_results"'):
         Api(tmp_path / "wh", {**placed, "gold_table": "join_results"}).run()
@@ -130,10 +166,14 @@ def test_layers_in_a_local_catalog_of_several_schemas_join_as_one_warehouse(spar
         config = {"layers": layers, "gold_table": "pairs", "engine": "spark"}
         pipeline = Api(f"spark_catalog.{schemas['home']}", config, spark=spark)
         for name in ("r", "s"):  # a malformed line each: set aside in the quarantine layer, left at the warehouse
-            pipeline.ingest(name, records_file(tmp_path / f"{name}.jsonl", [rec for rec in RECORDS if rec.relation == name], "{not json"))
+            pipeline.ingest(
+                name,
+                records_file(tmp_path / f"{name}.jsonl", [rec for rec in RECORDS if rec.relation == name], "{not json"),
+            )
         assert pipeline.run().pairs == 2
-        assert sorted((row["r_id"], row["s_id"]) for row in spark.table("spark_catalog.lj_gold.pairs").collect()) == sorted(
-            (pair.r_id, pair.s_id) for pair in batch_join(RECORDS))
+        assert sorted(
+            (row["r_id"], row["s_id"]) for row in spark.table("spark_catalog.lj_gold.pairs").collect()
+        ) == sorted((pair.r_id, pair.s_id) for pair in batch_join(RECORDS))
         assert tables("lj_silver") >= {"r_state", "s_state", "batches"}
         assert tables("lj_home") == {"silver_definition", "silver_leases", "quarantine_ingest"}
         assert {table["name"] for table in pipeline.status()["tables"]} >= {"bronze_r", "silver_batches", "gold_pairs"}
@@ -193,11 +233,19 @@ def test_run_ingests_every_landing_folder_of_the_config_and_a_refused_file_exits
     (folders["r"] / "a.jsonl").write_text('{"id": "r1", "ts": 1, "key": "a"}\n')
     (folders["s"] / "a.jsonl").write_text('{"id": "s1", "ts": 2, "key": "a"}\n')
     (folders["s"] / "b.parquet").write_text("not parquet")
-    run = ["run", "--warehouse", str(tmp_path / "wh"), "--config", landing_config(tmp_path, r=str(folders["r"]), s=str(folders["s"]))]
+    run = [
+        "run",
+        "--warehouse",
+        str(tmp_path / "wh"),
+        "--config",
+        landing_config(tmp_path, r=str(folders["r"]), s=str(folders["s"])),
+    ]
     assert main(run) == 2
     out, err = capsys.readouterr()
     assert "1 pairs" in out.splitlines()[-1]
-    assert err.count("\n") == 1 and err.startswith("lakejoin: error: ") and "b.parquet" in err and "not tried again" in err
+    assert (
+        err.count("\n") == 1 and err.startswith("lakejoin: error: ") and "b.parquet" in err and "not tried again" in err
+    )
     moved = tmp_path / "landing" / "r2"
     moved.mkdir()
     (moved / "c.jsonl").write_text('{"id": "r2", "ts": 3, "key": "a"}\n')
@@ -212,7 +260,13 @@ def test_a_landing_folder_that_is_not_there_is_refused_in_one_line_before_anythi
 
     (tmp_path / "r").mkdir()
     warehouse = tmp_path / "wh"
-    run = ["run", "--warehouse", str(warehouse), "--config", landing_config(tmp_path, r=str(tmp_path / "r"), s=str(tmp_path / "typo"))]
+    run = [
+        "run",
+        "--warehouse",
+        str(warehouse),
+        "--config",
+        landing_config(tmp_path, r=str(tmp_path / "r"), s=str(tmp_path / "typo")),
+    ]
     assert main(run) == 2
     assert capsys.readouterr().err == (
         f"lakejoin: error: s's landing folder {tmp_path / 'typo'} does not exist: create it, or correct the path "
@@ -222,7 +276,10 @@ def test_a_landing_folder_that_is_not_there_is_refused_in_one_line_before_anythi
 
 
 def test_auto_loader_keeps_one_checkpoint_per_warehouse_in_the_landing_folder():
-    dev, prod = (default_checkpoint("/Volumes/main/lakejoin/landing/r", Warehouse(root), R) for root in ("main.lakejoin_dev", "main.lakejoin"))
+    dev, prod = (
+        default_checkpoint("/Volumes/main/lakejoin/landing/r", Warehouse(root), R)
+        for root in ("main.lakejoin_dev", "main.lakejoin")
+    )
     assert dev == "/Volumes/main/lakejoin/landing/r/_lakejoin_checkpoint/main.lakejoin_dev/r"
     assert prod == "/Volumes/main/lakejoin/landing/r/_lakejoin_checkpoint/main.lakejoin/r"
 
@@ -232,7 +289,10 @@ def test_auto_loader_keeps_one_checkpoint_per_warehouse_in_the_landing_folder():
     [
         ({"landing": ""}, "relations.r.landing must be a folder's path"),
         ({"landing": ["/a"]}, "relations.r.landing must be a folder's path"),
-        ({"landing": "/a", "table": "/t"}, "relations.r reads table /t in place and takes no files: remove its landing or its table"),
+        (
+            {"landing": "/a", "table": "/t"},
+            "relations.r reads table /t in place and takes no files: remove its landing or its table",
+        ),
     ],
 )
 def test_a_bad_landing_setting_is_refused_in_one_line(relation, error):
@@ -249,7 +309,9 @@ def test_maintenance_compacts_every_table_and_the_next_run_joins_as_before(engin
     maintained = maintain(engine, pipeline.warehouse)
     assert {"bronze/r", "silver/batches", "gold/join_results"} <= set(maintained)
     assert len(engine.read(pipeline.warehouse.gold).inputFiles()) == 1
-    assert engine.version(pipeline.warehouse.gold) > gold_version  # OPTIMIZE (Delta on Spark also logs VACUUM start and end)
+    assert (
+        engine.version(pipeline.warehouse.gold) > gold_version
+    )  # OPTIMIZE (Delta on Spark also logs VACUUM start and end)
     pipeline.land(RECORDS[3:])
     pipeline.run()
     assert pipeline.gold_pairs() == Counter(batch_join(RECORDS))

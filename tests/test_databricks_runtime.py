@@ -18,15 +18,21 @@ from tests.where_spark_runs import serverless_kinds
 pytestmark = pytest.mark.spark_delta
 
 
-def test_on_a_databricks_runtime_a_catalog_warehouse_joins_exactly_without_delta_internals(spark, tmp_path, monkeypatch):
+def test_on_a_databricks_runtime_a_catalog_warehouse_joins_exactly_without_delta_internals(
+    spark, tmp_path, monkeypatch
+):
     require_spark_delta(spark)
     spark.sql(f"CREATE SCHEMA lj_runtime LOCATION '{tmp_path / 'lj_runtime'}'")
     try:
         with databricks_runtime(monkeypatch) as refused:
             outcomes = {outcome.guarantee: outcome for outcome in accept(spark, "spark_catalog.lj_runtime")}
             path_read = outcomes.pop(next(guarantee for guarantee in outcomes if "path read" in guarantee))
-            assert all(outcome.passed for outcome in outcomes.values()), [outcome.line() for outcome in outcomes.values()]
-            assert not path_read.passed and "was read by path" in path_read.seen, "a local catalog lets it: the check sees that"
+            assert all(outcome.passed for outcome in outcomes.values()), [
+                outcome.line() for outcome in outcomes.values()
+            ]
+            assert not path_read.passed and "was read by path" in path_read.seen, (
+                "a local catalog lets it: the check sees that"
+            )
             with Pipeline("spark_catalog.lj_runtime", CONFIG, spark=spark) as pipeline:
                 assert pipeline.maintain()
                 assert pipeline.status()["last_committed_batch"] >= 2

@@ -7,15 +7,20 @@ from collections import Counter
 
 import pytest
 
-from state.config import Config
 from pipelines.definition import record, recorded, settle
 from pipelines.reset import reset
+from state.config import Config
 from state.errors import LakejoinError
 from state.faults import CRASH_AT, InjectedCrash
 from tests.helpers import Pipeline, lakejoin_here
 from tests.reference import Pair, Record, batch_join
 
-RECORDS = [Record("r", "r1", 1, "a", "x"), Record("s", "s1", 2, "a", "y"), Record("r", "r2", 9, "b", "z"), Record("s", "s2", 3, "b", "w")]
+RECORDS = [
+    Record("r", "r1", 1, "a", "x"),
+    Record("s", "s1", 2, "a", "y"),
+    Record("r", "r2", 9, "b", "z"),
+    Record("s", "s2", 3, "b", "w"),
+]
 # One config per setting that alters gold, each differing from the defaults in that setting only.
 GOLD_ALTERING = {
     "predicate": Config(predicate="r.key <= s.key"),
@@ -71,9 +76,16 @@ def test_after_reset_a_new_definition_rebuilds_gold_exactly(deltars, tmp_path):
 
 def test_a_change_that_does_not_alter_gold_is_accepted_and_recorded(deltars, tmp_path):
     pipeline = joined(Pipeline(deltars, str(tmp_path)))
-    record(deltars, pipeline.warehouse, settle(deltars, pipeline.warehouse, Config(max_batch_rows=7, engine="delta-rs"), "run"))
+    record(
+        deltars,
+        pipeline.warehouse,
+        settle(deltars, pipeline.warehouse, Config(max_batch_rows=7, engine="delta-rs"), "run"),
+    )
     rows = sorted(deltars.read(pipeline.warehouse.definition).collect(), key=lambda row: row["version"])
-    assert [(row["version"], row["changed"]) for row in rows] == [(0, ""), (1, 'engine: "auto" -> "delta-rs"\nmax_batch_rows: 1000000 -> 7')]
+    assert [(row["version"], row["changed"]) for row in rows] == [
+        (0, ""),
+        (1, 'engine: "auto" -> "delta-rs"\nmax_batch_rows: 1000000 -> 7'),
+    ]
     assert settle(deltars, pipeline.warehouse, None, "run").config.max_batch_rows == 7  # no config: the recorded one
 
 
@@ -81,8 +93,12 @@ def test_the_id_or_event_time_of_an_ingested_relation_cannot_change_even_before_
     pipeline = Pipeline(deltars, str(tmp_path))
     record(deltars, pipeline.warehouse, settle(deltars, pipeline.warehouse, pipeline.config, "ingest"))
     pipeline.land(RECORDS[:1])
-    with pytest.raises(LakejoinError, match=r"config changes relations.r.event_time from \"ts\" to \"at\", but bronze/r was ingested"):
-        settle(deltars, pipeline.warehouse, Config(relations={"r": {"event_time": "at", "required": ["key"]}}), "ingest")
+    with pytest.raises(
+        LakejoinError, match=r"config changes relations.r.event_time from \"ts\" to \"at\", but bronze/r was ingested"
+    ):
+        settle(
+            deltars, pipeline.warehouse, Config(relations={"r": {"event_time": "at", "required": ["key"]}}), "ingest"
+        )
 
 
 def test_commands_without_a_config_use_the_recorded_definition_and_status_prints_it(tmp_path):
@@ -91,8 +107,15 @@ def test_commands_without_a_config_use_the_recorded_definition_and_status_prints
     (tmp_path / "r.jsonl").write_text('{"id": "r1", "ts": 1, "key": "a"}\n')
     (tmp_path / "s.jsonl").write_text('{"id": "s1", "ts": 2, "key": "b"}\n')
     warehouse = str(tmp_path / "wh")
-    assert lakejoin_here("ingest", "--warehouse", warehouse, "--side", "r", "--config", str(config), "r.jsonl", cwd=str(tmp_path)).returncode == 0
-    assert lakejoin_here("ingest", "--warehouse", warehouse, "--side", "s", "s.jsonl", cwd=str(tmp_path)).returncode == 0
+    assert (
+        lakejoin_here(
+            "ingest", "--warehouse", warehouse, "--side", "r", "--config", str(config), "r.jsonl", cwd=str(tmp_path)
+        ).returncode
+        == 0
+    )
+    assert (
+        lakejoin_here("ingest", "--warehouse", warehouse, "--side", "s", "s.jsonl", cwd=str(tmp_path)).returncode == 0
+    )
     ran = lakejoin_here("run", "--warehouse", warehouse, cwd=str(tmp_path))
     assert ran.returncode == 0, ran.stderr
     assert "1 pairs" in ran.stdout.splitlines()[-1]  # r.key <= s.key: a <= b; the default predicate would give none
@@ -103,10 +126,14 @@ def test_commands_without_a_config_use_the_recorded_definition_and_status_prints
     refused = lakejoin_here("run", "--warehouse", warehouse, "--config", str(other), cwd=str(tmp_path))
     assert refused.returncode == 2
     (error,) = [line for line in refused.stderr.splitlines() if line.startswith("lakejoin:")]
-    assert error.startswith('lakejoin: error: config changes predicate from "r.key <= s.key" to "r.key = s.key", which alters gold')
+    assert error.startswith(
+        'lakejoin: error: config changes predicate from "r.key <= s.key" to "r.key = s.key", which alters gold'
+    )
 
 
-def test_a_run_dying_after_a_committed_batch_leaves_it_under_its_definition_and_the_same_config_resumes(deltars, tmp_path, monkeypatch):
+def test_a_run_dying_after_a_committed_batch_leaves_it_under_its_definition_and_the_same_config_resumes(
+    deltars, tmp_path, monkeypatch
+):
     """Regression: the definition was recorded when the run ended, so a run killed after its first batch left
     batches under none, and the next run with the same config was refused as altering gold."""
     pipeline = Pipeline(deltars, str(tmp_path), Config(window=5))

@@ -22,7 +22,12 @@ KINDS = {
     "inner": dict(window=2, allowed_lateness=1),
     "full": dict(join="full", window=2, allowed_lateness=1),
     "asof": dict(join="asof", allowed_lateness=1),
-    "synchronized": dict(relations=dict.fromkeys("rst"), join="synchronized", predicate="r.key = s.key AND s.key = t.key", allowed_lateness=1),
+    "synchronized": dict(
+        relations=dict.fromkeys("rst"),
+        join="synchronized",
+        predicate="r.key = s.key AND s.key = t.key",
+        allowed_lateness=1,
+    ),
 }
 
 
@@ -30,13 +35,20 @@ def streams(names: str) -> st.SearchStrategy[list[Record]]:
     """2 to 10 records of the relations ``names``, event times 10 to 16 on two keys, each relation at least once."""
     drawn = st.tuples(st.sampled_from(names), st.integers(10, 16), st.sampled_from(["a", "b"]))
     records = st.lists(drawn, min_size=len(names), max_size=10).map(
-        lambda rows: [Record(name, f"{name}{i:02d}", ts, key, rank=names.index(name)) for i, (name, ts, key) in enumerate(rows)]
+        lambda rows: [
+            Record(name, f"{name}{i:02d}", ts, key, rank=names.index(name)) for i, (name, ts, key) in enumerate(rows)
+        ]
     )
     return records.filter(lambda recs: {rec.relation for rec in recs} == set(names))
 
 
 @pytest.mark.parametrize("kind", KINDS)
-@settings(max_examples=1, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow], phases=[Phase.explicit, Phase.generate])
+@settings(
+    max_examples=1,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    phases=[Phase.explicit, Phase.generate],
+)
 @given(data=st.data())
 def test_a_batch_that_writes_nothing_is_followed_by_runs_that_go_on(deltars, tmp_path_factory, kind, data):
     config = Config(**KINDS[kind])

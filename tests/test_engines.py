@@ -11,7 +11,6 @@ import pyarrow as pa
 import pytest
 from chispa import assert_df_equality
 from deltalake import DeltaTable
-
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
@@ -20,14 +19,20 @@ from pipelines.spark import DELTA_JARS, delta_jars
 from state.engines import Eviction, Memberships, Merged, OnMatch, Txn, make_engine
 from state.engines.base import Aligned, Recorded, applied
 from state.engines.delta_log import Listed, greatest_after
-from state.engines.spark_delta import SparkDeltaEngine
 from state.engines.public_log import PublicLog
+from state.engines.spark_delta import SparkDeltaEngine
 from state.faults import CRASH_AT, InjectedCrash
 from tests.conftest import SPARK_DELTA_SKIP, require_spark_delta
 from tests.helpers import REPO
 
 
-@pytest.fixture(params=["delta-rs", pytest.param("spark", marks=pytest.mark.spark_delta), pytest.param("spark-public-log", marks=pytest.mark.spark_delta)])
+@pytest.fixture(
+    params=[
+        "delta-rs",
+        pytest.param("spark", marks=pytest.mark.spark_delta),
+        pytest.param("spark-public-log", marks=pytest.mark.spark_delta),
+    ]
+)
 def engine(request: pytest.FixtureRequest, spark):
     """Each engine in turn, and ``spark-public-log``: Delta on Spark reading the log as it does on Databricks and as a
     Spark Connect client (SQL and reads by name, no JVM), here in a classic session."""
@@ -56,7 +61,9 @@ def test_append_creates_then_adds_and_reads_back(engine, spark, tmp_path):
     path = str(tmp_path / "t")
     assert engine.append(path, frame(spark, [("a", 1), ("b", 2)])) == 2
     assert engine.append(path, pa.table({"id": ["c"], "ts": pa.array([3], pa.int64())})) == 1
-    assert_df_equality(engine.read(path), frame(spark, [("a", 1), ("b", 2), ("c", 3)]), ignore_row_order=True, ignore_nullable=True)
+    assert_df_equality(
+        engine.read(path), frame(spark, [("a", 1), ("b", 2), ("c", 3)]), ignore_row_order=True, ignore_nullable=True
+    )
     assert engine.max_value(path, "ts") == 3
 
 
@@ -97,7 +104,12 @@ def test_an_append_of_no_rows_still_records_its_transaction(engine, spark, tmp_p
     """Gold is written every batch, rows or none, and the consistency check holds it to that record."""
     path = str(tmp_path / "t")
     engine.append(path, frame(spark, [("a", 1)]), Txn("pipe:t", 1))
-    assert engine.append(path, pa.table({"id": pa.array([], pa.string()), "ts": pa.array([], pa.int64())}), Txn("pipe:t", 2)) == 0
+    assert (
+        engine.append(
+            path, pa.table({"id": pa.array([], pa.string()), "ts": pa.array([], pa.int64())}), Txn("pipe:t", 2)
+        )
+        == 0
+    )
     assert engine.txn_version(path, "pipe:t") == 2
     assert engine.append(path, frame(spark, []), Txn("pipe:t", 3)) == 0
     assert engine.txn_version(path, "pipe:t") == 3
@@ -115,12 +127,23 @@ def test_applying_changes_that_change_no_row_still_records_its_transaction(engin
     assert engine.apply_changes(path, retraction, ["id"], "source.batch_id IS NULL", Txn("pipe:t", 2)) == 0
     assert engine.txn_version(path, "pipe:t") == 2
     assert engine.apply_changes(path, retraction, ["id"], "source.batch_id IS NULL", Txn("pipe:t", 2)) is None
-    assert engine.apply_changes(path, spark.createDataFrame([("a", 1, None)], "id string, ts bigint, batch_id bigint"), ["id"], "source.batch_id IS NULL", Txn("pipe:t", 3)) == 1
+    assert (
+        engine.apply_changes(
+            path,
+            spark.createDataFrame([("a", 1, None)], "id string, ts bigint, batch_id bigint"),
+            ["id"],
+            "source.batch_id IS NULL",
+            Txn("pipe:t", 3),
+        )
+        == 1
+    )
     assert engine.read(path).count() == 0 and engine.txn_version(path, "pipe:t") == 3
 
 
 @pytest.mark.spark_delta
-def test_where_settings_are_refused_a_merge_is_marked_just_before_it_and_run_again_only_if_it_did_not_commit(spark, tmp_path, monkeypatch):
+def test_where_settings_are_refused_a_merge_is_marked_just_before_it_and_run_again_only_if_it_did_not_commit(
+    spark, tmp_path, monkeypatch
+):
     """Databricks serverless lets no MERGE carry a marker: it goes in a commit of no rows before the MERGE, and the
     write is done once a MERGE follows that commit (a resumed batch finds out which, here in a classic session)."""
     require_spark_delta(spark)
@@ -139,7 +162,9 @@ def test_where_settings_are_refused_a_merge_is_marked_just_before_it_and_run_aga
     monkeypatch.delenv(CRASH_AT)
     assert operations() == ["WRITE", "WRITE", "MERGE", "WRITE"]
     assert restricted.merge(path, frame(spark, [("c", 3)]), "id", txn=Txn("pipe:t", 3)) == Merged(1, 0)
-    assert make_engine(spark, "spark").merge(path, frame(spark, [("c", 3)]), "id", txn=Txn("pipe:t", 3)) is None  # a classic session reads it alike
+    assert (
+        make_engine(spark, "spark").merge(path, frame(spark, [("c", 3)]), "id", txn=Txn("pipe:t", 3)) is None
+    )  # a classic session reads it alike
     assert operations() == ["WRITE", "WRITE", "MERGE", "WRITE", "MERGE"]
     assert sorted(row.id for row in restricted.read(path).collect()) == ["a", "b", "c"]
     assert spark.sql(f"SHOW TBLPROPERTIES delta.`{path}` ('delta.enableDeletionVectors')").first().value == "false"
@@ -160,19 +185,30 @@ def test_an_aligned_merge_finds_every_match_within_the_source_range_and_still_ev
     assert engine.merge(path, rows, "id", aligned=Aligned("ts", 5, 9)) == Merged(1, 0)  # b and c matched inside ts 5..9
     assert engine.merge(path, rows, "id", aligned=Aligned("ts", 5, 9)) == Merged(0, 0)
     late = stored(["e"], [8])
-    assert engine.merge(path, late, "id", only(Eviction("ts", 6)), aligned=Aligned("ts", 8, 8)) == Merged(1, 2)  # a and b, outside the range
+    assert engine.merge(path, late, "id", only(Eviction("ts", 6)), aligned=Aligned("ts", 8, 8)) == Merged(
+        1, 2
+    )  # a and b, outside the range
     assert sorted(row.id for row in engine.read(path).collect()) == ["c", "d", "e"]
 
 
 def test_a_merge_flags_or_deletes_the_stored_rows_its_source_names_again_and_inserts_the_rest(engine, spark, tmp_path):
     """A source row naming a stored key acts on it only where its ``when`` column is true; new keys are inserted."""
     path = str(tmp_path / "t")
-    engine.merge(path, pa.table({"id": ["a", "b", "c"], "ts": pa.array([1, 2, 3], pa.int64()), "_matched": [False] * 3}), "id")
+    engine.merge(
+        path, pa.table({"id": ["a", "b", "c"], "ts": pa.array([1, 2, 3], pa.int64()), "_matched": [False] * 3}), "id"
+    )
     named = pa.table({"id": ["a", "b", "d"], "ts": pa.array([1, 2, 4], pa.int64()), "_matched": [True, False, False]})
     assert engine.merge(path, named, "id", aligned=Aligned("ts", 1, 4), on_match=OnMatch("_matched")) == Merged(1, 0)
-    assert {row.id: row._matched for row in engine.read(path).collect()} == {"a": True, "b": False, "c": False, "d": False}
+    assert {row.id: row._matched for row in engine.read(path).collect()} == {
+        "a": True,
+        "b": False,
+        "c": False,
+        "d": False,
+    }
     dropped = pa.table({"id": ["b", "e"], "ts": pa.array([2, 5], pa.int64())})
-    assert engine.merge(path, dropped, "id", aligned=Aligned("ts", 2, 5), on_match=OnMatch(None, delete=True)) == Merged(1, 1)
+    assert engine.merge(
+        path, dropped, "id", aligned=Aligned("ts", 2, 5), on_match=OnMatch(None, delete=True)
+    ) == Merged(1, 1)
     assert sorted(row.id for row in engine.read(path).collect()) == ["a", "c", "d", "e"]
 
 
@@ -189,7 +225,13 @@ def test_merge_evicts_rows_below_the_cutoff_in_the_same_commit(engine, spark, tm
 
 def stored(ids: list[str], times: list[int]) -> pa.Table:
     """Rows of a table of one buffer, each in it."""
-    return pa.table({"id": pa.array(ids, pa.string()), "ts": pa.array(times, pa.int64()), "_in_store": pa.array([True] * len(ids), pa.bool_())})
+    return pa.table(
+        {
+            "id": pa.array(ids, pa.string()),
+            "ts": pa.array(times, pa.int64()),
+            "_in_store": pa.array([True] * len(ids), pa.bool_()),
+        }
+    )
 
 
 def only(cutoff: Eviction) -> Memberships:
@@ -203,16 +245,37 @@ def test_a_merge_clears_the_buffers_a_row_leaves_and_deletes_the_rows_no_buffer_
     path = str(tmp_path / "t")
 
     def rows(ids: list[str], times: list[int], **columns: list[bool]) -> pa.Table:
-        return pa.table({"id": pa.array(ids, pa.string()), "ts": pa.array(times, pa.int64()), **{name: pa.array(values, pa.bool_()) for name, values in columns.items()}})
+        return pa.table(
+            {
+                "id": pa.array(ids, pa.string()),
+                "ts": pa.array(times, pa.int64()),
+                **{name: pa.array(values, pa.bool_()) for name, values in columns.items()},
+            }
+        )
 
-    engine.merge(path, rows(["a", "b", "c", "d"], [1, 3, 5, 7], _in_store=[True] * 4, _in_s_probes=[True] * 4, _matched=[False] * 4), "id")
+    engine.merge(
+        path,
+        rows(["a", "b", "c", "d"], [1, 3, 5, 7], _in_store=[True] * 4, _in_s_probes=[True] * 4, _matched=[False] * 4),
+        "id",
+    )
     named = rows(["b", "e"], [3, 8], _in_store=[None, True], _in_s_probes=[None, True], _matched=[True, False])
-    cutoffs = Memberships({"_in_store": Eviction("ts", 2), "_in_s_probes": Eviction("ts", 6)}, held_until=Eviction("ts", 2))
-    assert engine.merge(path, named, "id", cutoffs, aligned=Aligned("ts", 3, 8), on_match=OnMatch("_matched")) == Merged(1, 1)
+    cutoffs = Memberships(
+        {"_in_store": Eviction("ts", 2), "_in_s_probes": Eviction("ts", 6)}, held_until=Eviction("ts", 2)
+    )
+    assert engine.merge(
+        path, named, "id", cutoffs, aligned=Aligned("ts", 3, 8), on_match=OnMatch("_matched")
+    ) == Merged(1, 1)
     stored = {row.id: (row._in_store, row._in_s_probes, row._matched) for row in engine.read(path).collect()}
-    assert stored == {"b": (True, False, True), "c": (True, False, False), "d": (True, True, False), "e": (True, True, False)}
+    assert stored == {
+        "b": (True, False, True),
+        "c": (True, False, False),
+        "d": (True, True, False),
+        "e": (True, True, False),
+    }
     never = Memberships({"_in_store": None, "_in_s_probes": Eviction("ts", 8)})
-    assert engine.merge(path, rows([], [], _in_store=[], _in_s_probes=[], _matched=[]), "id", never) == Merged(0, 0)  # a store without a window keeps every row
+    assert engine.merge(path, rows([], [], _in_store=[], _in_s_probes=[], _matched=[]), "id", never) == Merged(
+        0, 0
+    )  # a store without a window keeps every row
     assert {row.id for row in engine.read(path).collect() if row._in_s_probes} == {"e"}
 
 
@@ -268,12 +331,17 @@ def test_lookup_finds_rows_by_key_past_the_prefix_that_statistics_keep(engine, s
 
 def test_a_listing_answers_from_the_files_statistics_only_what_they_say():
     """A file's statistics may be missing, cut to a prefix, or say that the column is all nulls."""
+
     def stats(column: str, low: object = None, high: object = None, nulls: int = 0) -> str:
         bounds = {} if low is None else {"minValues": {column: low}, "maxValues": {column: high}}
         return json.dumps({"numRecords": 2, "nullCount": {column: nulls}, **bounds})
 
     cut = "a" * 32  # what Delta keeps of a longer text
-    keys = Listed(["m", "cut", "nulls", "bare"], StructType(), [stats("k", "m", "n"), stats("k", cut, cut), stats("k", nulls=2), None])
+    keys = Listed(
+        ["m", "cut", "nulls", "bare"],
+        StructType(),
+        [stats("k", "m", "n"), stats("k", cut, cut), stats("k", nulls=2), None],
+    )
     assert keys.holding("k", ["a" * 40]) == ["cut", "bare"]
     assert keys.holding("k", ["b", "0"]) == ["bare"]
     numbers = [stats("n", 1, 5), stats("n", nulls=2)]
@@ -284,12 +352,20 @@ def test_a_listing_answers_from_the_files_statistics_only_what_they_say():
 
 def test_the_greatest_value_after_commits_comes_from_their_added_files_until_one_deletes_rows():
     def add(high: int | None) -> dict:
-        return {"add": {"stats": None if high is None else json.dumps({"numRecords": 1, "maxValues": {"n": high}, "nullCount": {"n": 0}})}}
+        return {
+            "add": {
+                "stats": None
+                if high is None
+                else json.dumps({"numRecords": 1, "maxValues": {"n": high}, "nullCount": {"n": 0}})
+            }
+        }
 
     compaction = [{"remove": {"path": "old", "dataChange": False}}, add(3)]
     assert greatest_after(5, [[add(4)], compaction, [{"commitInfo": {}}]], "n") == (5,)
     assert greatest_after(5, [[add(9)]], "n") == (9,) and greatest_after(None, [[add(2)]], "n") == (2,)
-    assert greatest_after(5, [[add(6)], [{"remove": {"path": "x", "dataChange": True}}]], "n") is None  # the greatest may be gone
+    assert (
+        greatest_after(5, [[add(6)], [{"remove": {"path": "x", "dataChange": True}}]], "n") is None
+    )  # the greatest may be gone
     assert greatest_after(5, [[add(None)]], "n") is None  # a Spark job must say
 
 
@@ -304,7 +380,9 @@ def test_a_source_snapshot_lists_every_file_the_table_holds_past_a_checkpoint_an
     version, actions = engine.source_snapshot(path)
     snapshot = Commit.of(version, actions, "snapshot")
     live = {row[0] for row in engine.read(path).select(F.input_file_name()).collect()}
-    assert snapshot.kind == APPEND and {add["path"].rsplit("/", 1)[-1] for add in snapshot.files} == {file.rsplit("/", 1)[-1] for file in live}
+    assert snapshot.kind == APPEND and {add["path"].rsplit("/", 1)[-1] for add in snapshot.files} == {
+        file.rsplit("/", 1)[-1] for file in live
+    }
 
 
 def test_where_filters_rows_and_skips_files_by_their_statistics(engine, spark, tmp_path):
@@ -379,5 +457,12 @@ spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "fal
 print("detected:", session_has_delta(spark), make_engine(spark).name)
 """
     env = {name: value for name, value in os.environ.items() if name != DELTA_JARS}
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, env={**env, "PYTHONPATH": REPO}, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**env, "PYTHONPATH": REPO},
+        timeout=300,
+    )
     assert "detected: True spark" in done.stdout, done.stderr[-2000:]

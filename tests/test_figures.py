@@ -23,7 +23,14 @@ import pytest
 from tests.helpers import REPO
 
 RESULTS = os.path.join(REPO, "benchmarks", "results")
-PAGES = ["README.md", *(f"docs/{name}" for name in sorted(os.listdir(os.path.join(REPO, "docs"))) if name.endswith(".md") and name != "changelog.md")]
+PAGES = [
+    "README.md",
+    *(
+        f"docs/{name}"
+        for name in sorted(os.listdir(os.path.join(REPO, "docs")))
+        if name.endswith(".md") and name != "changelog.md"
+    ),
+]
 
 # What each make target writes (the scripts' default names, both engines where the target runs both).
 TARGET_FILES = {
@@ -50,7 +57,9 @@ TARGET_FILES = {
 }
 
 NUMBER = r"\d[\d,]*(?:\.\d+)?"
-FIGURE = re.compile(rf"(?<![\w.,\-/])({NUMBER})(?:\s?[–-]\s?({NUMBER}))?(\s(?:ms|s|min)|×)(?![\w/])")  # 1.5× a ratio, 2 × 3 a product
+FIGURE = re.compile(
+    rf"(?<![\w.,\-/])({NUMBER})(?:\s?[–-]\s?({NUMBER}))?(\s(?:ms|s|min)|×)(?![\w/])"
+)  # 1.5× a ratio, 2 × 3 a product
 NAMED_FILE = re.compile(r"([\w-]+\.json)")
 NAMED_TARGET = re.compile(r"make (bench-[\w-]+)")
 FOOTNOTE = re.compile(r"\[\^([\w-]+)\]")
@@ -61,7 +70,10 @@ def paragraphs(text: str) -> Iterator[tuple[str, list[str], dict[str, str]]]:
     """Each paragraph (or table row) of a page with the texts of the sections it is in (innermost first), code blocks
     left out, and the page's footnotes."""
     text = re.sub(r"```.*?```", "", text, flags=re.S)
-    notes = {match.group(1): match.group(2) for match in re.finditer(r"^\[\^([\w-]+)\]:(.*(?:\n(?: {4}.*|\s*$))*)", text, re.M)}
+    notes = {
+        match.group(1): match.group(2)
+        for match in re.finditer(r"^\[\^([\w-]+)\]:(.*(?:\n(?: {4}.*|\s*$))*)", text, re.M)
+    }
     parents = re.split(r"^(?=## )", text, flags=re.M)
     for parent in parents:
         for section in re.split(r"^(?=### )", parent, flags=re.M):
@@ -115,7 +127,7 @@ def candidates(files: list[str]) -> tuple[list[float], list[float]]:
             groups = defaultdict(list)
             for place, value in each:
                 if len(place) > position and not isinstance(place[-1], int):
-                    groups[place[:position] + place[position + 1:]].append(value)
+                    groups[place[:position] + place[position + 1 :]].append(value)
             ratios += [a / b for group in groups.values() for a, b in itertools.permutations(group, 2) if b]
     by_place = defaultdict(list)
     for each in held.values():
@@ -148,7 +160,9 @@ def unsourced(text: str) -> list[str]:
             for figure in filter(None, (low, high)):
                 if absent or not holds(figure, unit, times, ratios):
                     where = f"{' '.join(paragraph.split())[:90]}…"
-                    missing.append(f"{figure} {unit} in “{where}” ({', '.join(files) or 'no results file named'}{'; missing: ' + ', '.join(absent) if absent else ''})")
+                    missing.append(
+                        f"{figure} {unit} in “{where}” ({', '.join(files) or 'no results file named'}{'; missing: ' + ', '.join(absent) if absent else ''})"
+                    )
     return missing
 
 
@@ -161,7 +175,10 @@ def test_every_figure_is_held_by_a_results_file_named_beside_it(page: str) -> No
 def test_a_figure_that_drifts_from_its_file_or_names_none_is_found() -> None:
     with open(os.path.join(RESULTS, "backlog.json"), encoding="utf-8") as results:
         backlog = json.load(results)
-    took, ratio = f"{backlog['systems']['lakejoin']['total_s']:.1f} s", f"{backlog['ratios']['lakejoin_over_structured_streaming']:.2f}×"
+    took, ratio = (
+        f"{backlog['systems']['lakejoin']['total_s']:.1f} s",
+        f"{backlog['ratios']['lakejoin_over_structured_streaming']:.2f}×",
+    )
     drifted = f"{float(took.split()[0]) + 1:.1f} s"
     held = f"A backlog took {took} on delta-rs, {ratio} Structured Streaming (`backlog.json`)."
     assert unsourced(held) == []
@@ -169,4 +186,9 @@ def test_a_figure_that_drifts_from_its_file_or_names_none_is_found() -> None:
     assert len(unsourced(held.replace(ratio, "123.45×"))) == 1
     assert len(unsourced(f"A backlog took {took} on delta-rs.")) == 1
     assert len(unsourced(f"A backlog took {took} (`no_such_file.json`).")) == 1
-    assert unsourced(f"## A section (`make bench-backlog`)\n\nIt took {took}.\n\nA product: 3 × 4, a window of 60 seconds.") == []
+    assert (
+        unsourced(
+            f"## A section (`make bench-backlog`)\n\nIt took {took}.\n\nA product: 3 × 4, a window of 60 seconds."
+        )
+        == []
+    )

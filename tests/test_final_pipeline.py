@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from expectations.reconcile import check_gold
-from state.config import Config
 from pipelines.status import warehouse_status
+from state.config import Config
 from state.errors import LakejoinError
 from tests.helpers import Pipeline, copied, crash_at_each
 from tests.reference import Pair, Record, within
@@ -50,13 +50,28 @@ def test_the_worked_example_as_a_left_join_writes_r4_with_s7s_batch_and_nothing_
     pipeline = outer(deltars, tmp_path, "left")
     one_by_one(pipeline, WORKED[:3])
     waiting = warehouse_status(deltars, pipeline.warehouse, pipeline.config).waiting
-    assert waiting == [{"relation": "r", "records": 1, "oldest": "4", "until": "S's watermark passes 6"}]  # r4; r2 matched s1
+    assert waiting == [
+        {"relation": "r", "records": 1, "oldest": "4", "until": "S's watermark passes 6"}
+    ]  # r4; r2 matched s1
     one_by_one(pipeline, WORKED[3:])
     # r4 could meet an s up to ts 6: S's watermark passes 6 when s7 arrives (batch 4). r8 waits for S past 10.
-    assert rows_by_batch(pipeline) == {2: {Pair("r2", "s1", "S")}, 4: {Pair("r4", None, "R")}, 5: {Pair("r8", "s7", "S")}}
+    assert rows_by_batch(pipeline) == {
+        2: {Pair("r2", "s1", "S")},
+        4: {Pair("r4", None, "R")},
+        5: {Pair("r8", "s7", "S")},
+    }
     unmatched = next(row for row in pipeline.gold_rows() if row["_s_id"] is None)
-    assert (unmatched["r_id"], unmatched["r_ts"], unmatched["s_id"], unmatched["s_ts"], unmatched["owner"]) == ("r4", 4, None, None, "R")
-    stored = {row["id"]: row["_matched"] for row in deltars.read(pipeline.warehouse.buffers()["r_state"]).where("_in_store").collect()}
+    assert (unmatched["r_id"], unmatched["r_ts"], unmatched["s_id"], unmatched["s_ts"], unmatched["owner"]) == (
+        "r4",
+        4,
+        None,
+        None,
+        "R",
+    )
+    stored = {
+        row["id"]: row["_matched"]
+        for row in deltars.read(pipeline.warehouse.buffers()["r_state"]).where("_in_store").collect()
+    }
     assert stored == {"r8": True}  # r2 and r4 evicted once final; r8 matched s7 and waits only to be evicted
 
 
@@ -65,14 +80,24 @@ def test_on_delta_spark_the_worked_example_as_a_full_join_gives_every_row_and_va
     pipeline.land([*WORKED, Record("r", "r30", 30, "x"), Record("s", "s40", 40, "y")])
     pipeline.run(max_batch_rows=2)
     # s1 and s7 matched; r4 final with s7 (batch 2), r8 matched; r30 final once S passes 32 (s40), s40 still waits.
-    assert rows(pipeline) == Counter([Pair("r2", "s1", "S"), Pair("r4", None, "R"), Pair("r8", "s7", "S"), Pair("r30", None, "R")])
+    assert rows(pipeline) == Counter(
+        [Pair("r2", "s1", "S"), Pair("r4", None, "R"), Pair("r8", "s7", "S"), Pair("r30", None, "R")]
+    )
     check = check_gold(spark_engine, pipeline.warehouse, pipeline.config)
     assert check.passed, check.describe()
 
 
 @PROPERTY
-@given(data=st.data(), recs=two_streams(), kind=st.sampled_from(["left", "right", "full", "semi", "anti"]), lateness=st.integers(0, 3), window=st.integers(0, 2))
-def test_any_arrival_order_and_batch_split_emits_each_row_once_when_final_and_ends_at_the_batch_sql_join(deltars, tmp_path_factory, data, recs, kind, lateness, window):
+@given(
+    data=st.data(),
+    recs=two_streams(),
+    kind=st.sampled_from(["left", "right", "full", "semi", "anti"]),
+    lateness=st.integers(0, 3),
+    window=st.integers(0, 2),
+)
+def test_any_arrival_order_and_batch_split_emits_each_row_once_when_final_and_ends_at_the_batch_sql_join(
+    deltars, tmp_path_factory, data, recs, kind, lateness, window
+):
     """Batch by batch, gold holds what the reference emits on the same batches (no row early, none twice); once
     both watermarks pass everything, gold is the batch SQL join of that kind of the records not late."""
     pipeline = outer(deltars, tmp_path_factory.mktemp(kind), kind, lateness, window)
@@ -89,7 +114,9 @@ def test_any_arrival_order_and_batch_split_emits_each_row_once_when_final_and_en
     assert check.passed, check.describe()
 
 
-def test_a_left_join_run_dying_at_each_write_in_turn_resumes_to_the_uninterrupted_result(deltars, tmp_path_factory, monkeypatch):
+def test_a_left_join_run_dying_at_each_write_in_turn_resumes_to_the_uninterrupted_result(
+    deltars, tmp_path_factory, monkeypatch
+):
     """One warehouse dies at every point of its batches in turn: the unmatched rows (gold) and the ``_matched`` marks
     (a store's MERGE) each land once."""
     order = [S1, R2, R4, S7, R8, Record("s", "s20", 20, "k"), Record("r", "r21", 21, "z")]
@@ -98,7 +125,9 @@ def test_a_left_join_run_dying_at_each_write_in_turn_resumes_to_the_uninterrupte
     crashed = copied(uninterrupted, tmp_path_factory.mktemp("crashed"))
     uninterrupted.run(max_batch_rows=2)
     steps = ["gold", "late_arrivals", "r_state", "s_state", "dq_quarantine", "commit"]
-    crash_at_each(crashed, monkeypatch, [f"{moment}:{step}" for step in steps for moment in ("before", "after")], max_batch_rows=2)
+    crash_at_each(
+        crashed, monkeypatch, [f"{moment}:{step}" for step in steps for moment in ("before", "after")], max_batch_rows=2
+    )
     assert crashed.snapshot() == uninterrupted.snapshot()
     assert Pair("r4", None, "R") in rows(uninterrupted) and Pair("r8", "s7", "S") in rows(uninterrupted)
 
@@ -106,7 +135,9 @@ def test_a_left_join_run_dying_at_each_write_in_turn_resumes_to_the_uninterrupte
 def test_a_full_join_keeps_its_state_flat_on_a_long_stream(deltars, tmp_path):
     """Every record leaves its store once final (its row written if it never matched): state stays a few windows'
     worth while gold gains matched and unmatched rows alike."""
-    stream = [Record(rel, f"{rel}{t}", t, f"k{t % 5}") for t in range(60) for rel in ("r", "s") if (t + (rel == "s")) % 3]
+    stream = [
+        Record(rel, f"{rel}{t}", t, f"k{t % 5}") for t in range(60) for rel in ("r", "s") if (t + (rel == "s")) % 3
+    ]
     pipeline = outer(deltars, tmp_path, "full", lateness=1, window=2)
     held = []
     for start in range(0, len(stream), 20):
@@ -115,15 +146,28 @@ def test_a_full_join_keeps_its_state_flat_on_a_long_stream(deltars, tmp_path):
         held.append(pipeline.state_rows())
     assert max(held) <= 2 * 2 * (2 + 1 + 10)  # per relation: store and probes, each within window + lateness + a chunk
     emitted = rows(pipeline)
-    assert any(row.s_id is None for row in emitted) and any(row.r_id is None for row in emitted) and any(row.r_id and row.s_id for row in emitted)
+    assert (
+        any(row.s_id is None for row in emitted)
+        and any(row.r_id is None for row in emitted)
+        and any(row.r_id and row.s_id for row in emitted)
+    )
 
 
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
-        ({"join": "left", "window": 2}, "config: join: left emits each r record that never matches once no s record can still match it, which takes a 'window' and an 'allowed_lateness' for s: set both (without them that row is never final)"),
-        ({"join": "right", "allowed_lateness": 1}, "config: join: right emits each s record that never matches once no r record can still match it, which takes a 'window' and an 'allowed_lateness' for r: set both (without them that row is never final)"),
-        ({"join": "anti", "relations": dict.fromkeys("abc"), "window": 1, "allowed_lateness": 1}, "config: join: anti joins two relations (the first is left), got 3: a, b, c"),
+        (
+            {"join": "left", "window": 2},
+            "config: join: left emits each r record that never matches once no s record can still match it, which takes a 'window' and an 'allowed_lateness' for s: set both (without them that row is never final)",
+        ),
+        (
+            {"join": "right", "allowed_lateness": 1},
+            "config: join: right emits each s record that never matches once no r record can still match it, which takes a 'window' and an 'allowed_lateness' for r: set both (without them that row is never final)",
+        ),
+        (
+            {"join": "anti", "relations": dict.fromkeys("abc"), "window": 1, "allowed_lateness": 1},
+            "config: join: anti joins two relations (the first is left), got 3: a, b, c",
+        ),
     ],
 )
 def test_a_join_whose_unmatched_rows_could_never_be_final_is_refused_in_one_line(settings, message):

@@ -72,7 +72,9 @@ def test_the_worked_example_as_a_left_join_emits_r4_once_s7_makes_it_final():
 def test_the_worked_example_as_a_full_join_in_any_order_has_the_same_rows():
     expected = Counter([Pair("r2", "s1", "S"), Pair("r8", "s7", "S"), Pair("r4", None, "R")])
     for order in ([S1, R2, R4, S7, R8], [S1, R2, R4, R8, S7], [R8, S7, R4, R2, S1]):
-        rows, waiting = join_kind_in_batches(flushed([[rec] for rec in order]), "full", within(2), lateness=10, window=2)
+        rows, waiting = join_kind_in_batches(
+            flushed([[rec] for rec in order]), "full", within(2), lateness=10, window=2
+        )
         assert real(rows) == expected
         assert [rec.id for rec in waiting.waiting["r"] + waiting.waiting["s"]] == ["r~", "s~"]
 
@@ -91,12 +93,20 @@ def test_a_record_exactly_at_its_cutoff_still_waits():
 
 
 def test_a_semi_row_comes_at_the_first_match_only():
-    rows, _ = join_kind_in_batches([[R4], [Record("s", "s3", 3, "k")], [Record("s", "s5", 5, "k")]], "semi", within(2), lateness=5, window=2)
+    rows, _ = join_kind_in_batches(
+        [[R4], [Record("s", "s3", 3, "k")], [Record("s", "s5", 5, "k")]], "semi", within(2), lateness=5, window=2
+    )
     assert rows == [Pair("r4", None, "R")]
 
 
 records = st.lists(
-    st.builds(Record, relation=st.sampled_from(["r", "s"]), id=st.just(""), ts=st.integers(0, 9), key=st.one_of(st.none(), st.sampled_from(["a", "b"]))),
+    st.builds(
+        Record,
+        relation=st.sampled_from(["r", "s"]),
+        id=st.just(""),
+        ts=st.integers(0, 9),
+        key=st.one_of(st.none(), st.sampled_from(["a", "b"])),
+    ),
     max_size=12,
 ).map(lambda recs: [Record(rec.relation, f"{rec.relation}{i}", rec.ts, rec.key) for i, rec in enumerate(recs)])
 
@@ -111,8 +121,12 @@ def test_every_kind_gives_the_batch_sql_join_of_what_was_not_late_each_row_once(
 
 
 def test_an_outer_join_keeps_its_state_flat_on_a_long_stream():
-    stream = [Record(rel, f"{rel}{t}", t, f"k{t % 7}") for t in range(400) for rel in ("r", "s") if (t + (rel == "s")) % 3]
-    rows, finality = join_kind_in_batches([stream[i : i + 20] for i in range(0, len(stream), 20)], "full", within(3), lateness=2, window=3)
+    stream = [
+        Record(rel, f"{rel}{t}", t, f"k{t % 7}") for t in range(400) for rel in ("r", "s") if (t + (rel == "s")) % 3
+    ]
+    rows, finality = join_kind_in_batches(
+        [stream[i : i + 20] for i in range(0, len(stream), 20)], "full", within(3), lateness=2, window=3
+    )
     assert sum(len(waiting) for waiting in finality.waiting.values()) <= 2 * (3 + 2 + 20)
     assert any(row.s_id is None for row in rows) and any(row.r_id is None for row in rows)
 
@@ -121,19 +135,26 @@ def test_an_outer_join_keeps_its_state_flat_on_a_long_stream():
 
 A_KEYS = st.sampled_from(["a", "b"])
 asof_records = st.lists(
-    st.builds(Record, relation=st.sampled_from(["r", "s"]), id=st.just(""), ts=st.integers(0, 9), key=A_KEYS), max_size=12
+    st.builds(Record, relation=st.sampled_from(["r", "s"]), id=st.just(""), ts=st.integers(0, 9), key=A_KEYS),
+    max_size=12,
 ).map(lambda recs: [Record(rec.relation, f"{rec.relation}{i:02d}", rec.ts, rec.key) for i, rec in enumerate(recs)])
 
 
 def merge_asof(records: list[Record], tolerance: int | None, keep_unmatched: bool) -> list[Pair]:
     """pandas' backward ``merge_asof`` by key, exact times allowed; equal right times ordered by id (the total order)."""
-    left = pd.DataFrame([(r.id, r.ts, r.key) for r in records if r.relation == "r"], columns=["r_id", "ts", "key"]).sort_values("ts")
-    right = pd.DataFrame([(s.id, s.ts, s.key) for s in records if s.relation == "s"], columns=["s_id", "ts", "key"]).sort_values(["ts", "s_id"])
+    left = pd.DataFrame(
+        [(r.id, r.ts, r.key) for r in records if r.relation == "r"], columns=["r_id", "ts", "key"]
+    ).sort_values("ts")
+    right = pd.DataFrame(
+        [(s.id, s.ts, s.key) for s in records if s.relation == "s"], columns=["s_id", "ts", "key"]
+    ).sort_values(["ts", "s_id"])
     if left.empty:
         return []
     if right.empty:
         return [Pair(r_id, None, "R") for r_id in left["r_id"]] if keep_unmatched else []
-    merged = pd.merge_asof(left, right, on="ts", by="key", direction="backward", allow_exact_matches=True, tolerance=tolerance)
+    merged = pd.merge_asof(
+        left, right, on="ts", by="key", direction="backward", allow_exact_matches=True, tolerance=tolerance
+    )
     return [
         Pair(row.r_id, None if pd.isna(row.s_id) else row.s_id, "R")
         for row in merged.itertuples()
@@ -157,7 +178,9 @@ def test_a_left_record_at_the_right_watermark_waits_for_an_equal_time_right_reco
     # S's watermark is 5 (lateness 0): an s at ts 5 may still come, and the later one wins the tie by id.
     r5, s1, s2 = Record("r", "r5", 5, "k"), Record("s", "s1", 5, "k"), Record("s", "s2", 5, "k")
     rows, held = asof_in_batches([[s1], [r5], [s2]], lateness=0)
-    assert rows == [] and held[-1] == 2  # r5 waits; s2 supersedes s1 at the floor (equal time, later id): as state/asof.py
+    assert (
+        rows == [] and held[-1] == 2
+    )  # r5 waits; s2 supersedes s1 at the floor (equal time, later id): as state/asof.py
     assert real(asof_in_batches(flushed([[s1], [r5], [s2]]), lateness=0)[0]) == Counter([Pair("r5", "s2", "R")])
 
 
@@ -174,7 +197,13 @@ def test_a_right_record_stays_while_a_left_record_within_tolerance_may_still_com
 
 
 @settings(max_examples=400, deadline=None)
-@given(data=st.data(), recs=asof_records, lateness=st.integers(0, 4), tolerance=st.one_of(st.none(), st.integers(0, 3)), keep=st.booleans())
+@given(
+    data=st.data(),
+    recs=asof_records,
+    lateness=st.integers(0, 4),
+    tolerance=st.one_of(st.none(), st.integers(0, 3)),
+    keep=st.booleans(),
+)
 def test_the_asof_join_gives_merge_asof_of_what_was_not_late_each_left_once(data, recs, lateness, tolerance, keep):
     batches = split(data, data.draw(st.permutations(recs)))
     late = late_in_batches(batches, lateness)

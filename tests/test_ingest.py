@@ -9,8 +9,8 @@ import re
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from deltalake import write_deltalake
 from chispa import assert_df_equality
+from deltalake import write_deltalake
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark.sql import DataFrame
@@ -68,7 +68,10 @@ def test_each_malformed_row_is_quarantined_with_its_reason_and_the_good_rows_lan
         (8, "ts is not an integer: 7.5"),
     ]
     rows = bronze(pipeline, "r").orderBy("_arrival_seq").collect()
-    assert [(row.id, row.ts, row.key, row.payload, row._source_line) for row in rows] == [("ok1", 1, "a", "p", 1), ("ok2", 10, "b", None, 10)]
+    assert [(row.id, row.ts, row.key, row.payload, row._source_line) for row in rows] == [
+        ("ok1", 1, "a", "p", 1),
+        ("ok2", 10, "b", None, 10),
+    ]
     assert all(row._source_file == path for row in rows)
 
 
@@ -77,7 +80,9 @@ def test_a_file_read_in_many_pieces_keeps_its_line_order_and_no_task_holds_all_o
     blocks, of ~100 bytes), and each row still takes the place its line gives it in the arrival order."""
     from pipelines import parse
 
-    lines = ["garbage" if n % 7 == 0 else "" if n % 11 == 0 else {"id": f"r{n}", "ts": n, "key": "k"} for n in range(1, 41)]
+    lines = [
+        "garbage" if n % 7 == 0 else "" if n % 11 == 0 else {"id": f"r{n}", "ts": n, "key": "k"} for n in range(1, 41)
+    ]
     path = pipeline.write_file(lines)
     plans = []
     append = pipeline.engine.append
@@ -117,17 +122,27 @@ def test_arrival_order_is_global_across_relations_and_files(pipeline):
 
 def test_bookkeeping_columns_have_their_documented_types(pipeline):
     pipeline.ingest("r", pipeline.write_file([{"id": "r1", "ts": 5, "key": "k"}, "garbage"]))
-    types = {field.name: field.dataType.simpleString() for field in pipeline.engine.schema(pipeline.warehouse.bronze(pipeline_relation("r")))}
-    assert types["_arrival_seq"] == "bigint" and types["_source_line"] == "bigint"  # a place in the order can pass 2**31
+    types = {
+        field.name: field.dataType.simpleString()
+        for field in pipeline.engine.schema(pipeline.warehouse.bronze(pipeline_relation("r")))
+    }
+    assert (
+        types["_arrival_seq"] == "bigint" and types["_source_line"] == "bigint"
+    )  # a place in the order can pass 2**31
     assert types["_ingested_at"] == "timestamp" and types["_digest"] == "bigint"
-    quarantine = {field.name: field.dataType.simpleString() for field in pipeline.engine.schema(pipeline.warehouse.quarantine)}
+    quarantine = {
+        field.name: field.dataType.simpleString() for field in pipeline.engine.schema(pipeline.warehouse.quarantine)
+    }
     assert quarantine["source_line"] == "bigint" and quarantine["ingested_at"] == "timestamp"
 
 
 def test_ingesting_the_same_file_twice_adds_nothing(pipeline):
     path = pipeline.write_file([{"id": "a", "ts": 1, "key": "k"}, "garbage"])
     first = pipeline.ingest("r", path)
-    versions = {p: pipeline.engine.version(p) for p in (pipeline.warehouse.bronze(pipeline_relation("r")), pipeline.warehouse.quarantine)}
+    versions = {
+        p: pipeline.engine.version(p)
+        for p in (pipeline.warehouse.bronze(pipeline_relation("r")), pipeline.warehouse.quarantine)
+    }
     second = pipeline.ingest("r", path)
     assert (first.landed, first.quarantined) == (1, 1)
     assert second.already_ingested and "nothing added" in second.describe()
@@ -166,14 +181,23 @@ def test_repeated_records_are_skipped_and_conflicting_ids_quarantined(pipeline):
         ),
     )
     assert (result.landed, result.quarantined, result.duplicates) == (1, 2, 2)
-    assert quarantined(pipeline) == [(2, "id conflict: id already in bronze with other content"), (5, "id conflict: same id with other content at line 3")]
+    assert quarantined(pipeline) == [
+        (2, "id conflict: id already in bronze with other content"),
+        (5, "id conflict: same id with other content at line 3"),
+    ]
     assert sorted(row.id for row in bronze(pipeline, "r").collect()) == ["a", "b", "c"]
 
 
 def test_a_value_moved_to_another_column_is_other_content(pipeline):
     """The digest marks each null: a record whose one value moves from one column to another is not its copy."""
     result = pipeline.ingest(
-        "r", pipeline.write_file([{"id": "a", "ts": 1, "key": "k", "p": None, "q": "v"}, {"id": "a", "ts": 1, "key": "k", "p": "v", "q": None}])
+        "r",
+        pipeline.write_file(
+            [
+                {"id": "a", "ts": 1, "key": "k", "p": None, "q": "v"},
+                {"id": "a", "ts": 1, "key": "k", "p": "v", "q": None},
+            ]
+        ),
     )
     assert (result.landed, result.quarantined, result.duplicates) == (1, 1, 0)
 
@@ -213,26 +237,35 @@ def test_a_warehouse_landed_before_the_digest_finds_copies_and_conflicts_of_its_
             ]
         ),
     )
-    last = pipeline.ingest("r", pipeline.write_file([{"id": "c", "ts": 3, "key": "k"}, {"id": "d", "ts": 5, "key": "k"}]))
+    last = pipeline.ingest(
+        "r", pipeline.write_file([{"id": "c", "ts": 3, "key": "k"}, {"id": "d", "ts": 5, "key": "k"}])
+    )
 
     assert (again.landed, again.quarantined, again.duplicates) == (1, 2, 1)
     assert (last.landed, last.duplicates) == (0, 2)  # c by its SHA-256, d by its digest
     pipeline.run()
-    assert sorted((row.id, row._content_hash is None, row._digest is None) for row in pipeline.engine.read(pipeline.warehouse.state(rel)).collect()) == [
-        ("a", False, True), ("b", False, True), ("c", False, True), ("d", True, False)
-    ]
+    assert sorted(
+        (row.id, row._content_hash is None, row._digest is None)
+        for row in pipeline.engine.read(pipeline.warehouse.state(rel)).collect()
+    ) == [("a", False, True), ("b", False, True), ("c", False, True), ("d", True, False)]
 
 
 def test_csv_and_parquet_land_like_json_and_keep_other_columns(pipeline, spark, tmp_path):
     csv_path = pipeline.write_file(["id,ts,key,region", "c1,1,k,eu", "c2,x,k,us", "c3,3,k"], suffix=".csv")
     parquet_path = str(tmp_path / "arrivals.parquet")
-    pq.write_table(pa.table({"id": ["p1", "p2"], "ts": [4, None], "key": ["k", "k"], "region": ["us", "eu"]}), parquet_path)
+    pq.write_table(
+        pa.table({"id": ["p1", "p2"], "ts": [4, None], "key": ["k", "k"], "region": ["us", "eu"]}), parquet_path
+    )
     csv_result, parquet_result = pipeline.ingest("s", csv_path), pipeline.ingest("s", parquet_path)
     assert (csv_result.landed, csv_result.quarantined) == (1, 2)
     assert (parquet_result.landed, parquet_result.quarantined) == (1, 1)
     assert quarantined(pipeline) == [(2, "missing ts"), (3, "ts is not an integer: x"), (4, "unparsable line")]
-    expected = spark.createDataFrame([("c1", 1, "k", "eu"), ("p1", 4, "k", "us")], "id string, ts bigint, key string, region string")
-    assert_df_equality(bronze(pipeline, "s").select("id", "ts", "key", "region"), expected, ignore_row_order=True, ignore_nullable=True)
+    expected = spark.createDataFrame(
+        [("c1", 1, "k", "eu"), ("p1", 4, "k", "us")], "id string, ts bigint, key string, region string"
+    )
+    assert_df_equality(
+        bronze(pipeline, "s").select("id", "ts", "key", "region"), expected, ignore_row_order=True, ignore_nullable=True
+    )
 
 
 def test_unknown_extensions_and_missing_files_are_refused_before_anything_lands(pipeline, spark, tmp_path):
@@ -253,7 +286,10 @@ def test_reserved_column_names_are_refused(pipeline):
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.sampled_from(["a", "é", "\n", "\r", "\r\n", " ", "\ufeff"]), max_size=40), st.integers(min_value=1, max_value=8))
+@given(
+    st.lists(st.sampled_from(["a", "é", "\n", "\r", "\r\n", " ", "\ufeff"]), max_size=40),
+    st.integers(min_value=1, max_value=8),
+)
 def test_a_text_file_s_places_are_its_lines_as_spark_splits_them_whatever_the_blocks_it_is_read_in(pieces, block):
     """A file's places are counted on the driver before Spark reads it: as many as the lines Spark's text reader gives
     (split at \\r\\n, \\r or \\n, nothing after a last separator), read in blocks that may split a \\r\\n."""
@@ -280,7 +316,12 @@ def test_spark_numbers_a_text_file_s_lines_within_the_places_counted_for_it(spar
     counted = {path: landing.examined("r", path).rows for path in paths}
     for whole in (parse.WHOLE_FILE_BYTES, 0):
         monkeypatch.setattr(parse, "WHOLE_FILE_BYTES", whole)
-        numbered = parse.numbered_lines(spark, paths).groupBy("_source_file").agg(F.max("_source_line").alias("last")).collect()
+        numbered = (
+            parse.numbered_lines(spark, paths)
+            .groupBy("_source_file")
+            .agg(F.max("_source_line").alias("last"))
+            .collect()
+        )
         assert {row._source_file: row.last for row in numbered} == counted
 
 
@@ -294,14 +335,20 @@ def test_the_files_of_one_call_land_in_one_bronze_commit_and_one_log_commit_each
     second = pipeline.write_file(["garbage", {"id": "a", "ts": 1, "key": "k"}, {"id": "c", "ts": 3, "key": "k"}])
     third = pipeline.write_file([{"id": "b", "ts": 9, "key": "k"}])
     results = ingest_files(pipeline.engine, pipeline.warehouse, R, [first, second, third, first])
-    assert [(result.landed, result.quarantined, result.duplicates) for result in results[:3]] == [(2, 0, 0), (1, 1, 1), (0, 1, 0)]
+    assert [(result.landed, result.quarantined, result.duplicates) for result in results[:3]] == [
+        (2, 0, 0),
+        (1, 1, 1),
+        (0, 1, 0),
+    ]
     assert results[3].already_ingested
     warehouse = pipeline.warehouse
     assert pipeline.engine.version(warehouse.bronze(R)) == 0 and pipeline.engine.version(warehouse.ingest_log) == 0
     assert pipeline.engine.version(warehouse.quarantine) == 0
     rows = bronze(pipeline, "r").orderBy("_arrival_seq").collect()
     assert [(row.id, row._arrival_seq) for row in rows] == [("a", 1), ("b", 2), ("c", 5)]  # second's lines take 3 to 5
-    log = sorted((row.source_file, row.seq_from, row.seq_to) for row in pipeline.engine.read(warehouse.ingest_log).collect())
+    log = sorted(
+        (row.source_file, row.seq_from, row.seq_to) for row in pipeline.engine.read(warehouse.ingest_log).collect()
+    )
     assert log == sorted([(first, 1, 2), (second, 3, 5), (third, 6, 6)])
 
 

@@ -17,15 +17,16 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from pipelines.ingest import ingest_files, ingest_landing
 from state.config import Config
-from pipelines.ingest import ingest_files
-from pipelines.ingest import ingest_landing
 from state.errors import FileRefused, LakejoinError
 from state.names import storable, stored_names
 from state.relations import R, S
 from tests.helpers import Pipeline, damaged_parquet
 
-FUZZ = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+FUZZ = settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 
 
 @pytest.fixture
@@ -46,7 +47,14 @@ def bronze_rows(pipeline: Pipeline, rel=R) -> list[dict]:
 
 def test_names_delta_cannot_store_are_mapped_by_one_rule_and_the_rest_are_kept():
     assert [storable(name, 3) for name in ("c.d", "a:b", "é", " id ", "a b", "x=y;z", "", "  ")] == [
-        "c.d", "a:b", "é", "id", "a_b", "x_y_z", "unnamed_3", "unnamed_3"
+        "c.d",
+        "a:b",
+        "é",
+        "id",
+        "a_b",
+        "x_y_z",
+        "unnamed_3",
+        "unnamed_3",
     ]
     assert stored_names(["id", "a b", "c.d", ""]) == {"id": "id", "a b": "a_b", "c.d": "c.d", "": "unnamed_4"}
     for names, reason in (
@@ -61,42 +69,69 @@ def test_names_delta_cannot_store_are_mapped_by_one_rule_and_the_rest_are_kept()
 def test_keys_with_dots_and_spaces_land_and_a_predicate_names_them_with_backticks(engine, tmp_path):
     """Flattened JSON keys are kept (``c.d``) or stored by the rule (``a b`` as ``a_b``), and joined on either engine."""
     pipeline = Pipeline(engine, str(tmp_path), Config(predicate="r.`c.d` = s.`c.d` AND r.a_b = s.a_b"))
-    r_file = pipeline.write_file([{"id": "w1", "ts": 1, "key": "k", "a b": 1, "c.d": 2}, {"id": "w2", "ts": 2, "key": "k", "a b": 3, "c.d": 4}])
-    s_file = pipeline.write_file([{"id": "v1", "ts": 3, "key": "k", "a b": 3, "c.d": 4}, {"id": "v2", "ts": 4, "key": "k", "a b": 1, "c.d": 9}])
+    r_file = pipeline.write_file(
+        [{"id": "w1", "ts": 1, "key": "k", "a b": 1, "c.d": 2}, {"id": "w2", "ts": 2, "key": "k", "a b": 3, "c.d": 4}]
+    )
+    s_file = pipeline.write_file(
+        [{"id": "v1", "ts": 3, "key": "k", "a b": 3, "c.d": 4}, {"id": "v2", "ts": 4, "key": "k", "a b": 1, "c.d": 9}]
+    )
     assert (pipeline.ingest("r", r_file).landed, pipeline.ingest("s", s_file).landed) == (2, 2)
     assert [(row["id"], row["a_b"], row["c.d"]) for row in bronze_rows(pipeline)] == [("w1", 1, 2), ("w2", 3, 4)]
     pipeline.run()
-    assert [(row["r_id"], row["s_id"], row["r_c.d"], row["s_a_b"]) for row in pipeline.gold_rows()] == [("w2", "v1", 4, 3)]
+    assert [(row["r_id"], row["s_id"], row["r_c.d"], row["s_a_b"]) for row in pipeline.gold_rows()] == [
+        ("w2", "v1", 4, 3)
+    ]
 
 
 def test_parquet_fields_delta_cannot_store_are_mapped_and_such_nested_fields_kept_as_json(pipeline, tmp_path):
     path = str(tmp_path / "fields.parquet")
     point = pa.array([{"x y": 1, "z": 2}], pa.struct([("x y", pa.int64()), ("z", pa.int64())]))
-    pq.write_table(pa.table({"id": ["p"], "ts": [1], "key": ["k"], " unit price ": [2.5], "": ["blank"], "point": point}), path)
+    pq.write_table(
+        pa.table({"id": ["p"], "ts": [1], "key": ["k"], " unit price ": [2.5], "": ["blank"], "point": point}), path
+    )
     assert pipeline.ingest("r", path).landed == 1
     [row] = bronze_rows(pipeline)
     assert (row["unit_price"], row["unnamed_5"], row["point"]) == (2.5, "blank", '{"x y":1,"z":2}')
 
 
-def test_a_file_that_cannot_be_read_as_a_whole_is_refused_in_one_line_and_the_other_files_land(pipeline, spark, tmp_path):
+def test_a_file_that_cannot_be_read_as_a_whole_is_refused_in_one_line_and_the_other_files_land(
+    pipeline, spark, tmp_path
+):
     """The issue's other two files, and the rest of a landing zone's unreadable kinds, each between good files."""
     good = [pipeline.write_file([{"id": f"g{n}", "ts": n, "key": "k"}]) for n in range(2)]
     bad = {
-        write(str(tmp_path / "repeats.csv"), "id,ts,key,key\na,1,k,k2\n"): "column 'key' appears twice: rename one of them",
-        write(str(tmp_path / "truncated.parquet"), b"PAR1\x00\x01garbage"): "not a readable Parquet file (Parquet magic bytes not found",
-        write(str(tmp_path / "zipped.jsonl"), gzip.compress(b'{"id": "z", "ts": 1, "key": "k"}\n')): "it is gzip-compressed: decompress it first",
-        write(str(tmp_path / "wide.csv"), "id,ts,key\n".encode("utf-16")): "it is UTF-16 text, and lakejoin reads UTF-8: convert it",
-        write(str(tmp_path / "cases.jsonl"), '{"id": "a", "ts": 1, "key": "k", "Amount": 1}\n{"id": "b", "ts": 2, "key": "k", "amount": 2}\n'): (
-            "columns 'Amount' and 'amount' differ only in case"
-        ),
-        write(str(tmp_path / "reserved.jsonl"), '{"id": "a", "ts": 1, "key": "k", " _x": 1}\n'): "column '_x' starts with '_'",
+        write(
+            str(tmp_path / "repeats.csv"), "id,ts,key,key\na,1,k,k2\n"
+        ): "column 'key' appears twice: rename one of them",
+        write(
+            str(tmp_path / "truncated.parquet"), b"PAR1\x00\x01garbage"
+        ): "not a readable Parquet file (Parquet magic bytes not found",
+        write(
+            str(tmp_path / "zipped.jsonl"), gzip.compress(b'{"id": "z", "ts": 1, "key": "k"}\n')
+        ): "it is gzip-compressed: decompress it first",
+        write(
+            str(tmp_path / "wide.csv"), "id,ts,key\n".encode("utf-16")
+        ): "it is UTF-16 text, and lakejoin reads UTF-8: convert it",
+        write(
+            str(tmp_path / "cases.jsonl"),
+            '{"id": "a", "ts": 1, "key": "k", "Amount": 1}\n{"id": "b", "ts": 2, "key": "k", "amount": 2}\n',
+        ): ("columns 'Amount' and 'amount' differ only in case"),
+        write(
+            str(tmp_path / "reserved.jsonl"), '{"id": "a", "ts": 1, "key": "k", " _x": 1}\n'
+        ): "column '_x' starts with '_'",
     }
     pq.write_table(pa.table({"id": ["p"], "ts": [1], "key": ["k"]}), str(tmp_path / "data.parquet"))
-    bad[write(str(tmp_path / "misnamed.csv"), (tmp_path / "data.parquet").read_bytes())] = "it is a Parquet file: name it .parquet"
+    bad[write(str(tmp_path / "misnamed.csv"), (tmp_path / "data.parquet").read_bytes())] = (
+        "it is a Parquet file: name it .parquet"
+    )
     results = ingest_files(pipeline.engine, pipeline.warehouse, R, [good[0], *bad, good[1]], pipeline.config.relations)
     assert [result.landed for result in (results[0], results[-1])] == [1, 1]
     for result, (file, reason) in zip(results[1:-1], bad.items()):
-        assert result.refused is not None and result.refused.startswith(f"cannot ingest {file}: ") and reason in result.refused
+        assert (
+            result.refused is not None
+            and result.refused.startswith(f"cannot ingest {file}: ")
+            and reason in result.refused
+        )
         assert "\n" not in result.describe() and result.describe().endswith("nothing of it was written")
     assert [row["id"] for row in bronze_rows(pipeline)] == ["g0", "g1"]
     assert pipeline.engine.version(pipeline.warehouse.quarantine) is None
@@ -104,7 +139,9 @@ def test_a_file_that_cannot_be_read_as_a_whole_is_refused_in_one_line_and_the_ot
         pipeline.ingest("r", list(bad)[0])
 
 
-def test_a_file_spark_fails_to_read_in_the_write_under_an_error_naming_no_file_is_found_and_refused_alone(engine, tmp_path, monkeypatch):
+def test_a_file_spark_fails_to_read_in_the_write_under_an_error_naming_no_file_is_found_and_refused_alone(
+    engine, tmp_path, monkeypatch
+):
     """Spark's failure inside the write's job need not name its file: each file is then read alone, the one at fault
     refused in one line, and the call's other files land in the same call, in one commit."""
     from pipelines import bronze
@@ -115,9 +152,13 @@ def test_a_file_spark_fails_to_read_in_the_write_under_an_error_naming_no_file_i
     monkeypatch.setattr(bronze, "_names", lambda error, path: False)  # as an error that names no file
     results = ingest_files(engine, pipeline.warehouse, R, [good[0], damaged, good[1]])
     assert [result.landed for result in results] == [1, 0, 1]
-    assert results[1].refused.startswith(f"cannot ingest {damaged}: a Parquet data page cannot be read, the file is damaged (")
+    assert results[1].refused.startswith(
+        f"cannot ingest {damaged}: a Parquet data page cannot be read, the file is damaged ("
+    )
     assert "\n" not in results[1].describe()
-    assert [row["id"] for row in bronze_rows(pipeline)] == ["g0", "g1"] and engine.version(pipeline.warehouse.bronze(R)) == 0
+    assert [row["id"] for row in bronze_rows(pipeline)] == ["g0", "g1"] and engine.version(
+        pipeline.warehouse.bronze(R)
+    ) == 0
 
 
 def test_a_refused_landing_file_is_recorded_once_and_not_tried_again(pipeline, tmp_path):
@@ -130,7 +171,11 @@ def test_a_refused_landing_file_is_recorded_once_and_not_tried_again(pipeline, t
     for _ in range(2):
         ingest_landing(pipeline.engine, pipeline.warehouse, R, str(landing), None, reports.append)
     first, again = reports[:3], reports[3:]
-    assert [(r.landed, r.refused is not None, r.recorded) for r in first] == [(1, False, False), (0, True, True), (1, False, False)]
+    assert [(r.landed, r.refused is not None, r.recorded) for r in first] == [
+        (1, False, False),
+        (0, True, True),
+        (1, False, False),
+    ]
     assert "recorded in quarantine/ingest and not tried again" in first[1].describe()
     assert [(r.already_ingested, r.already_refused) for r in again] == [(True, False), (False, True), (True, False)]
     quarantine = pipeline.engine.read(pipeline.warehouse.quarantine).collect()
@@ -148,31 +193,48 @@ def test_a_landing_file_that_cannot_be_read_is_refused_unrecorded_and_ingested_o
     os.symlink(target, landing / "vanished.jsonl")
     reports = []
     ingest_landing(pipeline.engine, pipeline.warehouse, R, str(landing), None, reports.append)
-    assert reports[0].describe() == f"cannot ingest {landing / 'vanished.jsonl'}: cannot read it (No such file or directory); nothing of it was written"
+    assert (
+        reports[0].describe()
+        == f"cannot ingest {landing / 'vanished.jsonl'}: cannot read it (No such file or directory); nothing of it was written"
+    )
     assert pipeline.versions() == {name: None for name in pipeline.versions()}
     write(str(target), '{"id": "a", "ts": 1, "key": "k"}\n')
     ingest_landing(pipeline.engine, pipeline.warehouse, R, str(landing), None, reports.append)
     assert reports[1].landed == 1
 
 
-def test_a_landing_file_spark_fails_to_read_is_refused_unrecorded_and_a_config_error_stops_the_command(pipeline, tmp_path):
+def test_a_landing_file_spark_fails_to_read_is_refused_unrecorded_and_a_config_error_stops_the_command(
+    pipeline, tmp_path
+):
     """A Parquet file whose footer reads but whose pages do not: Spark's failure may be passing, so the file is
     tried again. A config error is nobody's file: the command stops, and no landing file is marked refused."""
     landing = tmp_path / "landing"
     landing.mkdir()
-    pq.write_table(pa.table({"id": [f"p{n}" for n in range(200)], "ts": list(range(200)), "key": ["k"] * 200}), str(landing / "pages.parquet"), compression="none")
+    pq.write_table(
+        pa.table({"id": [f"p{n}" for n in range(200)], "ts": list(range(200)), "key": ["k"] * 200}),
+        str(landing / "pages.parquet"),
+        compression="none",
+    )
     damaged = bytearray((landing / "pages.parquet").read_bytes())
     damaged[4:64] = b"\xff" * 60  # the first page's header
     (landing / "pages.parquet").write_bytes(bytes(damaged))
     reports = []
     ingest_landing(pipeline.engine, pipeline.warehouse, R, str(landing), None, reports.append)
     [refused] = reports
-    assert refused.refused.startswith(f"cannot ingest {landing / 'pages.parquet'}: ") and not refused.recorded and "\n" not in refused.describe()
+    assert (
+        refused.refused.startswith(f"cannot ingest {landing / 'pages.parquet'}: ")
+        and not refused.recorded
+        and "\n" not in refused.describe()
+    )
     assert pipeline.versions() == {name: None for name in pipeline.versions()}
     typo = {"r": {"id": "id", "event_time": "ts", "columns": {"amount": "dubble"}}, "s": {}}
     with pytest.raises(LakejoinError, match="relations.r.columns has a type Spark does not know") as stopped:
-        ingest_landing(pipeline.engine, pipeline.warehouse, R, str(landing), None, reports.append, Config(relations=typo).relations)
-    assert not isinstance(stopped.value, FileRefused) and pipeline.versions() == {name: None for name in pipeline.versions()}
+        ingest_landing(
+            pipeline.engine, pipeline.warehouse, R, str(landing), None, reports.append, Config(relations=typo).relations
+        )
+    assert not isinstance(stopped.value, FileRefused) and pipeline.versions() == {
+        name: None for name in pipeline.versions()
+    }
 
 
 def test_a_column_bronze_has_under_another_case_lands_in_it(pipeline, tmp_path):
@@ -184,7 +246,9 @@ def test_a_column_bronze_has_under_another_case_lands_in_it(pipeline, tmp_path):
 
 
 def test_values_nested_deeper_than_python_recurses_are_refused_in_one_line(pipeline, tmp_path):
-    path = write(str(tmp_path / "deep.jsonl"), '{"id": "a", "ts": 1, "key": "k", "deep": ' + "[" * 600 + "]" * 600 + "}\n")
+    path = write(
+        str(tmp_path / "deep.jsonl"), '{"id": "a", "ts": 1, "key": "k", "deep": ' + "[" * 600 + "]" * 600 + "}\n"
+    )
     with pytest.raises(FileRefused, match="nested too deeply to read") as refused:
         pipeline.ingest("r", path)
     assert refused.value.lasting and pipeline.engine.version(pipeline.warehouse.bronze(R)) is None
@@ -196,16 +260,27 @@ def test_a_config_naming_a_column_delta_cannot_store_says_what_bronze_calls_it()
 
 
 def test_a_byte_order_mark_and_crlf_line_ends_do_not_cost_the_first_row(pipeline, tmp_path):
-    json_file = write(str(tmp_path / "bom.jsonl"), "\ufeff" + '{"id": "a", "ts": 1, "key": "k"}\r\n{"id": "b", "ts": 2, "key": "k"}\r\n')
-    csv_file = write(str(tmp_path / "bom.csv"), "\ufeff\r\n\r\nid,ts,key\r\nc,3,k\r\n")  # blank lines before the header too
-    assert [(result.landed, result.quarantined) for result in (pipeline.ingest("r", json_file), pipeline.ingest("r", csv_file))] == [(2, 0), (1, 0)]
+    json_file = write(
+        str(tmp_path / "bom.jsonl"),
+        "\ufeff" + '{"id": "a", "ts": 1, "key": "k"}\r\n{"id": "b", "ts": 2, "key": "k"}\r\n',
+    )
+    csv_file = write(
+        str(tmp_path / "bom.csv"), "\ufeff\r\n\r\nid,ts,key\r\nc,3,k\r\n"
+    )  # blank lines before the header too
+    assert [
+        (result.landed, result.quarantined)
+        for result in (pipeline.ingest("r", json_file), pipeline.ingest("r", csv_file))
+    ] == [(2, 0), (1, 0)]
     assert [(row["id"], row["key"]) for row in bronze_rows(pipeline)] == [("a", "k"), ("b", "k"), ("c", "k")]
 
 
 def test_a_key_only_a_latin_1_line_has_lands_with_the_line(pipeline, tmp_path):
     """Spark's JSON reader gives up on a line that is not UTF-8; lakejoin reads it as text (U+FFFD for the byte),
     so the row and its key land. A NUL inside a string is no JSON: that line is quarantined."""
-    path = write(str(tmp_path / "latin.jsonl"), b'{"id": "a", "ts": 1, "key": "k", "note": "caf\xe9"}\n{"id": "b", "ts": 2, "key": "k", "x": "\x00"}\n')
+    path = write(
+        str(tmp_path / "latin.jsonl"),
+        b'{"id": "a", "ts": 1, "key": "k", "note": "caf\xe9"}\n{"id": "b", "ts": 2, "key": "k", "x": "\x00"}\n',
+    )
     result = pipeline.ingest("r", path)
     assert (result.landed, result.quarantined) == (1, 1)
     assert [(row["id"], row["note"]) for row in bronze_rows(pipeline)] == [("a", "caf\ufffd")]
@@ -215,7 +290,10 @@ def test_a_nested_value_its_own_inferred_type_does_not_fit_is_kept_as_json_text(
     """Spark infers ``""`` as null, so ``["", []]`` reads as an array of arrays its ``""`` does not fit: the column
     is kept as JSON text rather than the row quarantined (found by the fuzz test below)."""
     mixed = pipeline.write_file([{"id": "a", "ts": 1, "key": "k", "tags": ["", []], "point": {"x": 1}}])
-    assert (pipeline.ingest("r", mixed).landed, pipeline.engine.schema(pipeline.warehouse.bronze(R))["tags"].dataType.simpleString()) == (1, "string")
+    assert (
+        pipeline.ingest("r", mixed).landed,
+        pipeline.engine.schema(pipeline.warehouse.bronze(R))["tags"].dataType.simpleString(),
+    ) == (1, "string")
     [row] = bronze_rows(pipeline)
     assert (row["tags"], row["point"].x) == ('["",[]]', 1)
 
@@ -229,7 +307,9 @@ VALUES = st.recursive(
     lambda inner: st.lists(inner, max_size=2) | st.dictionaries(NAMES, inner, max_size=2),
     max_leaves=4,
 )
-BAD_LINES = st.sampled_from(["not json", "{", "[1, 2]", "42", '{"id": null}', '"text"', "\x00\x01", "é\udcff"]) | st.text(max_size=12)
+BAD_LINES = st.sampled_from(
+    ["not json", "{", "[1, 2]", "42", '{"id": null}', '"text"', "\x00\x01", "é\udcff"]
+) | st.text(max_size=12)
 
 
 def rows_in(content: bytes, header: bool = False) -> int:
@@ -256,11 +336,16 @@ def check_ingest(pipeline: Pipeline, rel, path: str, lines: int, good: dict[str,
     assert set(good) <= set(landed), result.describe()
     # Spark's JSON reader drops a key whose values are all empty objects or arrays: only scalar values are checked
     scalar = lambda value: not isinstance(value, (dict, list))  # noqa: E731
-    names = stored_names(list({name: None for record in good.values() for name, value in record.items() if scalar(value)}))
+    names = stored_names(
+        list({name: None for record in good.values() for name, value in record.items() if scalar(value)})
+    )
     for record_id, record in good.items():
         for name, value in record.items():
             if name.strip() and scalar(value):  # a blank name's stored name depends on its place
-                assert landed[record_id][names[name]] in (value, None if value is None else str(value).lower() if isinstance(value, bool) else str(value))
+                assert landed[record_id][names[name]] in (
+                    value,
+                    None if value is None else str(value).lower() if isinstance(value, bool) else str(value),
+                )
 
 
 def fresh(deltars) -> Pipeline:
@@ -287,7 +372,9 @@ def test_json_lines_with_any_keys_and_values(deltars, extras, bad, data):
 def test_csv_with_any_header(deltars, header, width, rows):
     pipeline = fresh(deltars)
     text = io.StringIO()
-    csv.writer(text, lineterminator="\n").writerows([["id", "ts", "key", *header], *([f"c{n}", n, "k", *(["v"] * width)] for n in range(rows))])
+    csv.writer(text, lineterminator="\n").writerows(
+        [["id", "ts", "key", *header], *([f"c{n}", n, "k", *(["v"] * width)] for n in range(rows))]
+    )
     path = write(os.path.join(pipeline.root, "fuzz.csv"), text.getvalue())
     good = {f"c{n}": {} for n in range(rows)} if width == len(header) else {}
     check_ingest(pipeline, S, path, rows, good)

@@ -39,19 +39,27 @@ FIRST_RUN_OF_THE_DAY, ORDINARY_RUN = datetime(2026, 12, 1, 0, 0), datetime(2026,
 ACCEPTANCE = "lakejoin_acceptance"
 
 
-def task_states(tasks: list[dict], trigger: datetime, failing: set[str], upstream_failed_is_failed: bool) -> dict[str, tuple[str, bool | None]]:
+def task_states(
+    tasks: list[dict], trigger: datetime, failing: set[str], upstream_failed_is_failed: bool
+) -> dict[str, tuple[str, bool | None]]:
     """Each task's result state, and a condition task's outcome, for a run triggered at ``trigger`` in which the tasks
     ``failing`` fail when they run."""
     states: dict[str, tuple[str, bool | None]] = {}
     pending = list(tasks)
     while pending:
-        task = next(task for task in pending if all(dependency["task_key"] in states for dependency in task.get("depends_on", [])))
+        task = next(
+            task
+            for task in pending
+            if all(dependency["task_key"] in states for dependency in task.get("depends_on", []))
+        )
         pending.remove(task)
         edges = []
         for dependency in task.get("depends_on", []):
             state, outcome = states[dependency["task_key"]]
             wanted = dependency.get("outcome")
-            edges.append(EXCLUDED if wanted is not None and state == SUCCESS and str(outcome).lower() != wanted else state)
+            edges.append(
+                EXCLUDED if wanted is not None and state == SUCCESS and str(outcome).lower() != wanted else state
+            )
         failed = [edge in (FAILED, UPSTREAM_FAILED) if upstream_failed_is_failed else edge == FAILED for edge in edges]
         succeeded = [edge in (SUCCESS, EXCLUDED) for edge in edges]
         rule = task.get("run_if", "ALL_SUCCESS")
@@ -101,15 +109,21 @@ def run_result(tasks: list[dict], trigger: datetime, failing: set[str], upstream
 def ran(tasks: list[dict], trigger: datetime) -> list[str]:
     """The tasks that run, and so can fail, when none fails."""
     states = task_states(tasks, trigger, set(), upstream_failed_is_failed=True)
-    return [task["task_key"] for task in tasks if "condition_task" not in task and states[task["task_key"]][0] == SUCCESS]
+    return [
+        task["task_key"] for task in tasks if "condition_task" not in task and states[task["task_key"]][0] == SUCCESS
+    ]
 
 
 def every_job() -> dict[str, list[dict]]:
     bundle = load(BUNDLE)
-    return {key: resolved(job, target_variables(bundle, "prod", GIVEN))["tasks"] for key, (_, job) in jobs(bundle).items()}
+    return {
+        key: resolved(job, target_variables(bundle, "prod", GIVEN))["tasks"] for key, (_, job) in jobs(bundle).items()
+    }
 
 
-@pytest.mark.parametrize("upstream_failed_is_failed", [True, False], ids=["upstream-failed-fails", "upstream-failed-passes"])
+@pytest.mark.parametrize(
+    "upstream_failed_is_failed", [True, False], ids=["upstream-failed-fails", "upstream-failed-passes"]
+)
 @pytest.mark.parametrize("trigger", [FIRST_RUN_OF_THE_DAY, ORDINARY_RUN], ids=["00:00", "05:30"])
 def test_any_task_that_fails_fails_the_run_of_every_job(trigger, upstream_failed_is_failed):
     for key, tasks in every_job().items():
@@ -123,7 +137,12 @@ def test_any_task_that_fails_fails_the_run_of_every_job(trigger, upstream_failed
 def test_the_daily_audit_runs_after_a_join_that_failed_and_the_run_still_fails():
     tasks = every_job()["lakejoin_join"]
     states = task_states(tasks, FIRST_RUN_OF_THE_DAY, {"join"}, upstream_failed_is_failed=False)
-    assert {key: states[key][0] for key in ("join", "validate", "maintain", "failed")} == {"join": FAILED, "validate": SUCCESS, "maintain": SUCCESS, "failed": FAILED}
+    assert {key: states[key][0] for key in ("join", "validate", "maintain", "failed")} == {
+        "join": FAILED,
+        "validate": SUCCESS,
+        "maintain": SUCCESS,
+        "failed": FAILED,
+    }
 
 
 # The join job's graph as it stood before the `failed` task: the day's audit after the join, run if ALL_DONE.
@@ -154,7 +173,9 @@ def test_the_acceptance_run_checks_both_computes_whatever_fails_and_always_ends_
     for failing in (set(), {"classic"}, {"serverless"}, {"classic", "serverless"}):
         states = task_states(tasks, ORDINARY_RUN, failing, upstream_failed_is_failed)
         assert {key: states[key][0] for key in ("classic", "serverless", "forced_failure", "failed")} == {
-            "classic": FAILED if "classic" in failing else SUCCESS, "serverless": FAILED if "serverless" in failing else SUCCESS,
-            "forced_failure": FAILED, "failed": FAILED,
+            "classic": FAILED if "classic" in failing else SUCCESS,
+            "serverless": FAILED if "serverless" in failing else SUCCESS,
+            "forced_failure": FAILED,
+            "failed": FAILED,
         }, failing
         assert run_result(tasks, ORDINARY_RUN, failing, upstream_failed_is_failed) == "FAILED"

@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import DataFrame
 
-from state.config import Config
 from pipelines.maintain import maintain
 from pipelines.silver import run
+from state.config import Config
 from state.engines.deltars import DeltaRsEngine
 from state.layout import PROVENANCE
 from tests.helpers import Pipeline
@@ -28,22 +28,46 @@ S1, S7 = (Record("s", f"s{ts}", ts, "k", f"payload s{ts}") for ts in (1, 7))
 ORDERS = {
     "ideal": (
         [S1, R2, R4, S7, R8],
-        {("r2", "s1", "S", 2), ("r4", "s1", "S", 3), ("r2", "s7", "R", 4), ("r4", "s7", "R", 4), ("r8", "s1", "S", 5), ("r8", "s7", "S", 5)},
+        {
+            ("r2", "s1", "S", 2),
+            ("r4", "s1", "S", 3),
+            ("r2", "s7", "R", 4),
+            ("r4", "s7", "R", 4),
+            ("r8", "s1", "S", 5),
+            ("r8", "s7", "S", 5),
+        },
     ),
     "delayed probe s7": (
         [S1, R2, R4, R8, S7],
-        {("r2", "s1", "S", 2), ("r4", "s1", "S", 3), ("r8", "s1", "S", 4), ("r2", "s7", "R", 5), ("r4", "s7", "R", 5), ("r8", "s7", "S", 5)},
+        {
+            ("r2", "s1", "S", 2),
+            ("r4", "s1", "S", 3),
+            ("r8", "s1", "S", 4),
+            ("r2", "s7", "R", 5),
+            ("r4", "s7", "R", 5),
+            ("r8", "s7", "S", 5),
+        },
     ),
     "delayed store r4": (
         [S1, R2, S7, R4, R8],
-        {("r2", "s1", "S", 2), ("r2", "s7", "R", 3), ("r4", "s1", "S", 4), ("r4", "s7", "R", 4), ("r8", "s1", "S", 5), ("r8", "s7", "S", 5)},
+        {
+            ("r2", "s1", "S", 2),
+            ("r2", "s7", "R", 3),
+            ("r4", "s1", "S", 4),
+            ("r4", "s7", "R", 4),
+            ("r8", "s1", "S", 5),
+            ("r8", "s7", "S", 5),
+        },
     ),
 }
 
 
 @pytest.mark.parametrize(
     "engine, order_name",
-    [*(("delta-rs", name) for name in ORDERS), pytest.param("spark", "delayed store r4", marks=pytest.mark.spark_delta)],
+    [
+        *(("delta-rs", name) for name in ORDERS),
+        pytest.param("spark", "delayed store r4", marks=pytest.mark.spark_delta),
+    ],
     indirect=["engine"],
 )
 def test_worked_example_one_record_at_a_time(engine, tmp_path, order_name):
@@ -68,7 +92,9 @@ def test_bronze_and_state_keep_file_statistics_of_the_columns_lakejoin_reads_the
     warehouse = pipeline.warehouse
     for rel in warehouse.relations:
         for path in (warehouse.bronze(rel), warehouse.state(rel)):
-            assert {frozenset(stats["minValues"]) for stats in file_statistics(path)} == {frozenset({"_arrival_seq", "_ts", "_id"})}, path
+            assert {frozenset(stats["minValues"]) for stats in file_statistics(path)} == {
+                frozenset({"_arrival_seq", "_ts", "_id"})
+            }, path
     assert engine.max_value(warehouse.bronze(warehouse.relations[0]), "_arrival_seq") == 3
     assert Counter(pipeline.gold_pairs()) == Counter(join_in_arrival_order([S1, R2, R4, S7]))
 
@@ -86,7 +112,9 @@ def test_batches_leave_checkpoints_to_maintain_which_writes_every_tables_at_its_
         warehouse.name_of(table): "100" for table in tables
     }
     assert maintain(engine, warehouse)
-    assert {warehouse.name_of(table): last_checkpoint(table) for table in tables} == {warehouse.name_of(table): engine.version(table) for table in tables}
+    assert {warehouse.name_of(table): last_checkpoint(table) for table in tables} == {
+        warehouse.name_of(table): engine.version(table) for table in tables
+    }
     pipeline.land([R4, S7])
     pipeline.run()
     assert Counter(pipeline.gold_pairs()) == Counter(join_in_arrival_order([S1, R2, R4, S7]))
@@ -122,7 +150,9 @@ def test_state_keeps_no_provenance_and_a_state_table_made_holding_it_keeps_getti
     pipeline.run()
     held = {row["_id"]: row for row in deltars.rows(warehouse.state(s)).to_pylist()}
     bronze = {row["_id"]: row for row in deltars.rows(warehouse.bronze(s)).to_pylist()}
-    assert {(id_, name): held[id_][name] for id_ in held for name in PROVENANCE} == {(id_, name): bronze[id_][name] for id_ in held for name in PROVENANCE}
+    assert {(id_, name): held[id_][name] for id_ in held for name in PROVENANCE} == {
+        (id_, name): bronze[id_][name] for id_ in held for name in PROVENANCE
+    }
     assert held.keys() == {"s1", "s7"}
     assert not set(PROVENANCE) & set(deltars.schema(warehouse.state(r)).fieldNames())
     assert pipeline.gold_pairs() == Counter(join_in_arrival_order([S1, R2, R4, S7]))
@@ -181,7 +211,9 @@ arrival_sequences = st.lists(
 ).map(lambda rows: [Record(rel, f"{rel}{i}", ts, key, f"p{i}") for i, (rel, ts, key) in enumerate(rows)])
 
 
-def arrivals_in_random_batches_give_the_batch_join(engine, root: str, records: list[Record], data: st.DataObject) -> None:
+def arrivals_in_random_batches_give_the_batch_join(
+    engine, root: str, records: list[Record], data: st.DataObject
+) -> None:
     """Random relations, arrival permutations and micro-batch splits: gold is the batch join, each pair once."""
     order = data.draw(st.permutations(records))
     batches = split(data, order, most=3)
@@ -200,7 +232,9 @@ def test_any_arrival_order_and_batch_split_gives_the_batch_join(deltars, tmp_pat
 
 @settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(records=arrival_sequences.filter(lambda records: len(records) <= 8), data=st.data())
-def test_an_engine_keeping_its_tables_open_writes_what_a_fresh_engine_per_batch_writes(spark, tmp_path_factory, records, data):
+def test_an_engine_keeping_its_tables_open_writes_what_a_fresh_engine_per_batch_writes(
+    spark, tmp_path_factory, records, data
+):
     """The delta-rs engine opens a table once and follows its new commits (a warm run, or ``run --follow``); a new
     process opens everything again. Both give the same gold, state, rule tables and batch log."""
     order = data.draw(st.permutations(records))
@@ -215,20 +249,27 @@ def test_an_engine_keeping_its_tables_open_writes_what_a_fresh_engine_per_batch_
         while True:  # one batch per fresh engine, as one process per batch would
             cold.engine = DeltaRsEngine(spark)
             taken = iter([False, True])
-            if not run(cold.engine, cold.warehouse, cold.config.with_overrides(max_batch_rows=rows), stop=lambda: next(taken)):
+            if not run(
+                cold.engine, cold.warehouse, cold.config.with_overrides(max_batch_rows=rows), stop=lambda: next(taken)
+            ):
                 break
     assert cold.snapshot() == warm.snapshot()
 
 
 @settings(max_examples=1, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(records=arrival_sequences, data=st.data())
-def test_on_delta_spark_any_arrival_order_and_batch_split_gives_the_batch_join(spark_engine, tmp_path_factory, records, data):
+def test_on_delta_spark_any_arrival_order_and_batch_split_gives_the_batch_join(
+    spark_engine, tmp_path_factory, records, data
+):
     arrivals_in_random_batches_give_the_batch_join(spark_engine, str(tmp_path_factory.mktemp("prop")), records, data)
 
 
 def test_non_equi_predicate(deltars, tmp_path):
     pipeline = Pipeline(deltars, str(tmp_path), Config(predicate="r.x < s.y AND r.region = s.region"))
-    r_rows = [{"id": "r1", "ts": 1, "key": "-", "x": 5, "region": "eu"}, {"id": "r2", "ts": 9, "key": "-", "x": 1, "region": "us"}]
+    r_rows = [
+        {"id": "r1", "ts": 1, "key": "-", "x": 5, "region": "eu"},
+        {"id": "r2", "ts": 9, "key": "-", "x": 1, "region": "us"},
+    ]
     s_rows = [{"id": "s1", "ts": 5, "key": "-", "y": 7, "region": "eu"}, {"id": "s2", "ts": 3, "key": "-", "y": 2, "region": "us"},
               {"id": "s3", "ts": 4, "key": "-", "y": 9, "region": "us"}, {"id": "s4", "ts": 6, "key": "-", "y": 4, "region": "eu"}]  # fmt: skip
     pipeline.ingest("s", pipeline.write_file(s_rows[:2]))
@@ -241,8 +282,14 @@ def test_non_equi_predicate(deltars, tmp_path):
 
 def test_a_null_operand_never_matches(deltars, tmp_path):
     pipeline = Pipeline(deltars, str(tmp_path), Config(predicate="r.x = s.y"))
-    pipeline.ingest("r", pipeline.write_file([{"id": "r1", "ts": 1, "key": "k", "x": None}, {"id": "r2", "ts": 2, "key": "k", "x": 3}]))
-    pipeline.ingest("s", pipeline.write_file([{"id": "s1", "ts": 3, "key": "k", "y": None}, {"id": "s2", "ts": 4, "key": "k", "y": 3}]))
+    pipeline.ingest(
+        "r",
+        pipeline.write_file([{"id": "r1", "ts": 1, "key": "k", "x": None}, {"id": "r2", "ts": 2, "key": "k", "x": 3}]),
+    )
+    pipeline.ingest(
+        "s",
+        pipeline.write_file([{"id": "s1", "ts": 3, "key": "k", "y": None}, {"id": "s2", "ts": 4, "key": "k", "y": 3}]),
+    )
     pipeline.run()
     assert pipeline.gold_pairs() == Counter([Pair("r2", "s2", "R")])
 

@@ -35,14 +35,19 @@ def dense_stream(seed: int, names: str) -> list[list[Record]]:
     the batch form has tuples to find, and a few records are late)."""
     chosen = random.Random(seed)
     records = [
-        Record(name, f"{name}{i}", chosen.randint(0, 6), chosen.choice("xxy"), rank=rank) for rank, name in enumerate(names) for i in range(4)
+        Record(name, f"{name}{i}", chosen.randint(0, 6), chosen.choice("xxy"), rank=rank)
+        for rank, name in enumerate(names)
+        for i in range(4)
     ]
     chosen.shuffle(records)
     cuts = sorted(chosen.sample(range(1, len(records)), 2))
     return [records[: cuts[0]], records[cuts[0] : cuts[1]], records[cuts[1] :]]
 
 
-@pytest.mark.parametrize("seed, names, broadcast", [(seed, "abc", seed % 2 == 0) for seed in range(4)] + [(seed, "abcd", seed == 5) for seed in range(5, 7)])
+@pytest.mark.parametrize(
+    "seed, names, broadcast",
+    [(seed, "abc", seed % 2 == 0) for seed in range(4)] + [(seed, "abcd", seed == 5) for seed in range(5, 7)],
+)
 def test_the_batch_form_gives_the_references_tuples_and_owners(spark, seed, names, broadcast):
     """Whether a batch broadcasts its arrivals (a small batch) or not (one above ``BROADCAST_ROWS``)."""
     relations = {name: Relation(name, rank) for rank, name in enumerate(names)}
@@ -75,8 +80,15 @@ def test_each_term_joins_a_relation_linked_to_those_before_and_shuffles_no_state
     schema = "_id string, _ts bigint, k1 string, k2 string"
     rows = {name: spark.createDataFrame([(f"{name}{i}", i, "x", "y") for i in range(3)], schema) for name in "abc"}
     relations = [Relation(name, rank) for rank, name in enumerate("abc")]
-    sides = [Side(rel, rows[rel.name], rows[rel.name], {other: rows[other.name] for other in relations if other != rel}) for rel in relations]
+    sides = [
+        Side(rel, rows[rel.name], rows[rel.name], {other: rows[other.name] for other in relations if other != rel})
+        for rel in relations
+    ]
     tuples = batch_tuples(sides, "a.k1 = b.k1 AND b.k2 = c.k2", Projection({}))
     plan = tuples._jdf.queryExecution().executedPlan().toString()
     assert "BroadcastHashJoin" in plan
-    assert [join for join in ("BroadcastNestedLoopJoin", "CartesianProduct", "SortMergeJoin", "ShuffledHashJoin") if join in plan] == []
+    assert [
+        join
+        for join in ("BroadcastNestedLoopJoin", "CartesianProduct", "SortMergeJoin", "ShuffledHashJoin")
+        if join in plan
+    ] == []

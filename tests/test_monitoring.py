@@ -49,9 +49,13 @@ def dashboard() -> dict:
 @pytest.fixture(scope="module")
 def answer(spark, tmp_path_factory):
     """Runs a page's query on the warehouse built here, its tables named as the page names them."""
-    config = config_from({"allowed_lateness": 5, "expectations": {"ts_max": 50, "policies": {"bronze_ts_plausible": "quarantine"}}})
+    config = config_from(
+        {"allowed_lateness": 5, "expectations": {"ts_max": 50, "policies": {"bronze_ts_plausible": "quarantine"}}}
+    )
     pipeline = Pipeline(make_engine(spark, "delta-rs"), str(tmp_path_factory.mktemp("monitored")), config)
-    pipeline.land_chunk([Record("r", "r1", 10, "a"), Record("s", "s1", 12, "a"), Record("s", "s99", 99, "a")])  # s99: after ts_max
+    pipeline.land_chunk(
+        [Record("r", "r1", 10, "a"), Record("s", "s1", 12, "a"), Record("s", "s99", 99, "a")]
+    )  # s99: after ts_max
     pipeline.ingest("r", pipeline.write_file(['{"id": "r2", "ts": 11, "key": "b"}', "not json"]))
     pipeline.run()
     pipeline.land_chunk([Record("r", "r3", 2, "a"), Record("s", "s2", 20, "b")])  # r3 is late: r's watermark is 6
@@ -69,12 +73,24 @@ def answer(spark, tmp_path_factory):
 
 def test_the_page_shows_each_query_the_bundle_deploys_and_the_tests_run():
     shown = queries()
-    assert set(shown) == {*ALERTS.values(), "freshness", "batches per day", "rows set aside per day", "rules that broke per day"}
+    assert set(shown) == {
+        *ALERTS.values(),
+        "freshness",
+        "batches per day",
+        "rows set aside per day",
+        "rules that broke per day",
+    }
     for key, alert in alerts().items():
-        deployed = alert["query_text"].replace("${var.catalog}.${var.schema}.", THE_PAGES_WAREHOUSE).replace("${resources.jobs.lakejoin_join.id}", "<job id>")
+        deployed = (
+            alert["query_text"]
+            .replace("${var.catalog}.${var.schema}.", THE_PAGES_WAREHOUSE)
+            .replace("${resources.jobs.lakejoin_join.id}", "<job id>")
+        )
         assert deployed == shown[ALERTS[key]], key
     for dataset in dashboard()["datasets"]:  # the dashboard's datasets run in the warehouse's catalog and schema
-        assert "".join(dataset["queryLines"]) == shown[dataset["displayName"]].replace(THE_PAGES_WAREHOUSE, ""), dataset["name"]
+        assert "".join(dataset["queryLines"]) == shown[dataset["displayName"]].replace(THE_PAGES_WAREHOUSE, ""), (
+            dataset["name"]
+        )
 
 
 def test_the_alerts_and_the_dashboard_validate_and_tell_whom_the_target_names():
@@ -82,12 +98,18 @@ def test_the_alerts_and_the_dashboard_validate_and_tell_whom_the_target_names():
     for key, alert in alerts().items():
         deployed = Alert.from_dict(resolved(alert, values))
         assert deployed.warehouse_id == values["sql_warehouse_id"], key
-        assert [subscription.user_email for subscription in deployed.evaluation.notification.subscriptions] == ["data-oncall@example.com"], key
+        assert [subscription.user_email for subscription in deployed.evaluation.notification.subscriptions] == [
+            "data-oncall@example.com"
+        ], key
     board = load(MONITORING)["resources"]["dashboards"]["lakejoin"]
     Dashboard.from_dict(resolved(board, values))
-    assert os.path.normpath(os.path.join(REPO, "resources", board["file_path"])) == os.path.join(REPO, "resources", "lakejoin.lvdash.json")
+    assert os.path.normpath(os.path.join(REPO, "resources", board["file_path"])) == os.path.join(
+        REPO, "resources", "lakejoin.lvdash.json"
+    )
     widgets = [item["widget"] for page in dashboard()["pages"] for item in page["layout"]]
-    assert {query["query"]["datasetName"] for widget in widgets for query in widget["queries"]} == {dataset["name"] for dataset in dashboard()["datasets"]}
+    assert {query["query"]["datasetName"] for widget in widgets for query in widget["queries"]} == {
+        dataset["name"] for dataset in dashboard()["datasets"]
+    }
 
 
 def test_each_widget_shows_columns_its_query_gives(answer):
@@ -96,7 +118,9 @@ def test_each_widget_shows_columns_its_query_gives(answer):
         for item in page["layout"]:
             (query,) = item["widget"]["queries"]
             rows = answer(names[query["query"]["datasetName"]])
-            assert rows and {field["name"] for field in query["query"]["fields"]} <= set(rows[0]), query["query"]["datasetName"]
+            assert rows and {field["name"] for field in query["query"]["fields"]} <= set(rows[0]), query["query"][
+                "datasetName"
+            ]
 
 
 def fires(alert: dict, rows: list[dict]) -> bool:
@@ -106,7 +130,9 @@ def fires(alert: dict, rows: list[dict]) -> bool:
         return evaluation.get("empty_result_state", "UNKNOWN") == "TRIGGERED"
     values = [row[evaluation["source"]["name"]] for row in rows]
     value = max(values) if evaluation["source"].get("aggregation") == "MAX" else values[0]
-    threshold = float(resolved(evaluation["threshold"]["value"]["double_value"], defaults(load(os.path.join(REPO, "databricks.yml")))))
+    threshold = float(
+        resolved(evaluation["threshold"]["value"]["double_value"], defaults(load(os.path.join(REPO, "databricks.yml"))))
+    )
     assert evaluation["comparison_operator"] == "GREATER_THAN"
     return value > threshold
 
@@ -126,7 +152,11 @@ def test_arrivals_waiting_are_those_ingested_after_the_last_batch_and_fire_only_
 
 def test_rows_set_aside_come_from_each_quarantine_and_fire_the_hours_alert(answer):
     kept = {(row["kept_in"], row["of"]): row["rows"] for row in answer("rows set aside per day")}
-    assert kept == {("quarantine_ingest", "r"): 1, ("quarantine_expectations", "bronze/s"): 1, ("quarantine_late_arrivals", "r"): 1}
+    assert kept == {
+        ("quarantine_ingest", "r"): 1,
+        ("quarantine_expectations", "bronze/s"): 1,
+        ("quarantine_late_arrivals", "r"): 1,
+    }
     (hour,) = answer("rows set aside")
     assert hour["rows_set_aside"] == 3 and fires(alerts()["lakejoin_rows_set_aside"], [hour])
 
@@ -138,7 +168,9 @@ def test_batches_per_day_count_the_batches_their_arrivals_pairs_and_late_rows(an
 
 
 def test_rules_that_broke_name_the_rule_its_table_and_rows_and_fire_the_hours_alert(answer):
-    broke = [(row["rule"], row["table"], row["policy"], row["rows_failed"]) for row in answer("rules that broke per day")]
+    broke = [
+        (row["rule"], row["table"], row["policy"], row["rows_failed"]) for row in answer("rules that broke per day")
+    ]
     assert broke == [("bronze_ts_plausible", "bronze/s", "quarantine", 1)]
     (hour,) = answer("rules that broke")
     assert hour["rows_failed"] == 1 and fires(alerts()["lakejoin_rules_broke"], [hour])
@@ -146,4 +178,8 @@ def test_rules_that_broke_name_the_rule_its_table_and_rows_and_fire_the_hours_al
 
 def test_the_join_task_alert_reads_the_scheduled_jobs_join_task_runs():
     text = alerts()["lakejoin_join_task_failed"]["query_text"]
-    assert "system.lakeflow.job_task_run_timeline" in text and "task_key = 'join'" in text and "'${resources.jobs.lakejoin_join.id}'" in text
+    assert (
+        "system.lakeflow.job_task_run_timeline" in text
+        and "task_key = 'join'" in text
+        and "'${resources.jobs.lakejoin_join.id}'" in text
+    )

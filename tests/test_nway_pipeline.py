@@ -17,13 +17,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from expectations.reconcile import check_gold
-from state.config import Config
 from pipelines.api import Pipeline as Api
+from state.config import Config
 from tests.helpers import Pipeline, copied, crash_at_each, lakejoin, start_lakejoin
 from tests.reference import BatchJoiner, Match, Record, banded
 from tests.strategies import split
 from tests.test_cli import doc_block
-from tests.test_nway_reference import A, B, C, D, N1, N5, Q4, T2, T6, THREE, expected_tuples, streams
+from tests.test_nway_reference import N1, N5, Q4, T2, T6, THREE, A, B, C, D, expected_tuples, streams
 
 PROPERTY = settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
@@ -42,14 +42,19 @@ WORKED = {
 
 
 @pytest.mark.parametrize("name", WORKED)
-def test_worked_three_way_orders_give_each_tuple_once_with_its_owner_in_the_batch_of_its_last_member(deltars, tmp_path, name):
+def test_worked_three_way_orders_give_each_tuple_once_with_its_owner_in_the_batch_of_its_last_member(
+    deltars, tmp_path, name
+):
     order, produced_in = WORKED[name]
     pipeline = n_way(deltars, tmp_path, THREE)
     for record in order:
         pipeline.land([record])
         pipeline.run()
     assert pipeline.gold_matches() == Counter(list(produced_in))
-    batches = {Match(tuple((rel, row[f"_{rel}_id"]) for rel in THREE), row["owner"].lower()): row["batch_id"] for row in pipeline.gold_rows()}
+    batches = {
+        Match(tuple((rel, row[f"_{rel}_id"]) for rel in THREE), row["owner"].lower()): row["batch_id"]
+        for row in pipeline.gold_rows()
+    }
     assert batches == produced_in
 
 
@@ -77,23 +82,33 @@ def arrivals_in_random_batches_give_the_n_way_join(engine, root, data: st.DataOb
 
 @PROPERTY
 @given(data=st.data())
-def test_any_arrival_order_and_batch_split_of_three_or_four_relations_gives_the_n_way_join(deltars, tmp_path_factory, data):
+def test_any_arrival_order_and_batch_split_of_three_or_four_relations_gives_the_n_way_join(
+    deltars, tmp_path_factory, data
+):
     arrivals_in_random_batches_give_the_n_way_join(deltars, tmp_path_factory.mktemp("nway"), data)
 
 
 @settings(PROPERTY, max_examples=1)
 @given(data=st.data())
-def test_on_delta_spark_any_arrival_order_and_batch_split_of_n_relations_gives_the_n_way_join(spark_engine, tmp_path_factory, data):
+def test_on_delta_spark_any_arrival_order_and_batch_split_of_n_relations_gives_the_n_way_join(
+    spark_engine, tmp_path_factory, data
+):
     arrivals_in_random_batches_give_the_n_way_join(spark_engine, tmp_path_factory.mktemp("nway"), data)
 
 
-THREE_WAY_FIRST = [Record(name, f"{name[0]}{ts}", ts, "k", rank=THREE.index(name)) for name, ts in
-                   [("news", 1), ("trades", 2), ("quotes", 3), ("trades", 4)]]
-THREE_WAY_LATER = [Record(name, f"{name[0]}{ts}", ts, "k", rank=THREE.index(name)) for name, ts in
-                   [("quotes", 6), ("news", 5), ("trades", 9), ("news", 0), ("quotes", 8), ("news", 9)]]
+THREE_WAY_FIRST = [
+    Record(name, f"{name[0]}{ts}", ts, "k", rank=THREE.index(name))
+    for name, ts in [("news", 1), ("trades", 2), ("quotes", 3), ("trades", 4)]
+]
+THREE_WAY_LATER = [
+    Record(name, f"{name[0]}{ts}", ts, "k", rank=THREE.index(name))
+    for name, ts in [("quotes", 6), ("news", 5), ("trades", 9), ("news", 0), ("quotes", 8), ("news", 9)]
+]
 
 
-def test_a_three_way_run_dying_at_each_write_in_turn_resumes_to_the_uninterrupted_result(deltars, tmp_path_factory, monkeypatch):
+def test_a_three_way_run_dying_at_each_write_in_turn_resumes_to_the_uninterrupted_result(
+    deltars, tmp_path_factory, monkeypatch
+):
     """Every crash point of a three-way batch (the plan, each output, each of the nine state tables, the commit),
     in one warehouse: each rerun resumes what the last left unfinished and dies at the next point."""
     settings = {"allowed_lateness": 2, "window": 3}
@@ -106,7 +121,9 @@ def test_a_three_way_run_dying_at_each_write_in_turn_resumes_to_the_uninterrupte
     tables = list(crashed.warehouse.buffers())
     assert len(tables) == 3  # one per relation
     steps = ["gold", "late_arrivals", *tables, "dq_quarantine", "commit"]
-    crash_at_each(crashed, monkeypatch, [f"{moment}:{step}" for step in steps for moment in ("before", "after")], max_batch_rows=3)
+    crash_at_each(
+        crashed, monkeypatch, [f"{moment}:{step}" for step in steps for moment in ("before", "after")], max_batch_rows=3
+    )
     assert crashed.snapshot() == uninterrupted.snapshot()
     assert crashed.late_ids() == {"n0"}  # below the news watermark (5 - 2) when it arrives
     assert uninterrupted.gold_matches()  # the case joins something
@@ -144,25 +161,44 @@ def synchronized_streams(draw: st.DrawFn, lateness: int) -> tuple[list[Record], 
             order.append(streams_left[name].pop(0))
         return records, order
     delays = [draw(st.integers(0, lateness)) for _ in records]
-    return records, [rec for _, rec in sorted(zip([rec.ts + delay for rec, delay in zip(records, delays)], records), key=lambda pair: pair[0])]
+    return records, [
+        rec
+        for _, rec in sorted(
+            zip([rec.ts + delay for rec, delay in zip(records, delays)], records), key=lambda pair: pair[0]
+        )
+    ]
 
 
 @settings(PROPERTY, max_examples=2)
 @given(data=st.data(), lateness=st.sampled_from([0, 2]))
-def test_a_synchronized_join_of_three_streams_gives_one_row_per_time_and_key_with_state_bounded_by_the_lateness(deltars, tmp_path_factory, data, lateness):
+def test_a_synchronized_join_of_three_streams_gives_one_row_per_time_and_key_with_state_bounded_by_the_lateness(
+    deltars, tmp_path_factory, data, lateness
+):
     """RtBot's Join: a tuple for every time at which every stream holds a record of one key, whatever the
     interleaving of the streams (or disorder within the lateness); state keeps only records a future tuple
     can still take, those at or after the oldest of the streams' newest times, minus the lateness."""
     records, order = data.draw(synchronized_streams(lateness).filter(lambda drawn: drawn[0]))
-    config = Config(relations=dict.fromkeys("abc"), join="synchronized", predicate="a.key = b.key AND b.key = c.key",
-                    allowed_lateness=lateness or None)
+    config = Config(
+        relations=dict.fromkeys("abc"),
+        join="synchronized",
+        predicate="a.key = b.key AND b.key = c.key",
+        allowed_lateness=lateness or None,
+    )
     pipeline = Pipeline(deltars, str(tmp_path_factory.mktemp("sync")), config)
     joiner = BatchJoiner("abc", banded(0), lateness, 0)
     for landed in split(data, order, most=3):
         pipeline.land(landed)
         pipeline.run(max_batch_rows=data.draw(st.integers(1, 6)))
-        newest = [max((rec.ts for rec in order[: order.index(landed[-1]) + 1] if rec.relation == name), default=None) for name in "abc"]
-        state = [row["_ts"] for path in pipeline.warehouse.buffers().values() if (rows := deltars.read(path)) is not None for row in rows.collect()]
+        newest = [
+            max((rec.ts for rec in order[: order.index(landed[-1]) + 1] if rec.relation == name), default=None)
+            for name in "abc"
+        ]
+        state = [
+            row["_ts"]
+            for path in pipeline.warehouse.buffers().values()
+            if (rows := deltars.read(path)) is not None
+            for row in rows.collect()
+        ]
         if None not in newest:
             assert all(ts >= min(newest) - lateness for ts in state)
     found = Counter(match for batch in pipeline.batches() for match in joiner.step(batch)[1])
@@ -171,10 +207,16 @@ def test_a_synchronized_join_of_three_streams_gives_one_row_per_time_and_key_wit
     assert pipeline.state_rows() == joiner.held()
 
 
-def test_kill_9_of_a_three_way_run_at_random_moments_then_a_clean_rerun_gives_the_uninterrupted_result(deltars, tmp_path_factory):
+def test_kill_9_of_a_three_way_run_at_random_moments_then_a_clean_rerun_gives_the_uninterrupted_result(
+    deltars, tmp_path_factory
+):
     settings = {"allowed_lateness": 30, "window": 40}
     chosen = random.Random(5)
-    records = [Record(name, f"{name}{i}", chosen.randrange(100), f"k{chosen.randrange(3)}", rank=rank) for i in range(6) for rank, name in enumerate("abc")]
+    records = [
+        Record(name, f"{name}{i}", chosen.randrange(100), f"k{chosen.randrange(3)}", rank=rank)
+        for i in range(6)
+        for rank, name in enumerate("abc")
+    ]
     uninterrupted = n_way(deltars, tmp_path_factory.mktemp("uninterrupted"), "abc", **settings)
     uninterrupted.land(records)
     victim = copied(uninterrupted, tmp_path_factory.mktemp("victim"))
@@ -205,9 +247,13 @@ def test_validate_passes_while_one_relation_has_nothing_ingested_yet(deltars, tm
 def test_the_docs_three_way_example_joins_and_validates_as_written(spark, tmp_path):
     """The config of docs/joins.md's three-way example, as written: each relation's file ingested, a run, status
     and validate (the command line's own run of the same steps is the README's two-file example, tests/test_cli.py)."""
-    pipeline = Api(tmp_path / "wh", yaml.safe_load(doc_block("docs/joins.md", "A three-way join of trades")), spark=spark)
+    pipeline = Api(
+        tmp_path / "wh", yaml.safe_load(doc_block("docs/joins.md", "A three-way join of trades")), spark=spark
+    )
     for name, key, offset in (("trades", "trade_id", 0), ("quotes", "quote_id", 1), ("news", "news_id", 2)):
-        rows = [{key: f"{name}{i}", "symbol": "AB"[i % 2], "t": f"2026-01-01T00:00:{3 * i + offset:02d}Z"} for i in range(6)]
+        rows = [
+            {key: f"{name}{i}", "symbol": "AB"[i % 2], "t": f"2026-01-01T00:00:{3 * i + offset:02d}Z"} for i in range(6)
+        ]
         (tmp_path / f"{name}.jsonl").write_text("\n".join(json.dumps(row) for row in rows))
         (landed,) = pipeline.ingest(name, tmp_path / f"{name}.jsonl")
         assert (landed.landed, landed.refused) == (6, None)

@@ -211,11 +211,16 @@ def test_bounded_buffers_hold_on_one_key_in_small_batches(data, n, lateness, win
 
 def test_a_long_three_way_stream_keeps_its_state_flat():
     # 300 records per relation in time order, one per relation at each time, 10 keys in turn; batches of 30.
-    records = [Record(name, f"{name}{t}", t, f"k{t % 10}", rank=rank) for t in range(300) for rank, name in enumerate("abc")]
+    records = [
+        Record(name, f"{name}{t}", t, f"k{t % 10}", rank=rank) for t in range(300) for rank, name in enumerate("abc")
+    ]
     assert respects_lateness(records, 2)
     batches = [records[i : i + 30] for i in range(0, len(records), 30)]
     found, held = join_in_batches(batches, "abc", banded(12), lateness=2, window=12)
     # Records of different keys never join: the one-shot join key by key is the whole join, and quick.
-    expected = sum((expected_tuples([r for r in records if r.key == key], "abc", 12) for key in {r.key for r in records}), Counter())
+    expected = sum(
+        (expected_tuples([r for r in records if r.key == key], "abc", 12) for key in {r.key for r in records}),
+        Counter(),
+    )
     assert Counter(found) == expected and len(expected) > 300
     assert max(held) == max(held[:5])  # what the first batches hold is all any batch holds

@@ -18,19 +18,37 @@ from tests.helpers import REPO
 # bundle's serverless_environment), as Databricks' own github.com/databricks/environments transcribes them
 # (python/dbr/18.x-scala2.13/constraints.txt, python/serverless/serverless-v4/constraints.txt). None: not shipped.
 RUNTIMES = {
-    "Databricks Runtime 18 LTS": {"deltalake": "1.1.4", "pyarrow": "21.0.0", "pandas": "2.2.3", "pyyaml": "6.0.2", "great-expectations": None},
-    "serverless environment 4": {"deltalake": None, "pyarrow": "19.0.1", "pandas": "2.2.3", "pyyaml": "6.0.2", "great-expectations": None},
+    "Databricks Runtime 18 LTS": {
+        "deltalake": "1.1.4",
+        "pyarrow": "21.0.0",
+        "pandas": "2.2.3",
+        "pyyaml": "6.0.2",
+        "great-expectations": None,
+    },
+    "serverless environment 4": {
+        "deltalake": None,
+        "pyarrow": "19.0.1",
+        "pandas": "2.2.3",
+        "pyyaml": "6.0.2",
+        "great-expectations": None,
+    },
 }
 
 
 def requirements() -> dict[str, Requirement]:
     with open(os.path.join(REPO, "pyproject.toml"), "rb") as handle:
-        return {(req := Requirement(text)).name.lower(): req for text in tomllib.load(handle)["project"]["dependencies"]}
+        return {
+            (req := Requirement(text)).name.lower(): req for text in tomllib.load(handle)["project"]["dependencies"]
+        }
 
 
 def constraints() -> dict[str, str]:
     with open(os.path.join(REPO, "constraints.txt"), encoding="utf-8") as handle:
-        return dict(re.fullmatch(r"([\w.-]+)==(\S+)", line.strip()).groups() for line in handle if line.strip() and not line.startswith("#"))
+        return dict(
+            re.fullmatch(r"([\w.-]+)==(\S+)", line.strip()).groups()
+            for line in handle
+            if line.strip() and not line.startswith("#")
+        )
 
 
 def test_the_wheel_installs_nothing_over_what_a_runtime_the_bundle_names_ships():
@@ -38,7 +56,12 @@ def test_the_wheel_installs_nothing_over_what_a_runtime_the_bundle_names_ships()
         assert set(shipped) == set(requirements()), runtime
         for name, release in shipped.items():
             if release is not None:
-                assert requirements()[name].specifier.contains(release), (runtime, name, release, str(requirements()[name].specifier))
+                assert requirements()[name].specifier.contains(release), (
+                    runtime,
+                    name,
+                    release,
+                    str(requirements()[name].specifier),
+                )
 
 
 def test_the_tested_versions_are_pinned_within_the_ranges_and_installed_here():

@@ -12,10 +12,10 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from pipelines.api import Pipeline as Api
-from state.config import Config
 from pipelines.definition import record, settle
 from pipelines.status import warehouse_status
 from state.clock import set_now
+from state.config import Config
 from state.errors import LakejoinError
 from state.faults import CRASH_AT, InjectedCrash
 from tests.helpers import Pipeline
@@ -61,17 +61,24 @@ def test_a_left_joins_waiting_rows_come_out_once_the_stopped_relation_is_idle_an
     pipeline = left_join(deltars, tmp_path, QUIET)
     stopped_payments(pipeline)
     at(10)
-    assert pipeline.run() == [] and rows(pipeline) == Counter({Pair("r2", "s1", "S"): 1})  # S quiet for 10 minutes: not idle yet
+    assert pipeline.run() == [] and rows(pipeline) == Counter(
+        {Pair("r2", "s1", "S"): 1}
+    )  # S quiet for 10 minutes: not idle yet
     at(16)
     (released,) = pipeline.run()  # S idle: its watermark is R's, 8, so r4 (4 + window 2 < 8) is final
-    assert released.arrivals == {"r": 0, "s": 0} and rows(pipeline) == Counter({Pair("r2", "s1", "S"): 1, Pair("r4", None, "R"): 1})
+    assert released.arrivals == {"r": 0, "s": 0} and rows(pipeline) == Counter(
+        {Pair("r2", "s1", "S"): 1, Pair("r4", None, "R"): 1}
+    )
     status = warehouse_status(deltars, pipeline.warehouse, pipeline.config)
     assert status.idle == {"s": "2026-11-25T09:00:00Z"} and status.watermarks["s"] == 8
     at(20)
     assert pipeline.run() == []  # nothing moved since: no batch, r4's row stays once
     land_then_run(pipeline, Record("s", "s3", 3, "k"))  # S resumes with a record below the watermark it was given
     (late,) = pipeline.engine.read(pipeline.warehouse.late_arrivals).collect()
-    assert late["id"] == "s3" and late["reason"] == "ts below the watermark of S (S had been idle since 2026-11-25T09:00:00Z)"
+    assert (
+        late["id"] == "s3"
+        and late["reason"] == "ts below the watermark of S (S had been idle since 2026-11-25T09:00:00Z)"
+    )
     assert rows(pipeline) == Counter({Pair("r2", "s1", "S"): 1, Pair("r4", None, "R"): 1})
 
 
@@ -82,7 +89,9 @@ def test_without_idle_after_the_waiting_rows_wait(deltars, tmp_path) -> None:
     assert pipeline.run() == [] and rows(pipeline) == Counter({Pair("r2", "s1", "S"): 1})
 
 
-def test_an_as_of_joins_trades_waiting_for_quotes_that_stopped_come_out_once_the_quotes_are_idle(deltars, tmp_path) -> None:
+def test_an_as_of_joins_trades_waiting_for_quotes_that_stopped_come_out_once_the_quotes_are_idle(
+    deltars, tmp_path
+) -> None:
     pipeline = Pipeline(deltars, str(tmp_path), Config(join="asof", allowed_lateness=0, relations=QUIET))
     land_then_run(pipeline, Record("s", "s1", 1, "k"), Record("r", "r3", 3, "k"))
     at(1)
@@ -90,11 +99,17 @@ def test_an_as_of_joins_trades_waiting_for_quotes_that_stopped_come_out_once_the
     assert rows(pipeline) == Counter()  # r3 waits for S's watermark to reach 3
     at(16)
     pipeline.run()
-    assert rows(pipeline) == Counter({Pair("r3", "s1", "R"): 1})  # S idle: its watermark is R's, 5; r5 waits for S past 5
+    assert rows(pipeline) == Counter(
+        {Pair("r3", "s1", "R"): 1}
+    )  # S idle: its watermark is R's, 5; r5 waits for S past 5
 
 
-def test_a_batch_resumed_after_a_crash_keeps_its_idle_decision_whatever_the_clock_says_then(deltars, tmp_path_factory, monkeypatch) -> None:
-    uninterrupted, crashed = (left_join(deltars, tmp_path_factory.mktemp(name), QUIET) for name in ("uninterrupted", "crashed"))
+def test_a_batch_resumed_after_a_crash_keeps_its_idle_decision_whatever_the_clock_says_then(
+    deltars, tmp_path_factory, monkeypatch
+) -> None:
+    uninterrupted, crashed = (
+        left_join(deltars, tmp_path_factory.mktemp(name), QUIET) for name in ("uninterrupted", "crashed")
+    )
     for pipeline in (uninterrupted, crashed):
         at(0)
         stopped_payments(pipeline)
@@ -115,7 +130,9 @@ def declaring(pipeline: Pipeline, spark) -> Api:  # noqa: ANN001 - a SparkSessio
     return Api(pipeline.warehouse.root, pipeline.config, spark=spark)
 
 
-def test_declared_progress_bounds_an_inner_joins_state_and_releases_a_left_joins_rows(spark, deltars, tmp_path_factory) -> None:
+def test_declared_progress_bounds_an_inner_joins_state_and_releases_a_left_joins_rows(
+    spark, deltars, tmp_path_factory
+) -> None:
     inner = Pipeline(deltars, str(tmp_path_factory.mktemp("inner")), Config(window=2, allowed_lateness=0))
     api = declaring(inner, spark)
     land_then_run(inner, Record("s", "s1", 1, "k"), *[Record("r", f"r{t}", t, "k") for t in range(2, 12)])
@@ -139,5 +156,8 @@ def test_declared_progress_bounds_an_inner_joins_state_and_releases_a_left_joins
 def test_idle_after_is_a_duration_or_a_number_of_seconds_and_anything_else_is_refused_in_one_line() -> None:
     assert Config(relations={"s": {"idle_after": "15 minutes"}}).spec("s").idle_after == 900.0
     assert Config(relations={"s": {"idle_after": 30}}).spec("s").idle_after == 30.0
-    with pytest.raises(LakejoinError, match=r"^config: relations.s.idle_after must be a duration such as '15 minutes' or a number of seconds, got 'soon'$"):
+    with pytest.raises(
+        LakejoinError,
+        match=r"^config: relations.s.idle_after must be a duration such as '15 minutes' or a number of seconds, got 'soon'$",
+    ):
         Config(relations={"s": {"idle_after": "soon"}})

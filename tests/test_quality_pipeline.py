@@ -67,19 +67,33 @@ def gold_ids(warehouse: str) -> Counter:
 def test_fail_stops_the_batch_with_nothing_written_then_a_relaxed_policy_lets_the_next_run_proceed(deltars, tmp_path):
     warehouse = landed(deltars, tmp_path)
     before = versions(warehouse)
-    stopped = lakejoin_here("run", "--warehouse", warehouse, "--config", config_file(tmp_path, "fail"), cwd=str(tmp_path))
+    stopped = lakejoin_here(
+        "run", "--warehouse", warehouse, "--config", config_file(tmp_path, "fail"), cwd=str(tmp_path)
+    )
     assert stopped.returncode == 1
     (message,) = [line for line in stderr_lines(stopped) if line.startswith("lakejoin:")]
     assert "rule bronze_ts_plausible" in message and "id=s99" in message and "nothing written" in message
     assert versions(warehouse) == before
 
-    warned = lakejoin_here("run", "--warehouse", warehouse, "--config", config_file(tmp_path, "warn"), cwd=str(tmp_path))
+    warned = lakejoin_here(
+        "run", "--warehouse", warehouse, "--config", config_file(tmp_path, "warn"), cwd=str(tmp_path)
+    )
     assert warned.returncode == 0, warned.stderr[-2000:]
     assert "1 rule failures" in warned.stdout
     assert gold_ids(warehouse) == Counter((p.r_id, p.s_id) for p in batch_join(RECORDS))  # warn keeps the row
-    (result,) = [rule for batch in read(os.path.join(warehouse, "silver", "batches")) for rule in batch["rules"] if rule["failed"]]
+    (result,) = [
+        rule
+        for batch in read(os.path.join(warehouse, "silver", "batches"))
+        for rule in batch["rules"]
+        if rule["failed"]
+    ]
     assert (result["rule"], result["table"], result["policy"], result["failed"], result["evaluated"]) == (
-        "bronze_ts_plausible", "bronze/s", "warn", 1, 2)
+        "bronze_ts_plausible",
+        "bronze/s",
+        "warn",
+        1,
+        2,
+    )
     assert json.loads(result["examples"]) == ["_id=s99"]
     status = lakejoin_here("status", "--warehouse", warehouse, cwd=str(tmp_path))
     assert "bronze_ts_plausible on bronze/s: 1 of 2 rows failed (warn)" in status.stdout
@@ -89,13 +103,30 @@ def test_fail_stops_the_batch_with_nothing_written_then_a_relaxed_policy_lets_th
 @pytest.mark.parametrize("cli_engine", [pytest.param("spark", marks=pytest.mark.spark_delta)], indirect=True)
 def test_quarantine_takes_the_row_out_of_the_join_and_keeps_it_with_the_rule_name(spark, tmp_path, cli_engine):
     warehouse = landed(make_engine(spark, cli_engine), tmp_path)
-    ran = lakejoin_here("run", "--warehouse", warehouse, "--config", config_file(tmp_path, "quarantine"), cwd=str(tmp_path), engine=cli_engine)
+    ran = lakejoin_here(
+        "run",
+        "--warehouse",
+        warehouse,
+        "--config",
+        config_file(tmp_path, "quarantine"),
+        cwd=str(tmp_path),
+        engine=cli_engine,
+    )
     assert ran.returncode == 0, ran.stderr[-2000:]
     assert gold_ids(warehouse) == Counter((p.r_id, p.s_id) for p in batch_join(PLAUSIBLE))
     (kept,) = read(os.path.join(warehouse, "quarantine", "expectations"))
-    assert (kept["rule"], kept["table"], kept["row_key"], json.loads(kept["row"])["ts"]) == ("bronze_ts_plausible", "bronze/s", "s99", 99)
-    audited = pipelines.Pipeline(warehouse, config_file(tmp_path, "quarantine"), spark=spark).validate(str(tmp_path / "docs"))  # in this JVM
-    assert audited.success and audited.reconciliation.passed, audited.describe()  # gold = join of bronze minus the quarantined row
+    assert (kept["rule"], kept["table"], kept["row_key"], json.loads(kept["row"])["ts"]) == (
+        "bronze_ts_plausible",
+        "bronze/s",
+        "s99",
+        99,
+    )
+    audited = pipelines.Pipeline(warehouse, config_file(tmp_path, "quarantine"), spark=spark).validate(
+        str(tmp_path / "docs")
+    )  # in this JVM
+    assert audited.success and audited.reconciliation.passed, (
+        audited.describe()
+    )  # gold = join of bronze minus the quarantined row
 
 
 def test_the_audit_finds_a_gold_row_corrupted_after_it_was_written(deltars, tmp_path):
@@ -121,7 +152,9 @@ def test_the_audit_finds_a_gold_row_corrupted_after_it_was_written(deltars, tmp_
     assert "gold_owner_consistent" in found.describe() and os.path.isfile(found.docs)
 
 
-def test_validation_beside_a_run_under_way_reconciles_gold_as_of_the_last_committed_batch(deltars, tmp_path, monkeypatch):
+def test_validation_beside_a_run_under_way_reconciles_gold_as_of_the_last_committed_batch(
+    deltars, tmp_path, monkeypatch
+):
     """A Unity Catalog warehouse has no lock, so validation may meet a run that has written some of a batch's gold
     and ingests that no batch has joined yet: neither is a failure."""
     pipeline = Pipeline(deltars, str(tmp_path))
@@ -139,7 +172,6 @@ def test_validation_beside_a_run_under_way_reconciles_gold_as_of_the_last_commit
     assert (audited.reconciliation.expected, audited.reconciliation.actual) == (1, 1)
 
 
-
 def landing_blind_to_what_is_held(monkeypatch: pytest.MonkeyPatch) -> None:
     """A fault in landing: a record already held (in state, or ingested before) is taken as new."""
     classify = bronze.outcomes
@@ -155,7 +187,9 @@ def proofs(monkeypatch) -> list[bool]:
     return found
 
 
-def test_a_batch_whose_arrival_is_held_already_recounts_its_pairs_and_stops_at_a_repeat(deltars, tmp_path, monkeypatch, proofs):
+def test_a_batch_whose_arrival_is_held_already_recounts_its_pairs_and_stops_at_a_repeat(
+    deltars, tmp_path, monkeypatch, proofs
+):
     """gold_pair_unique is counted only when the batch's inputs do not prove it: r1, delivered again past landing's
     check, is in state and among the arrivals, so s2 pairs with both copies; the fail rule stops the batch before gold
     commits."""

@@ -23,11 +23,17 @@ from tests.strategies import split
 
 START = datetime(2026, 1, 1, 10, 0, tzinfo=timezone.utc)
 RELATIONS = {"r": {"id": "order_id", "event_time": "order_time"}, "s": {"id": "payment_id", "event_time": "paid_at"}}
-TYPED_CSV = {"r": {**RELATIONS["r"], "columns": {"amount": "double"}}, "s": {**RELATIONS["s"], "columns": {"amount": "double"}}}
+TYPED_CSV = {
+    "r": {**RELATIONS["r"], "columns": {"amount": "double"}},
+    "s": {**RELATIONS["s"], "columns": {"amount": "double"}},
+}
 # Payments from half an hour before an order to an hour after it, by the same customer.
 TIME_BAND = "s.paid_at BETWEEN r.order_time - INTERVAL 30 MINUTES AND r.order_time + INTERVAL 1 HOUR"
 INTEGER_BAND = "s.paid_at BETWEEN r.order_time - 30 AND r.order_time + 60"
-PREDICATES = {"timestamp": f"r.customer = s.customer AND {TIME_BAND}", "integer": f"r.customer = s.customer AND {INTEGER_BAND}"}
+PREDICATES = {
+    "timestamp": f"r.customer = s.customer AND {TIME_BAND}",
+    "integer": f"r.customer = s.customer AND {INTEGER_BAND}",
+}
 
 
 def order(n: int, minute: int, customer: str) -> dict:
@@ -35,7 +41,13 @@ def order(n: int, minute: int, customer: str) -> dict:
 
 
 def payment(n: int, minute: int, customer: str) -> dict:
-    return {"payment_id": f"p{n}", "customer": customer, "paid_at": minute, "amount": 0.25 + n, "method": ("card", "cash")[n % 2]}
+    return {
+        "payment_id": f"p{n}",
+        "customer": customer,
+        "paid_at": minute,
+        "amount": 0.25 + n,
+        "method": ("card", "cash")[n % 2],
+    }
 
 
 def reference_gold(orders: list[dict], payments: list[dict]) -> Counter:
@@ -50,13 +62,19 @@ def reference_gold(orders: list[dict], payments: list[dict]) -> Counter:
 
 
 def gold(pipeline: Pipeline) -> Counter:
-    return Counter((row["r_order_id"], row["s_payment_id"], row["owner"], row["r_amount"], row["s_method"]) for row in pipeline.gold_rows())
+    return Counter(
+        (row["r_order_id"], row["s_payment_id"], row["owner"], row["r_amount"], row["s_method"])
+        for row in pipeline.gold_rows()
+    )
 
 
 def write(pipeline: Pipeline, rows: list[dict], fmt: str, kind: str) -> str:
     """``rows`` as a file of format ``fmt``, event times (minutes after START) as ISO-8601 text or timestamps for
     ``kind`` timestamp, as integers for ``kind`` integer."""
-    timed = [{k: (_as_time(v) if k in ("order_time", "paid_at") and kind == "timestamp" else v) for k, v in row.items()} for row in rows]
+    timed = [
+        {k: (_as_time(v) if k in ("order_time", "paid_at") and kind == "timestamp" else v) for k, v in row.items()}
+        for row in rows
+    ]
     path = pipeline.write_file([], suffix=f".{fmt}")
     if fmt == "parquet":
         pq.write_table(pa.Table.from_pylist(timed), path)
@@ -67,7 +85,10 @@ def write(pipeline: Pipeline, rows: list[dict], fmt: str, kind: str) -> str:
             handle.write("\n".join(text) + "\n")
     else:
         with open(path, "w", encoding="utf-8") as handle:
-            handle.writelines(json.dumps({k: _csv(v) if isinstance(v, datetime) else v for k, v in row.items()}) + "\n" for row in timed)
+            handle.writelines(
+                json.dumps({k: _csv(v) if isinstance(v, datetime) else v for k, v in row.items()}) + "\n"
+                for row in timed
+            )
     return path
 
 
@@ -79,13 +100,17 @@ def _csv(value: object) -> str:
     return value.isoformat().replace("+00:00", "Z") if isinstance(value, datetime) else str(value)
 
 
-records = st.lists(st.tuples(st.sampled_from(["r", "s"]), st.integers(0, 150), st.sampled_from(["c1", "c2"])), min_size=2, max_size=10)
+records = st.lists(
+    st.tuples(st.sampled_from(["r", "s"]), st.integers(0, 150), st.sampled_from(["c1", "c2"])), min_size=2, max_size=10
+)
 
 
 @pytest.mark.parametrize("kind", ["timestamp", "integer"])
 @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(rows=records, data=st.data())
-def test_orders_and_payments_in_any_format_order_and_split_give_the_batch_join(deltars, tmp_path_factory, kind, rows, data):
+def test_orders_and_payments_in_any_format_order_and_split_give_the_batch_join(
+    deltars, tmp_path_factory, kind, rows, data
+):
     orders = [order(n, minute, customer) for n, (side, minute, customer) in enumerate(rows) if side == "r"]
     payments = [payment(n, minute, customer) for n, (side, minute, customer) in enumerate(rows) if side == "s"]
     arrivals = data.draw(st.permutations([("r", row) for row in orders] + [("s", row) for row in payments]))
@@ -95,7 +120,9 @@ def test_orders_and_payments_in_any_format_order_and_split_give_the_batch_join(d
         for side in ("r", "s"):
             chunk = [row for rel, row in batch if rel == side]
             if chunk:
-                pipeline.ingest(side, write(pipeline, chunk, data.draw(st.sampled_from(["jsonl", "csv", "parquet"])), kind))
+                pipeline.ingest(
+                    side, write(pipeline, chunk, data.draw(st.sampled_from(["jsonl", "csv", "parquet"])), kind)
+                )
         pipeline.run(max_batch_rows=data.draw(st.integers(1, 5)))
     assert gold(pipeline) == reference_gold(orders, payments)
 
@@ -115,7 +142,9 @@ def test_gold_carries_every_column_typed_and_prefixed(engine, tmp_path):
 
 def test_a_configured_select_is_gold_s_projection(deltars, tmp_path):
     select = ["r.order_id", "s.payment_id", "s.amount - r.amount AS difference"]
-    pipeline = Pipeline(deltars, str(tmp_path), Config(relations=RELATIONS, predicate=PREDICATES["integer"], select=select))
+    pipeline = Pipeline(
+        deltars, str(tmp_path), Config(relations=RELATIONS, predicate=PREDICATES["integer"], select=select)
+    )
     pipeline.ingest("r", write(pipeline, [order(1, 0, "c1")], "jsonl", "integer"))
     pipeline.ingest("s", write(pipeline, [payment(2, 5, "c1"), payment(3, 500, "c1")], "jsonl", "integer"))
     pipeline.run()
@@ -127,12 +156,17 @@ def test_a_configured_select_is_gold_s_projection(deltars, tmp_path):
 @pytest.mark.parametrize(
     "select, message",
     [
-        (["r.order_id", "s.amount AS batch_id"], "select gives gold a column named 'batch_id', a name lakejoin keeps for itself"),
+        (
+            ["r.order_id", "s.amount AS batch_id"],
+            "select gives gold a column named 'batch_id', a name lakejoin keeps for itself",
+        ),
         (["r.order_id", "s.amount", "r.amount"], "does not resolve .*The column `amount` already exists"),
     ],
 )
 def test_a_select_whose_names_clash_is_refused_before_any_write(deltars, tmp_path, select, message):
-    pipeline = Pipeline(deltars, str(tmp_path), Config(relations=RELATIONS, predicate=PREDICATES["integer"], select=select))
+    pipeline = Pipeline(
+        deltars, str(tmp_path), Config(relations=RELATIONS, predicate=PREDICATES["integer"], select=select)
+    )
     pipeline.ingest("r", write(pipeline, [order(1, 0, "c1")], "jsonl", "integer"))
     pipeline.ingest("s", write(pipeline, [payment(2, 5, "c1")], "jsonl", "integer"))
     with pytest.raises(LakejoinError, match=message):
@@ -152,7 +186,9 @@ def test_bronze_gains_a_column_and_gold_gains_it_too(deltars, tmp_path):
 
 
 def test_timestamp_lateness_quarantines_late_rows_with_their_watermark_as_a_time_and_bounds_state(deltars, tmp_path):
-    config = Config(relations=RELATIONS, predicate="r.customer = s.customer", allowed_lateness="10 minutes", window="1 hour")
+    config = Config(
+        relations=RELATIONS, predicate="r.customer = s.customer", allowed_lateness="10 minutes", window="1 hour"
+    )
     pipeline = Pipeline(deltars, str(tmp_path), config)
     pipeline.ingest("r", write(pipeline, [order(1, 0, "c1"), order(2, 100, "c1")], "jsonl", "timestamp"))
     pipeline.ingest("s", write(pipeline, [payment(3, 30, "c1"), payment(4, 200, "c1")], "jsonl", "timestamp"))
@@ -162,13 +198,19 @@ def test_timestamp_lateness_quarantines_late_rows_with_their_watermark_as_a_time
 
     late = [row.asDict() for row in deltars.read(pipeline.warehouse.late_arrivals).collect()]
     assert [(row["order_id"], row["reason"]) for row in late] == [
-        ("o5", "order_time below the watermark of R, 2026-01-01T11:30:00Z (newest R order_time seen minus allowed lateness 10 minutes)")
+        (
+            "o5",
+            "order_time below the watermark of R, 2026-01-01T11:30:00Z (newest R order_time seen minus allowed lateness 10 minutes)",
+        )
     ]
     assert late[0]["watermark"] == int((START + timedelta(minutes=90)).timestamp() * 1_000_000)
     # After batch 1, S's watermark is 13:10 (13:20 minus 10 minutes): o1 (10:00) and o2 (11:40) are more than the
     # hour's window before it, so R's store never keeps them. Batch 2 moves R's to 13:05, and s_state evicts p3 (10:30):
     # below S's store cutoff and R's probe buffer's.
-    stored = {rel.name: sorted(row["_id"] for row in deltars.read(pipeline.warehouse.state(rel)).where("_in_store").collect()) for rel in (R, S)}
+    stored = {
+        rel.name: sorted(row["_id"] for row in deltars.read(pipeline.warehouse.state(rel)).where("_in_store").collect())
+        for rel in (R, S)
+    }
     assert stored == {"r": ["o6"], "s": ["p4"]}
     assert reports[-1].evicted.get("s_state") == 1
     assert gold(pipeline) == Counter({("o1", "p3", "R", 11.5, "cash"): 1, ("o6", "p4", "R", 16.5, "card"): 1})
@@ -189,7 +231,9 @@ def test_every_kind_of_bad_value_is_quarantined_with_its_reason_while_the_rest_l
         {**good, "order_no": 7, "order_time": "2026"},  # Spark would read a bare year as a timestamp
     ]
     result = pipeline.ingest("r", pipeline.write_file(rows))
-    reasons = sorted((row["source_line"], row["reason"]) for row in deltars.read(pipeline.warehouse.quarantine).collect())
+    reasons = sorted(
+        (row["source_line"], row["reason"]) for row in deltars.read(pipeline.warehouse.quarantine).collect()
+    )
     assert reasons == [
         (1, "amount is not double: lots"),
         (2, "order_time is not a timestamp: next tuesday"),
@@ -200,7 +244,9 @@ def test_every_kind_of_bad_value_is_quarantined_with_its_reason_while_the_rest_l
     ]
     assert (result.landed, result.quarantined) == (1, 6)
     landed = deltars.read(pipeline.warehouse.bronze(R)).where("order_no = 6").collect()
-    assert [(row["_id"], row["order_time"], row["amount"]) for row in landed] == [('["eu","6"]', datetime(2026, 1, 1, 10, 0), 7.0)]
+    assert [(row["_id"], row["order_time"], row["amount"]) for row in landed] == [
+        ('["eu","6"]', datetime(2026, 1, 1, 10, 0), 7.0)
+    ]
 
 
 def test_a_parquet_column_whose_type_cannot_widen_is_refused_before_anything_lands(deltars, tmp_path):
@@ -226,15 +272,28 @@ def test_durations_need_time_and_integers_need_integer_time(deltars, tmp_path):
 
 
 def test_date_event_time_takes_a_window_in_days(deltars, tmp_path):
-    relations = {"r": {"id": "order_id", "event_time": "day"}, "s": {"id": "payment_id", "event_time": "day", "columns": {"day": "date"}}}
-    pipeline = Pipeline(deltars, str(tmp_path), Config(relations=relations, predicate="r.customer = s.customer", window="1 day"))
+    relations = {
+        "r": {"id": "order_id", "event_time": "day"},
+        "s": {"id": "payment_id", "event_time": "day", "columns": {"day": "date"}},
+    }
+    pipeline = Pipeline(
+        deltars, str(tmp_path), Config(relations=relations, predicate="r.customer = s.customer", window="1 day")
+    )
     path = os.path.join(str(tmp_path), "orders.parquet")
     pq.write_table(pa.Table.from_pylist([{"order_id": "o1", "customer": "c1", "day": date(2026, 1, 1)},
                                          {"order_id": "o2", "customer": "c1", "day": date(2026, 1, 5)}]), path)  # fmt: skip
     pipeline.ingest("r", path)
-    late_evening = {"payment_id": "p2", "customer": "c1", "day": "2026-01-02T23:30:00+05:00"}  # not a date: not cut to one
-    pipeline.ingest("s", pipeline.write_file([{"payment_id": "p1", "customer": "c1", "day": "2026-01-02"}, late_evening]))
-    assert [row["reason"] for row in deltars.read(pipeline.warehouse.quarantine).collect()] == ["day is not a date: 2026-01-02T23:30:00+05:00"]
+    late_evening = {
+        "payment_id": "p2",
+        "customer": "c1",
+        "day": "2026-01-02T23:30:00+05:00",
+    }  # not a date: not cut to one
+    pipeline.ingest(
+        "s", pipeline.write_file([{"payment_id": "p1", "customer": "c1", "day": "2026-01-02"}, late_evening])
+    )
+    assert [row["reason"] for row in deltars.read(pipeline.warehouse.quarantine).collect()] == [
+        "day is not a date: 2026-01-02T23:30:00+05:00"
+    ]
     pipeline.run()
     assert [(row["r_order_id"], row["s_payment_id"], row["s_day"], row["owner"]) for row in pipeline.gold_rows()] == [
         ("o1", "p1", date(2026, 1, 2), "R")
@@ -246,7 +305,15 @@ def test_gold_whose_records_hold_maps_reconciles_with_the_batch_join(deltars, tm
     pipeline = Pipeline(deltars, str(tmp_path), Config(relations=RELATIONS, predicate=PREDICATES["integer"]))
     tagged = [{**order(1, 0, "c1"), "labels": [("b", 2), ("a", 1)]}, {**order(2, 10, "c1"), "labels": [("x", 9)]}]
     path = pipeline.write_file([], suffix=".parquet")
-    pq.write_table(pa.Table.from_pylist(tagged, pa.schema([*pa.Table.from_pylist([order(1, 0, "c1")]).schema, ("labels", pa.map_(pa.string(), pa.int64()))])), path)
+    pq.write_table(
+        pa.Table.from_pylist(
+            tagged,
+            pa.schema(
+                [*pa.Table.from_pylist([order(1, 0, "c1")]).schema, ("labels", pa.map_(pa.string(), pa.int64()))]
+            ),
+        ),
+        path,
+    )
     pipeline.ingest("r", path)
     pipeline.ingest("s", write(pipeline, [payment(3, 5, "c1")], "parquet", "integer"))
     pipeline.run()

@@ -17,8 +17,12 @@ POINTS = [f"{moment}:{step}" for step in STEPS for moment in ("before", "after")
 
 FIRST = [Record("s", "s1", 1, "a"), Record("r", "r2", 2, "a"), Record("r", "r3", 3, "b"), Record("s", "s4", 4, "b")]
 LATER = [
-    Record("r", "r5", 5, "a"), Record("r", "r1", 1, "b"), Record("s", "s9", 9, "a"),
-    Record("s", "s6", 6, "b"), Record("s", "s0", 0, "a"), Record("r", "r99", 99, "a"),
+    Record("r", "r5", 5, "a"),
+    Record("r", "r1", 1, "b"),
+    Record("s", "s9", 9, "a"),
+    Record("s", "s6", 6, "b"),
+    Record("s", "s0", 0, "a"),
+    Record("r", "r99", 99, "a"),
 ]
 # Bounded: batch 4 finds s6 and s0 below S's watermark (late); batch 3 evicts from every buffer.
 # r99 breaks bronze_ts_plausible (ts_max 50): batch 4 quarantines it.
@@ -57,7 +61,9 @@ def uninterrupted(spark, tmp_path_factory, started) -> dict[str, Counter]:
 
 
 @pytest.mark.parametrize("points", [POINTS[0::2], POINTS[1::2]], ids=["before", "after"])
-def test_runs_dying_before_or_after_each_write_in_turn_then_a_rerun_equal_an_uninterrupted_run(deltars, tmp_path, monkeypatch, points, started, uninterrupted):
+def test_runs_dying_before_or_after_each_write_in_turn_then_a_rerun_equal_an_uninterrupted_run(
+    deltars, tmp_path, monkeypatch, points, started, uninterrupted
+):
     """Each run resumes what the last left and dies at the next point: the first crash meets a batch not begun, each
     later one a batch resumed (Delta on Spark below meets every point in one sequence)."""
     pipeline = copied(started, tmp_path, deltars)
@@ -65,7 +71,9 @@ def test_runs_dying_before_or_after_each_write_in_turn_then_a_rerun_equal_an_uni
     assert pipeline.snapshot() == uninterrupted
 
 
-def test_without_a_window_a_run_dying_right_after_a_state_merge_resumes_to_the_uninterrupted_batch_log(deltars, tmp_path_factory, monkeypatch):
+def test_without_a_window_a_run_dying_right_after_a_state_merge_resumes_to_the_uninterrupted_batch_log(
+    deltars, tmp_path_factory, monkeypatch
+):
     """Unbounded state has no eviction: the resumed batch still records that its MERGE evicted 0 rows from the
     table the dead run had already merged (a kill -9 between two MERGEs once left the table out of the log)."""
     uninterrupted = Pipeline(deltars, str(tmp_path_factory.mktemp("uninterrupted")))
@@ -76,7 +84,9 @@ def test_without_a_window_a_run_dying_right_after_a_state_merge_resumes_to_the_u
     assert crashed.snapshot() == uninterrupted.snapshot()
 
 
-def test_on_delta_spark_a_run_dying_at_each_write_in_turn_resumes_to_the_uninterrupted_result(spark_engine, tmp_path, monkeypatch, uninterrupted):
+def test_on_delta_spark_a_run_dying_at_each_write_in_turn_resumes_to_the_uninterrupted_result(
+    spark_engine, tmp_path, monkeypatch, uninterrupted
+):
     """Every crash point on Delta on Spark, in one warehouse: each rerun resumes the batch the last one left
     unfinished and dies at the next point, then a clean run finishes. The result equals delta-rs's uninterrupted run."""
     pipeline = bounded(spark_engine, tmp_path)
@@ -91,7 +101,9 @@ def test_the_uninterrupted_run_is_the_batch_join_of_what_was_on_time(uninterrupt
     assert pairs == Counter(batch_join(on_time, in_window))
     assert {late[1] for late in uninterrupted["late_arrivals"]} == LATE
     assert {(row[1], row[3]) for row in uninterrupted["dq_quarantine"]} == {("bronze_ts_plausible", "r99")}
-    evicted = [count for batch in uninterrupted["batches"] for _, count in batch[5] or ()]  # (..., late, evicted, rules)
+    evicted = [
+        count for batch in uninterrupted["batches"] for _, count in batch[5] or ()
+    ]  # (..., late, evicted, rules)
     # Batch 3 moves both watermarks (R 3, S 7): r2 leaves R's store and S's probe buffer, so r_state deletes it; s1
     # leaves R's probe buffer and r3 S's, each staying in its own store (their columns are cleared); its own arrivals
     # already below every cutoff (r1) are never stored.
@@ -102,7 +114,9 @@ def test_an_ingest_that_dies_before_its_log_entry_is_not_joined_until_retried(de
     pipeline = Pipeline(deltars, str(tmp_path))
     pipeline.land(FIRST)
     pipeline.run(max_batch_rows=3)
-    late_file = pipeline.write_file([{"id": rec.id, "ts": rec.ts, "key": rec.key, "payload": rec.payload} for rec in LATER[:2]])
+    late_file = pipeline.write_file(
+        [{"id": rec.id, "ts": rec.ts, "key": rec.key, "payload": rec.payload} for rec in LATER[:2]]
+    )
     monkeypatch.setenv(CRASH_AT, "before:ingest_log")
     with pytest.raises(InjectedCrash):
         pipeline.ingest("r", late_file)  # r5, r1 reach bronze, the file is not logged

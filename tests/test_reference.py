@@ -13,7 +13,14 @@ R2, R4, R8 = (Record("r", f"r{ts}", ts, "k") for ts in (2, 4, 8))
 S1, S7 = (Record("s", f"s{ts}", ts, "k") for ts in (1, 7))
 
 SIX_PAIRS = Counter(
-    [Pair("r2", "s1", "S"), Pair("r4", "s1", "S"), Pair("r8", "s1", "S"), Pair("r8", "s7", "S"), Pair("r2", "s7", "R"), Pair("r4", "s7", "R")]
+    [
+        Pair("r2", "s1", "S"),
+        Pair("r4", "s1", "S"),
+        Pair("r8", "s1", "S"),
+        Pair("r8", "s7", "S"),
+        Pair("r2", "s7", "R"),
+        Pair("r4", "s7", "R"),
+    ]
 )
 
 

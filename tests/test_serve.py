@@ -22,7 +22,8 @@ from pipelines import server
 from pipelines.spark import DELTA_JARS, REMOTE
 from tests.helpers import LAKEJOIN, REPO, Pipeline, lakejoin, lakejoin_here
 from tests.reference import Record, batch_join
-from tests.test_changes import CONFIG as CHANGE_CONFIG, change
+from tests.test_changes import CONFIG as CHANGE_CONFIG
+from tests.test_changes import change
 
 # The server has Delta's jars when the tests do, and a command's must match its server's: both engines are chosen
 # by each warehouse's config (engine: delta-rs or spark), the session being the same.
@@ -69,7 +70,11 @@ def no_java(env: dict[str, str]) -> dict[str, str]:
 
 def records(count: int, seed: int, prefix: str = "") -> list[Record]:
     rng = random.Random(seed)
-    return [Record(side, f"{prefix}{side}{i}", rng.randrange(100), f"k{rng.randrange(5)}") for side in "rs" for i in range(count)]
+    return [
+        Record(side, f"{prefix}{side}{i}", rng.randrange(100), f"k{rng.randrange(5)}")
+        for side in "rs"
+        for i in range(count)
+    ]
 
 
 def row(record: Record) -> dict:
@@ -93,7 +98,9 @@ def configured(pipeline: Pipeline, engine: str) -> str:
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-def test_with_a_server_up_commands_start_no_jvm_and_join_exactly_with_no_error_in_its_log(own_server, deltars, tmp_path, engine):
+def test_with_a_server_up_commands_start_no_jvm_and_join_exactly_with_no_error_in_its_log(
+    own_server, deltars, tmp_path, engine
+):
     """No query the commands run fails as a matter of course: the server's log, where its Spark logs, gains no ERROR
     line through ingest, run and validate."""
     pipeline = Pipeline(deltars, str(tmp_path))
@@ -102,21 +109,38 @@ def test_with_a_server_up_commands_start_no_jvm_and_join_exactly_with_no_error_i
     env = no_java(own_server)
     for side in "rs":
         path = pipeline.write_file([row(record) for record in arrivals if record.relation == side])
-        ingested = lakejoin("ingest", "--warehouse", pipeline.warehouse.root, "--config", config, "--side", side, path,
-                            cwd=pipeline.root, engine=SESSION_ENGINE, env=env)
+        ingested = lakejoin(
+            "ingest",
+            "--warehouse",
+            pipeline.warehouse.root,
+            "--config",
+            config,
+            "--side",
+            side,
+            path,
+            cwd=pipeline.root,
+            engine=SESSION_ENGINE,
+            env=env,
+        )
         assert ingested.returncode == 0, ingested.stderr[-2000:]
     ran = lakejoin("run", "--warehouse", pipeline.warehouse.root, cwd=pipeline.root, engine=SESSION_ENGINE, env=env)
     assert ran.returncode == 0, ran.stderr[-2000:]
     assert pipeline.gold_pairs() == Counter(batch_join(arrivals))
-    status = lakejoin("status", "--warehouse", pipeline.warehouse.root, "--json", cwd=pipeline.root, engine=SESSION_ENGINE, env=env)
+    status = lakejoin(
+        "status", "--warehouse", pipeline.warehouse.root, "--json", cwd=pipeline.root, engine=SESSION_ENGINE, env=env
+    )
     assert json.loads(status.stdout)["server"]["pid"] == server_pid(own_server)
-    validated = lakejoin("validate", "--warehouse", pipeline.warehouse.root, cwd=pipeline.root, engine=SESSION_ENGINE, env=env)
+    validated = lakejoin(
+        "validate", "--warehouse", pipeline.warehouse.root, cwd=pipeline.root, engine=SESSION_ENGINE, env=env
+    )
     assert validated.returncode == 0, validated.stdout[-2000:] + validated.stderr[-2000:]
     with open(os.path.join(own_server[server.HOME], "server", "server.log")) as server_log:
         assert [line for line in server_log if " ERROR " in line] == []
 
 
-def test_through_the_server_a_change_feed_join_runs_on_after_a_batch_that_changes_nothing_in_gold(served, deltars, tmp_path):
+def test_through_the_server_a_change_feed_join_runs_on_after_a_batch_that_changes_nothing_in_gold(
+    served, deltars, tmp_path
+):
     """Commands on the server are Spark Connect clients: a change feed's gold MERGE reaches the rules' observation once,
     and its batch leaves its mark in gold though it changes nothing there (an update of a record with no partner). On
     delta-rs: Delta on Spark over Connect runs change feeds in the serverless scenario (tests/test_where_spark_runs.py)."""
@@ -124,17 +148,36 @@ def test_through_the_server_a_change_feed_join_runs_on_after_a_batch_that_change
     config = configured(pipeline, "delta-rs")
     with open(config, "a") as more:
         more.write(yaml.safe_dump(CHANGE_CONFIG))
-    schedule = [("r", change("c", 1, "o1", 1, "k1")), ("r", change("u", 2, "o1", 2, "k2")), ("s", change("c", 1, "p1", 3, "k2"))]
+    schedule = [
+        ("r", change("c", 1, "o1", 1, "k1")),
+        ("r", change("u", 2, "o1", 2, "k2")),
+        ("s", change("c", 1, "p1", 3, "k2")),
+    ]
     for relation, record in schedule:
         path = pipeline.write_file([record])
-        ingested = lakejoin("ingest", "--warehouse", pipeline.warehouse.root, "--config", config, "--relation", relation, path,
-                            cwd=pipeline.root, engine=SESSION_ENGINE, env=served)
-        ran = lakejoin("run", "--warehouse", pipeline.warehouse.root, cwd=pipeline.root, engine=SESSION_ENGINE, env=served)
+        ingested = lakejoin(
+            "ingest",
+            "--warehouse",
+            pipeline.warehouse.root,
+            "--config",
+            config,
+            "--relation",
+            relation,
+            path,
+            cwd=pipeline.root,
+            engine=SESSION_ENGINE,
+            env=served,
+        )
+        ran = lakejoin(
+            "run", "--warehouse", pipeline.warehouse.root, cwd=pipeline.root, engine=SESSION_ENGINE, env=served
+        )
         assert ingested.returncode == ran.returncode == 0, ingested.stderr[-2000:] + ran.stderr[-2000:]
     assert [(row["_r_id"], row["_s_id"]) for row in pipeline.gold_rows()] == [("o1", "p1")]
 
 
-def test_a_server_of_another_lakejoin_or_delta_set_up_is_refused_in_one_line_and_nothing_changes(served, deltars, tmp_path):
+def test_a_server_of_another_lakejoin_or_delta_set_up_is_refused_in_one_line_and_nothing_changes(
+    served, deltars, tmp_path
+):
     pipeline = Pipeline(deltars, str(tmp_path))
     pipeline.land(records(2, seed=2))
     before = pipeline.versions()
@@ -143,22 +186,42 @@ def test_a_server_of_another_lakejoin_or_delta_set_up_is_refused_in_one_line_and
     try:
         with open(record, "w") as other:
             other.write(json.dumps({**json.loads(kept), "version": "0.0.1"}))
-        refused = lakejoin("run", "--warehouse", pipeline.warehouse.root, cwd=pipeline.root, engine=SESSION_ENGINE, env=served)
+        refused = lakejoin(
+            "run", "--warehouse", pipeline.warehouse.root, cwd=pipeline.root, engine=SESSION_ENGINE, env=served
+        )
     finally:
         with open(record, "w") as restored:
             restored.write(kept)
     assert refused.returncode == 2
-    assert refused.stderr.strip().splitlines() == [f"lakejoin: error: the lakejoin server runs lakejoin 0.0.1 and this is {server.VERSION}: "
-                                                   "restart it ('lakejoin serve --stop', then 'lakejoin serve')"]
-    other_jars = lakejoin("run", "--warehouse", pipeline.warehouse.root, cwd=pipeline.root, engine=SESSION_ENGINE,
-                          env={**served, DELTA_JARS: "" if os.environ.get(DELTA_JARS) else REPO})
+    assert refused.stderr.strip().splitlines() == [
+        f"lakejoin: error: the lakejoin server runs lakejoin 0.0.1 and this is {server.VERSION}: "
+        "restart it ('lakejoin serve --stop', then 'lakejoin serve')"
+    ]
+    other_jars = lakejoin(
+        "run",
+        "--warehouse",
+        pipeline.warehouse.root,
+        cwd=pipeline.root,
+        engine=SESSION_ENGINE,
+        env={**served, DELTA_JARS: "" if os.environ.get(DELTA_JARS) else REPO},
+    )
     assert other_jars.returncode == 2 and "the lakejoin server was started with" in other_jars.stderr, other_jars.stderr
     # the server itself answers with its version: a client of another one stops there
-    script = ("import sys; from pipelines import server; server.VERSION = '0.0.2'; running = server.running(); "
-              "from dataclasses import replace\nwith server.attached(replace(running, version='0.0.2')): pass")
-    checked = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO,
-                             env={**os.environ, **no_java(served), "PYTHONPATH": REPO}, timeout=300)
-    assert checked.returncode != 0 and f"runs lakejoin {server.VERSION} and this is 0.0.2" in checked.stderr, checked.stderr[-2000:]
+    script = (
+        "import sys; from pipelines import server; server.VERSION = '0.0.2'; running = server.running(); "
+        "from dataclasses import replace\nwith server.attached(replace(running, version='0.0.2')): pass"
+    )
+    checked = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, **no_java(served), "PYTHONPATH": REPO},
+        timeout=300,
+    )
+    assert checked.returncode != 0 and f"runs lakejoin {server.VERSION} and this is 0.0.2" in checked.stderr, (
+        checked.stderr[-2000:]
+    )
     assert pipeline.versions() == before
 
 
@@ -172,11 +235,19 @@ CONNECT_BUDGET = {
 }
 
 
-def test_each_step_of_a_few_row_cycle_over_spark_connect_stays_within_its_budget_of_requests(served, tmp_path, monkeypatch):
+def test_each_step_of_a_few_row_cycle_over_spark_connect_stays_within_its_budget_of_requests(
+    served, tmp_path, monkeypatch
+):
     monkeypatch.setenv(server.HOME, served[server.HOME])
     out = tmp_path / "costs.json"
-    counted = subprocess.run([sys.executable, "-m", "benchmarks.costs", "--out", str(out)], cwd=REPO, capture_output=True, text=True,
-                             env={**os.environ, REMOTE: server.running().url}, timeout=900)
+    counted = subprocess.run(
+        [sys.executable, "-m", "benchmarks.costs", "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, REMOTE: server.running().url},
+        timeout=900,
+    )
     assert counted.returncode == 0, counted.stderr[-2000:]
     costs = {step: Cost(**counts) for step, counts in json.loads(out.read_text())["steps"].items()}
     assert {step: found for step, cost in costs.items() if (found := cost.over(CONNECT_BUDGET[step]))} == {}
@@ -195,7 +266,9 @@ def run_args(pipeline: Pipeline, *extra: str) -> list[str]:
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-def test_commands_killed_at_random_moments_through_the_server_then_rerun_give_the_uninterrupted_result(served, deltars, tmp_path, engine):
+def test_commands_killed_at_random_moments_through_the_server_then_rerun_give_the_uninterrupted_result(
+    served, deltars, tmp_path, engine
+):
     """kill -9 of ingests and runs while the server lives: what they left running there is stopped before the next
     command starts, and the rerun's warehouse is the uninterrupted one's."""
     pipeline = Pipeline(deltars, str(tmp_path / "killed"))
@@ -208,11 +281,23 @@ def test_commands_killed_at_random_moments_through_the_server_then_rerun_give_th
     files = {side: pipeline.write_file([row(record) for record in more if record.relation == side]) for side in "rs"}
     rng = random.Random(11)
     for side, path in files.items():  # an ingest killed at once, mid-way or near its end, then given again
-        victim = start(pipeline, served, "ingest", "--warehouse", pipeline.warehouse.root, "--config", config, "--side", side, path)
+        victim = start(
+            pipeline, served, "ingest", "--warehouse", pipeline.warehouse.root, "--config", config, "--side", side, path
+        )
         time.sleep(rng.uniform(0.2, 2.0))
         os.killpg(victim.pid, signal.SIGKILL)
         victim.communicate()
-        again = lakejoin("ingest", "--warehouse", pipeline.warehouse.root, "--side", side, path, cwd=pipeline.root, engine=SESSION_ENGINE, env=served)
+        again = lakejoin(
+            "ingest",
+            "--warehouse",
+            pipeline.warehouse.root,
+            "--side",
+            side,
+            path,
+            cwd=pipeline.root,
+            engine=SESSION_ENGINE,
+            env=served,
+        )
         assert again.returncode == 0, again.stderr[-2000:]
         uninterrupted.ingest(side, files[side])
     for _ in range(3):
@@ -240,7 +325,9 @@ def test_the_server_killed_during_a_run_fails_the_command_and_a_rerun_without_it
     os.killpg(server_pid(env), signal.SIGKILL)  # the server's process group: its JVM too
     _, err = victim.communicate(timeout=300)
     assert victim.returncode != 0 and err.strip().splitlines()[-1].startswith("lakejoin: error:"), err[-2000:]
-    rerun = lakejoin(*run_args(pipeline), cwd=pipeline.root, engine=SESSION_ENGINE, env=env)  # no server: a Spark of its own
+    rerun = lakejoin(
+        *run_args(pipeline), cwd=pipeline.root, engine=SESSION_ENGINE, env=env
+    )  # no server: a Spark of its own
 
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert pipeline.gold_pairs() == Counter(batch_join(arrivals))
@@ -251,11 +338,20 @@ def start(pipeline: Pipeline, env: dict[str, str], *args: str) -> subprocess.Pop
     environment = {**os.environ, "PYTHONPATH": REPO, **env}
     if SESSION_ENGINE == "delta-rs":
         environment.pop(DELTA_JARS, None)
-    return subprocess.Popen([*LAKEJOIN, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=pipeline.root,
-                            env=environment, start_new_session=True)
+    return subprocess.Popen(
+        [*LAKEJOIN, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=pipeline.root,
+        env=environment,
+        start_new_session=True,
+    )
 
 
-def test_the_mark_of_a_command_is_told_dead_when_its_process_is_gone_or_its_id_was_given_to_another(tmp_path, monkeypatch):
+def test_the_mark_of_a_command_is_told_dead_when_its_process_is_gone_or_its_id_was_given_to_another(
+    tmp_path, monkeypatch
+):
     monkeypatch.setenv(server.HOME, str(tmp_path))
     clients = tmp_path / "server" / "clients"
     clients.mkdir(parents=True)
@@ -269,18 +365,30 @@ def test_the_mark_of_a_command_is_told_dead_when_its_process_is_gone_or_its_id_w
         assert sorted(server._dead_clients()) == sorted([gone, reused])
 
 
-def test_a_record_naming_a_process_that_is_not_the_server_is_removed_in_one_line_and_stop_spares_that_process(tmp_path, monkeypatch, capsys):
+def test_a_record_naming_a_process_that_is_not_the_server_is_removed_in_one_line_and_stop_spares_that_process(
+    tmp_path, monkeypatch, capsys
+):
     monkeypatch.setenv(server.HOME, str(tmp_path))
     record = tmp_path / "server" / "server.json"
     record.parent.mkdir(parents=True)
     with stranger() as other:
-        stale = {"pid": other.pid, "started": "0123456789abcdef", "port": 1, "token": "t", "version": server.VERSION, "delta_jars": None, "idle_minutes": 1}
+        stale = {
+            "pid": other.pid,
+            "started": "0123456789abcdef",
+            "port": 1,
+            "token": "t",
+            "version": server.VERSION,
+            "delta_jars": None,
+            "idle_minutes": 1,
+        }
         for ask in (server.running, server.stop):
             record.write_text(json.dumps(stale))
             assert ask() is None
             assert not record.exists() and other.poll() is None, "the stranger was left running"
             told = capsys.readouterr().err.strip().splitlines()
-            assert told == [f"lakejoin: removed the record of a lakejoin server that is gone (pid {other.pid} is not that server): {record}"]
+            assert told == [
+                f"lakejoin: removed the record of a lakejoin server that is gone (pid {other.pid} is not that server): {record}"
+            ]
         record.write_text(json.dumps({"pid": other.pid}))  # an older lakejoin's record: not trusted either
         assert server.running() is None and not record.exists() and other.poll() is None
 
@@ -324,9 +432,15 @@ def listening(pids: list[int]) -> list[tuple[str, int]]:
                 local, state, inode = fields[1], fields[3], fields[9]
                 if state == "0A" and inode in inodes:  # 0A: LISTEN
                     packed, port = local.split(":")
-                    raw = b"".join(bytes.fromhex(packed[i : i + 8])[::-1] for i in range(0, len(packed), 8))  # words in host order
+                    raw = b"".join(
+                        bytes.fromhex(packed[i : i + 8])[::-1] for i in range(0, len(packed), 8)
+                    )  # words in host order
                     address = ipaddress.ip_address(raw)
-                    shown = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped else address
+                    shown = (
+                        address.ipv4_mapped
+                        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped
+                        else address
+                    )
                     found.append((str(shown), int(port, 16)))
     return found
 

@@ -13,8 +13,12 @@ from tests.helpers import Pipeline, lakejoin
 from tests.reference import Record, batch_join
 
 RECORDS = [
-    Record("r", "r1", 1, "a"), Record("s", "s2", 2, "a"), Record("r", "r3", 3, "b"),
-    Record("s", "s4", 4, "b"), Record("r", "r0", 0, "b"), Record("s", "s5", 5, "a"),
+    Record("r", "r1", 1, "a"),
+    Record("s", "s2", 2, "a"),
+    Record("r", "r3", 3, "b"),
+    Record("s", "s4", 4, "b"),
+    Record("r", "r0", 0, "b"),
+    Record("s", "s5", 5, "a"),
 ]
 
 
@@ -94,7 +98,12 @@ def test_status_show_and_reset_answer_from_the_cli_without_starting_a_jvm(pipeli
     assert '"last_committed_batch": 2' in status.stdout and '"problem": null' in status.stdout
     shown = lakejoin("show", "--warehouse", warehouse, "--limit", "2", cwd=pipeline.root, env=no_spark)
     assert shown.returncode == 0, shown.stderr[-2000:]
-    assert shown.stdout.splitlines()[0].split()[-4:] == ["_r_id", "_r_ts", "_s_id", "_s_ts"]  # the records' columns first
+    assert shown.stdout.splitlines()[0].split()[-4:] == [
+        "_r_id",
+        "_r_ts",
+        "_s_id",
+        "_s_ts",
+    ]  # the records' columns first
     assert len(shown.stdout.splitlines()) == 4 and "--limit N shows more" in shown.stdout  # header, 2 rows, the hint
     dropped = lakejoin("reset", "--warehouse", warehouse, "--yes", cwd=pipeline.root, env=no_spark)
     assert dropped.returncode == 0, dropped.stderr[-2000:]

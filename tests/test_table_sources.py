@@ -15,11 +15,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from expectations.audit import audit
-from state.config import Config, load_config
 from pipelines.definition import record, settle
+from pipelines.status import warehouse_status
+from state.config import Config, load_config
 from state.errors import LakejoinError
 from state.faults import CRASH_AT, InjectedCrash
-from pipelines.status import warehouse_status
 from state.layout import Warehouse
 from state.relations import S
 from tests.helpers import Pipeline, crash_at_each, lakejoin_here
@@ -29,11 +29,21 @@ PREDICATE = "r.customer = s.customer AND s.paid_at BETWEEN r.order_time - INTERV
 
 
 def order(n: int, minute: int, customer: str) -> dict:
-    return {"order_id": f"o{n}", "customer": customer, "order_time": START + timedelta(minutes=minute), "amount": 10.5 + n}
+    return {
+        "order_id": f"o{n}",
+        "customer": customer,
+        "order_time": START + timedelta(minutes=minute),
+        "amount": 10.5 + n,
+    }
 
 
 def payment(n: int, minute: int, customer: str) -> dict:
-    return {"payment_id": f"p{n}", "customer": customer, "paid_at": START + timedelta(minutes=minute), "method": ("card", "cash")[n % 2]}
+    return {
+        "payment_id": f"p{n}",
+        "customer": customer,
+        "paid_at": START + timedelta(minutes=minute),
+        "method": ("card", "cash")[n % 2],
+    }
 
 
 def expected_gold(orders: list[dict], payments: list[dict]) -> Counter:
@@ -43,15 +53,21 @@ def expected_gold(orders: list[dict], payments: list[dict]) -> Counter:
         (o["order_id"], p["payment_id"], "R" if o["order_time"] <= p["paid_at"] else "S", o["amount"], p["method"])
         for o in orders
         for p in payments
-        if o["customer"] == p["customer"] and timedelta(minutes=-30) <= p["paid_at"] - o["order_time"] <= timedelta(minutes=60)
+        if o["customer"] == p["customer"]
+        and timedelta(minutes=-30) <= p["paid_at"] - o["order_time"] <= timedelta(minutes=60)
     )
 
 
 def gold(pipeline: Pipeline) -> Counter:
-    return Counter((row["r_order_id"], row["s_payment_id"], row["owner"], row["r_amount"], row["s_method"]) for row in pipeline.gold_rows())
+    return Counter(
+        (row["r_order_id"], row["s_payment_id"], row["owner"], row["r_amount"], row["s_method"])
+        for row in pipeline.gold_rows()
+    )
 
 
-def tables_pipeline(engine, root: str, orders: str | None = None, payments: str | None = None, **settings: object) -> Pipeline:
+def tables_pipeline(
+    engine, root: str, orders: str | None = None, payments: str | None = None, **settings: object
+) -> Pipeline:
     """A pipeline whose relations read the tables at ``orders`` and ``payments`` (a relation without one takes files)."""
     relations = {
         "r": {"id": "order_id", "event_time": "order_time", **({"table": orders} if orders else {})},
@@ -93,7 +109,13 @@ def test_two_tables_are_joined_as_they_grow_without_copying_their_rows(deltars, 
 
     assert gold(pipeline) == expected_gold(placed[0] + later[0], placed[1] + later[1])
     bronze = deltars.read(pipeline.warehouse.bronze(S))
-    assert "method" not in bronze.columns and {"paid_at", "_id", "_source_file", "_source_line", "_source_version"} <= set(bronze.columns)
+    assert "method" not in bronze.columns and {
+        "paid_at",
+        "_id",
+        "_source_file",
+        "_source_line",
+        "_source_version",
+    } <= set(bronze.columns)
 
 
 def records(draw_customers: list[str], minutes: list[int], make) -> list[dict]:  # noqa: ANN001 - order or payment
@@ -107,7 +129,11 @@ def growth(draw: st.DrawFn) -> tuple[list[dict], list[dict], list[tuple[str, int
     sizes = (draw(st.integers(1, 8)), draw(st.integers(1, 8)))
     customers = st.sampled_from(["ann", "bob"])
     rows = [
-        records(draw(st.lists(customers, min_size=size, max_size=size)), draw(st.lists(st.integers(0, 120), min_size=size, max_size=size)), make)
+        records(
+            draw(st.lists(customers, min_size=size, max_size=size)),
+            draw(st.lists(st.integers(0, 120), min_size=size, max_size=size)),
+            make,
+        )
         for size, make in zip(sizes, (order, payment))
     ]
     steps: list[tuple[str, int] | None] = []
@@ -123,7 +149,9 @@ def growth(draw: st.DrawFn) -> tuple[list[dict], list[dict], list[tuple[str, int
 
 @settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(grown=growth(), batch_rows=st.integers(1, 6))
-def test_gold_is_the_batch_join_of_the_tables_for_any_commit_pattern_and_batch_split(deltars, tmp_path_factory, grown, batch_rows):
+def test_gold_is_the_batch_join_of_the_tables_for_any_commit_pattern_and_batch_split(
+    deltars, tmp_path_factory, grown, batch_rows
+):
     orders, payments, steps = grown
     root = str(tmp_path_factory.mktemp("grown"))
     tables = {"r": os.path.join(root, "orders"), "s": os.path.join(root, "payments")}
@@ -146,7 +174,9 @@ def test_gold_is_the_batch_join_of_the_tables_for_any_commit_pattern_and_batch_s
     assert gold(pipeline) == expected_gold(orders, payments)
 
 
-def test_a_delete_or_an_overwrite_is_refused_with_nothing_written_and_skipped_when_configured(engine, tmp_path, sources):
+def test_a_delete_or_an_overwrite_is_refused_with_nothing_written_and_skipped_when_configured(
+    engine, tmp_path, sources
+):
     orders, payments = sources
     append(orders, [order(1, 0, "ann")])
     append(payments, [payment(1, 10, "ann"), payment(2, 20, "ann")])
@@ -156,7 +186,10 @@ def test_a_delete_or_an_overwrite_is_refused_with_nothing_written_and_skipped_wh
     append(payments, [payment(3, 30, "ann")])
     before = pipeline.versions()
 
-    with pytest.raises(LakejoinError, match=r"^source table .*payments version 1 is a DELETE, which removes or rewrites rows: .*skip_change_commits: true"):
+    with pytest.raises(
+        LakejoinError,
+        match=r"^source table .*payments version 1 is a DELETE, which removes or rewrites rows: .*skip_change_commits: true",
+    ):
         pipeline.run()
     assert pipeline.versions() == before
 
@@ -165,10 +198,14 @@ def test_a_delete_or_an_overwrite_is_refused_with_nothing_written_and_skipped_wh
     # p1 was joined before its delete, which is skipped: gold keeps it; p3, appended after, is joined.
     assert gold(skipping) == expected_gold([order(1, 0, "ann")], [payment(n, 10 * n, "ann") for n in (1, 2, 3)])
     write_deltalake(payments, pa.Table.from_pylist([payment(4, 40, "ann")]), mode="overwrite")  # version 3
-    with pytest.raises(LakejoinError, match=r"payments version 3 is a WRITE \(overwrite\), which removes or rewrites rows"):
+    with pytest.raises(
+        LakejoinError, match=r"payments version 3 is a WRITE \(overwrite\), which removes or rewrites rows"
+    ):
         pipeline.run()
     skipping.run()
-    assert gold(skipping) == expected_gold([order(1, 0, "ann")], [payment(n, 10 * n, "ann") for n in (1, 2, 3)])  # p4 skipped with it
+    assert gold(skipping) == expected_gold(
+        [order(1, 0, "ann")], [payment(n, 10 * n, "ann") for n in (1, 2, 3)]
+    )  # p4 skipped with it
     log = engine.read(pipeline.warehouse.ingest_log).where("refused IS NOT NULL").orderBy("source_version").collect()
     assert [(row["source_version"], row["refused"]) for row in log] == [
         (1, "skipped: version 1 is a DELETE (skip_change_commits)"),
@@ -191,7 +228,12 @@ def test_an_optimize_is_followed_without_joining_anything_twice_and_a_new_column
     pipeline.run()
 
     assert gold(pipeline) == expected_gold(placed[0], placed[1] + later)
-    assert sorted((row["s_payment_id"], row["s_note"]) for row in pipeline.gold_rows()) == [("p1", None), ("p1", None), ("p2", "split"), ("p2", "split")]
+    assert sorted((row["s_payment_id"], row["s_note"]) for row in pipeline.gold_rows()) == [
+        ("p1", None),
+        ("p1", None),
+        ("p2", "split"),
+        ("p2", "split"),
+    ]
 
 
 def test_files_vacuumed_before_they_were_joined_are_a_one_line_error(deltars, tmp_path, sources):
@@ -202,7 +244,9 @@ def test_files_vacuumed_before_they_were_joined_are_a_one_line_error(deltars, tm
     table.optimize.compact()
     table.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
 
-    with pytest.raises(LakejoinError, match=r"^source table .*payments: data files lakejoin has not joined yet were deleted \(VACUUM\)") as error:
+    with pytest.raises(
+        LakejoinError, match=r"^source table .*payments: data files lakejoin has not joined yet were deleted \(VACUUM\)"
+    ) as error:
         pipeline.run()
     assert "\n" not in str(error.value)
 
@@ -228,7 +272,9 @@ def test_a_mixed_warehouse_joins_files_with_a_table(deltars, tmp_path, sources):
     pipeline = tables_pipeline(deltars, str(tmp_path), None, payments)
     placed = [order(1, 0, "ann"), order(2, 5, "bob")], [payment(1, 10, "ann"), payment(2, 30, "bob")]
     append(payments, placed[1][:1])
-    pipeline.ingest("r", pipeline.write_file([{**row, "order_time": row["order_time"].isoformat()} for row in placed[0]]))
+    pipeline.ingest(
+        "r", pipeline.write_file([{**row, "order_time": row["order_time"].isoformat()} for row in placed[0]])
+    )
     pipeline.run()
     append(payments, placed[1][1:])
     pipeline.run()
@@ -236,7 +282,9 @@ def test_a_mixed_warehouse_joins_files_with_a_table(deltars, tmp_path, sources):
     assert gold(pipeline) == expected_gold(*placed)
 
 
-def test_a_five_line_config_joins_two_tables_from_the_command_line_then_status_and_validate_cover_them(deltars, tmp_path, sources):
+def test_a_five_line_config_joins_two_tables_from_the_command_line_then_status_and_validate_cover_them(
+    deltars, tmp_path, sources
+):
     orders, payments = sources
     append(orders, [order(1, 0, "ann"), order(2, 5, "bob")])
     append(payments, [payment(1, 10, "ann")])
@@ -255,7 +303,10 @@ def test_a_five_line_config_joins_two_tables_from_the_command_line_then_status_a
     assert f"source {payments}: version 1: 2 rows to bronze/s (pointers)" in first.stdout
     files = lakejoin_here("ingest", "--warehouse", warehouse.root, "--side", "s", str(config), cwd=str(tmp_path))
     assert files.returncode == 2
-    assert files.stderr.strip().splitlines()[-1] == f"lakejoin: error: relation s reads table {payments} in place and takes no files: 'lakejoin run' joins what the table gains"
+    assert (
+        files.stderr.strip().splitlines()[-1]
+        == f"lakejoin: error: relation s reads table {payments} in place and takes no files: 'lakejoin run' joins what the table gains"
+    )
 
     append(payments, [payment(3, 40, "ann")])
     given = load_config(str(config))
@@ -270,11 +321,16 @@ def test_a_five_line_config_joins_two_tables_from_the_command_line_then_status_a
 CRASHES = ["before:ingest_log", "after:ingest_log", "after:gold", "before:commit"]
 
 
-def test_runs_dying_while_ingesting_a_table_or_joining_it_resume_to_the_exact_gold(deltars, tmp_path, sources, monkeypatch):
+def test_runs_dying_while_ingesting_a_table_or_joining_it_resume_to_the_exact_gold(
+    deltars, tmp_path, sources, monkeypatch
+):
     """A run dies at each point in turn — before and after the source's ingest log entry (its pointer rows landed
     first), then at writes of a batch — and the next resumes; the clean run at the end leaves gold exact."""
     orders, payments = sources
-    placed = [order(n, 7 * n, ("ann", "bob")[n % 2]) for n in range(1, 7)], [payment(n, 9 * n - 20, ("ann", "bob")[n % 3 % 2]) for n in range(1, 7)]
+    placed = (
+        [order(n, 7 * n, ("ann", "bob")[n % 2]) for n in range(1, 7)],
+        [payment(n, 9 * n - 20, ("ann", "bob")[n % 3 % 2]) for n in range(1, 7)],
+    )
     append(orders, placed[0][:3])
     append(payments, placed[1][:3])
     pipeline = tables_pipeline(deltars, str(tmp_path), orders, payments)
@@ -290,7 +346,9 @@ def test_runs_dying_while_ingesting_a_table_or_joining_it_resume_to_the_exact_go
 def test_a_partitioned_table_with_text_event_times_is_joined_with_its_partition_values(deltars, tmp_path, sources):
     orders, payments = sources
     as_text = [order(1, 0, "ann b"), order(2, 5, "bob")], [payment(1, 10, "ann b"), payment(2, 20, "bob")]
-    append(orders, [{**row, "order_time": row["order_time"].isoformat()} for row in as_text[0]], partition_by=["customer"])
+    append(
+        orders, [{**row, "order_time": row["order_time"].isoformat()} for row in as_text[0]], partition_by=["customer"]
+    )
     append(payments, as_text[1][:1], partition_by=["customer", "method"])
     pipeline = tables_pipeline(deltars, str(tmp_path), orders, payments)
     pipeline.run()
@@ -309,7 +367,9 @@ def test_appends_before_a_skipped_change_are_read_again_when_reading_them_failed
     pipeline.run()
     append(payments, [payment(2, 20, "ann")])  # version 1
     DeltaTable(payments).delete("payment_id = 'p1'")  # version 2, skipped
-    files = [set(DeltaTable(payments, version=v).get_add_actions(flatten=True).column("path").to_pylist()) for v in (0, 1)]
+    files = [
+        set(DeltaTable(payments, version=v).get_add_actions(flatten=True).column("path").to_pylist()) for v in (0, 1)
+    ]
     added = os.path.join(payments, (files[1] - files[0]).pop())
     os.rename(added, added + ".away")  # version 1's file cannot be read for a moment
     with pytest.raises(LakejoinError):
@@ -320,7 +380,9 @@ def test_appends_before_a_skipped_change_are_read_again_when_reading_them_failed
     assert gold(pipeline) == expected_gold([order(1, 0, "ann")], [payment(1, 10, "ann"), payment(2, 20, "ann")])
 
 
-def test_a_first_ingest_that_died_before_its_log_row_resumes_from_its_snapshot_and_still_refuses_a_delete(deltars, tmp_path, sources, monkeypatch):
+def test_a_first_ingest_that_died_before_its_log_row_resumes_from_its_snapshot_and_still_refuses_a_delete(
+    deltars, tmp_path, sources, monkeypatch
+):
     _, payments = sources
     append(payments, [payment(1, 10, "ann"), payment(2, 20, "ann")])
     pipeline = tables_pipeline(deltars, str(tmp_path), None, payments)  # the table's ingest is the run's only one
@@ -341,7 +403,10 @@ def test_a_table_created_again_under_the_same_path_is_refused(deltars, tmp_path,
     shutil.rmtree(payments)
     append(payments, [payment(7, 10, "ann")])
 
-    with pytest.raises(LakejoinError, match=r"^source table .*payments is not the table lakejoin has read up to version 0 \(now at version 0, another table id\): it was dropped and created again"):
+    with pytest.raises(
+        LakejoinError,
+        match=r"^source table .*payments is not the table lakejoin has read up to version 0 \(now at version 0, another table id\): it was dropped and created again",
+    ):
         pipeline.run()
 
 
@@ -358,7 +423,9 @@ def test_the_source_table_is_part_of_the_definition_and_skipping_changes_is_not(
         settle(deltars, pipeline.warehouse, moved.config, "run")
 
 
-def test_pointers_that_landed_without_their_log_row_are_joined_by_the_next_run_with_nothing_new(deltars, tmp_path, sources, monkeypatch):
+def test_pointers_that_landed_without_their_log_row_are_joined_by_the_next_run_with_nothing_new(
+    deltars, tmp_path, sources, monkeypatch
+):
     _, payments = sources
     pipeline = tables_pipeline(deltars, str(tmp_path), None, payments)
     pipeline.ingest("r", pipeline.write_file([{**order(1, 0, "ann"), "order_time": START.isoformat()}]))

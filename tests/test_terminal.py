@@ -14,7 +14,9 @@ PANIC = (
     "stack backtrace:\n"
     "note: Some details are omitted, run with `RUST_BACKTRACE=full` for a verbose backtrace.\n"
 )
-ERROR = "lakejoin: error: cannot ingest big.jsonl: cannot append to wh/bronze/r: No space left on device (os error 28)\n"
+ERROR = (
+    "lakejoin: error: cannot ingest big.jsonl: cannot append to wh/bronze/r: No space left on device (os error 28)\n"
+)
 
 
 def stderr_of(script: str) -> str:

@@ -54,7 +54,9 @@ def test_no_module_but_one_reaches_into_the_jvm():
 
 
 @ON_DEMAND
-def test_on_a_session_that_refuses_what_serverless_refuses_every_join_is_exact_through_crashes_and_the_cli_starts_no_jvm(connect_server, spark, tmp_path):
+def test_on_a_session_that_refuses_what_serverless_refuses_every_join_is_exact_through_crashes_and_the_cli_starts_no_jvm(
+    connect_server, spark, tmp_path
+):
     """On a Spark Connect session that refuses settings, caching and clones: the typed join through crashes (a folder
     warehouse), and change feeds on a catalog warehouse whose tables the client reaches by name only (a path read of
     their storage is refused). Then the CLI as a new user tries it, SPARK_REMOTE naming the server: its run is one more
@@ -68,10 +70,14 @@ def test_on_a_session_that_refuses_what_serverless_refuses_every_join_is_exact_t
     # MERGE cut short by the first crash ran when resumed, the one before the second was not run again
     assert typed["operations"] == ["WRITE", "WRITE", "MERGE", "WRITE", "MERGE"], typed["operations"]
     assert found["r_state_merges"] == 2, "a MERGE run again would commit nothing, so the statements are counted too"
-    assert "columns 'Note' and 'note' differ only in case" in typed["refusal"], "inferred without telling case apart, still refused"
+    assert "columns 'Note' and 'note' differ only in case" in typed["refusal"], (
+        "inferred without telling case apart, still refused"
+    )
     _assert_join_exact(typed, spark)
     changes = found["changes"]  # change feeds: gold after each run, beside the reference's
-    assert [[tuple(row) for row in run] for run in changes["gold"]] == [[tuple(row) for row in run] for run in changes["expected"]]
+    assert [[tuple(row) for row in run] for run in changes["gold"]] == [
+        [tuple(row) for row in run] for run in changes["expected"]
+    ]
     assert changes["gold"][-1], "the last run holds pairs"
     records = tmp_path / "more.jsonl"
     records.write_text(json.dumps({"id": "r99", "customer": "c1", "at": "2026-01-01T11:00:00Z"}) + "\n")
@@ -79,13 +85,19 @@ def test_on_a_session_that_refuses_what_serverless_refuses_every_join_is_exact_t
     ingested = lakejoin("ingest", "--warehouse", warehouse, "--relation", "r", str(records), cwd=str(tmp_path), env=env)
     assert ingested.returncode == 0 and "1 rows to bronze/r" in ingested.stdout, ingested.stderr
     ran = lakejoin("run", "--warehouse", warehouse, cwd=str(tmp_path), env=env)
-    assert ran.returncode == 0 and "1 arrivals, 2 pairs" in ran.stdout, ran.stdout + ran.stderr[-2000:]  # s7 and s13 of c1
+    assert ran.returncode == 0 and "1 arrivals, 2 pairs" in ran.stdout, (
+        ran.stdout + ran.stderr[-2000:]
+    )  # s7 and s13 of c1
     status = lakejoin("status", "--warehouse", warehouse, "--json", cwd=str(tmp_path), env=env)
-    assert status.returncode == 0 and json.loads(status.stdout)["last_committed_batch"] == typed["committed"] + 1, status.stderr
+    assert status.returncode == 0 and json.loads(status.stdout)["last_committed_batch"] == typed["committed"] + 1, (
+        status.stderr
+    )
 
 
 @ON_DEMAND
-def test_on_a_session_that_refuses_what_serverless_refuses_every_kind_of_join_is_exact_and_the_acceptance_checks_pass(connect_server, spark, tmp_path):
+def test_on_a_session_that_refuses_what_serverless_refuses_every_kind_of_join_is_exact_and_the_acceptance_checks_pass(
+    connect_server, spark, tmp_path
+):
     """Every other kind of join on catalog warehouses, each exact against its reference, a source table and an idle
     relation among them; and the checks of the acceptance job (pipelines/acceptance.py), the path read refused."""
     found = _scenarios(tmp_path, "--remote", connect_server, "--every-kind", timeout=3600)
@@ -178,14 +190,26 @@ def standalone_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str
     port = _free_port()
     master = f"spark://127.0.0.1:{port}"
     spark_class = f"{SPARK_HOME}/bin/spark-class"
-    master_command = [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port), "--webui-port", "0"]
+    master_command = [
+        spark_class,
+        "org.apache.spark.deploy.master.Master",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--webui-port",
+        "0",
+    ]
     with _started(master_command, folder / "master.log", "Starting Spark master", 1) as master_log:
         workers = [
             [spark_class, "org.apache.spark.deploy.worker.Worker", master, "--host", "127.0.0.1", "--cores", "1", "--memory", "2g",
              "--webui-port", "0", "--work-dir", str(folder / f"work-{number}")]
             for number in (1, 2)
         ]  # fmt: skip
-        with _started(workers[0], folder / "worker-1.log", "Successfully registered", 1), _started(workers[1], folder / "worker-2.log", "Successfully registered", 1):
+        with (
+            _started(workers[0], folder / "worker-1.log", "Successfully registered", 1),
+            _started(workers[1], folder / "worker-2.log", "Successfully registered", 1),
+        ):
             _wait_for(master_log, "Registering worker", 2)
             yield master
 
@@ -205,7 +229,13 @@ class _started:
 
     def __enter__(self) -> Path:
         with open(self.log, "w") as out:
-            self.process = subprocess.Popen(self.command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env={**os.environ, "SPARK_HOME": SPARK_HOME})
+            self.process = subprocess.Popen(
+                self.command,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env={**os.environ, "SPARK_HOME": SPARK_HOME},
+            )
         try:
             _wait_for(self.log, self.ready, self.times, self.process)
         except BaseException:
@@ -218,11 +248,15 @@ class _started:
         self.process.wait(timeout=60)
 
 
-def _wait_for(log: Path, text: str, times: int, process: subprocess.Popen | None = None, timeout: float = 120.0) -> None:
+def _wait_for(
+    log: Path, text: str, times: int, process: subprocess.Popen | None = None, timeout: float = 120.0
+) -> None:
     deadline = time.monotonic() + timeout
     while log.read_text(errors="replace").count(text) < times:
         if process is not None and process.poll() is not None:
-            raise AssertionError(f"{process.args[0]} ended ({process.returncode}): {log.read_text(errors='replace')[-2000:]}")
+            raise AssertionError(
+                f"{process.args[0]} ended ({process.returncode}): {log.read_text(errors='replace')[-2000:]}"
+            )
         if time.monotonic() > deadline:
             raise AssertionError(f"no '{text}' in {log} after {timeout} s: {log.read_text(errors='replace')[-2000:]}")
         time.sleep(0.5)

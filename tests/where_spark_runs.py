@@ -17,7 +17,6 @@ from decimal import Decimal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-
 from pyspark.sql import functions as F
 
 from pipelines import Pipeline
@@ -79,7 +78,10 @@ def worked_example(root: str, spark) -> list[list]:  # noqa: ANN001 - a cluster'
             for number, record in run:
                 files.append(os.path.join(root, f"worked-{number}.jsonl"))
                 with open(files[-1], "w", encoding="utf-8") as handle:
-                    handle.write(json.dumps({"id": record.id, "ts": record.ts, "key": record.key, "payload": record.payload}) + "\n")
+                    handle.write(
+                        json.dumps({"id": record.id, "ts": record.ts, "key": record.key, "payload": record.payload})
+                        + "\n"
+                    )
             pipeline.ingest(relation, files)
         pipeline.run(max_batch_rows=WORKED_BATCH_ROWS)
         return [list(row) for row in pipeline.table("gold").select("r_id", "s_id", "owner", "batch_id").collect()]
@@ -94,7 +96,9 @@ def serverless_join(root: str, spark) -> dict:  # noqa: ANN001
     files = {relation: os.path.join(root, f"serverless-{relation}.parquet") for relation in counts}
     parts: dict[str, list[str]] = {relation: [] for relation in counts}
     for relation, count in counts.items():
-        rows = pa.Table.from_pylist(sorted(typed_rows(relation, count), key=lambda row: row["at"]), TYPES)  # each part raises the watermark
+        rows = pa.Table.from_pylist(
+            sorted(typed_rows(relation, count), key=lambda row: row["at"]), TYPES
+        )  # each part raises the watermark
         pq.write_table(rows, files[relation])
         for part, first in enumerate(range(0, count, 5)):
             parts[relation].append(os.path.join(root, f"serverless-{relation}-{part}.parquet"))
@@ -107,7 +111,9 @@ def serverless_join(root: str, spark) -> dict:  # noqa: ANN001
         pipeline.run()
         cases = os.path.join(root, "cases.jsonl")
         with open(cases, "w", encoding="utf-8") as handle:
-            handle.write('{"id": "x1", "customer": "c1", "at": "2026-01-01T10:00:00Z", "Note": "a"}\n{"id": "x2", "customer": "c1", "at": "2026-01-01T10:00:00Z", "note": "b"}\n')
+            handle.write(
+                '{"id": "x1", "customer": "c1", "at": "2026-01-01T10:00:00Z", "Note": "a"}\n{"id": "x2", "customer": "c1", "at": "2026-01-01T10:00:00Z", "note": "b"}\n'
+            )
         [cased] = pipeline.ingest("r", cases)
         pipeline.ingest("r", spark.read.parquet(parts["r"][1]))
         pipeline.foreach_batch("s")(spark.read.parquet(parts["s"][1]), 7)
@@ -153,7 +159,9 @@ def write_records(root: str, label: str, records: list) -> dict[str, str]:
     for relation, path in files.items():
         with open(path, "w", encoding="utf-8") as handle:
             handle.writelines(
-                json.dumps({"id": rec.id, "ts": rec.ts, "key": rec.key, "payload": rec.payload}) + "\n" for rec in records if rec.relation == relation
+                json.dumps({"id": rec.id, "ts": rec.ts, "key": rec.key, "payload": rec.payload}) + "\n"
+                for rec in records
+                if rec.relation == relation
             )
     return files
 
@@ -172,12 +180,31 @@ def serverless_kinds(root: str, spark) -> dict:  # noqa: ANN001
     two = [Record("r", "r1", 1, "a"), Record("s", "s1", 2, "a"), Record("r", "r2", 4, "b"), Record("s", "s2", 5, "a"),
            Record("r", "r3", 7, "a"), Record("s", "s3", 8, "b"), Record("r", "r4", 9, "c"), Record("s", "s4", 9, "a")]  # fmt: skip
     far = [Record("r", "r~", FAR, "~r"), Record("s", "s~", FAR, "~s")]
-    three = [Record(name, f"{name}{ts}", ts, "a" if ts % 3 else "b", rank=rank) for rank, name in enumerate("rst") for ts in (1, 2, 4, 5)]
+    three = [
+        Record(name, f"{name}{ts}", ts, "a" if ts % 3 else "b", rank=rank)
+        for rank, name in enumerate("rst")
+        for ts in (1, 2, 4, 5)
+    ]
     far3 = [Record(name, f"{name}~", FAR, f"~{name}", rank=rank) for rank, name in enumerate("rst")]
-    pairs = lambda rows: sorted(Counter((row.get("_r_id"), row.get("_s_id"), row["owner"]) for row in rows).items(), key=repr)  # noqa: E731
-    tuples = lambda rows, names: sorted(Counter((tuple(row[f"_{name}_id"] for name in names), row["owner"].lower()) for row in rows).items(), key=repr)  # noqa: E731
-    expected_pairs = lambda found: sorted(Counter((pair.r_id, pair.s_id, pair.owner) for pair in found).items(), key=repr)  # noqa: E731
-    expected_tuples_of = lambda found: sorted(Counter((tuple(rec_id for _, rec_id in match.ids), match.owner) for match in found.elements()).items(), key=repr)  # noqa: E731
+
+    def pairs(rows):
+        return sorted(Counter((row.get("_r_id"), row.get("_s_id"), row["owner"]) for row in rows).items(), key=repr)
+
+    def tuples(rows, names):
+        return sorted(
+            Counter((tuple(row[f"_{name}_id"] for name in names), row["owner"].lower()) for row in rows).items(),
+            key=repr,
+        )
+
+    def expected_pairs(found):
+        return sorted(Counter((pair.r_id, pair.s_id, pair.owner) for pair in found).items(), key=repr)
+
+    def expected_tuples_of(found):
+        return sorted(
+            Counter((tuple(rec_id for _, rec_id in match.ids), match.owner) for match in found.elements()).items(),
+            key=repr,
+        )
+
     cases = {
         "inner": ({"window": 2, "allowed_lateness": 1}, two, far, lambda: expected_pairs(batch_join(two, within(2))), pairs),
         "left": ({"join": "left", "window": 2, "allowed_lateness": 1}, two, far, lambda: expected_pairs(sql_join(two, "left", within(2))), pairs),
@@ -191,14 +218,27 @@ def serverless_kinds(root: str, spark) -> dict:  # noqa: ANN001
     }  # fmt: skip
     found = {}
     for kind, (config, records, flush, expected, seen) in cases.items():
-        with Pipeline(managed_schema(spark, root, f"lj_kind_{kind.replace('-', '_')}"), config, spark=spark) as pipeline:
-            for label, chunk in ((kind, records), (f"{kind}-far", flush)):  # a batch each: the first keeps state, the second ends it
+        with Pipeline(
+            managed_schema(spark, root, f"lj_kind_{kind.replace('-', '_')}"), config, spark=spark
+        ) as pipeline:
+            for label, chunk in (
+                (kind, records),
+                (f"{kind}-far", flush),
+            ):  # a batch each: the first keeps state, the second ends it
                 for relation, path in write_records(root, label, chunk).items():
                     pipeline.ingest(relation, path)
                 pipeline.run()
-            found[kind] = {"gold": seen([row.asDict() for row in pipeline.table("gold").collect()]), "expected": expected()}
+            found[kind] = {
+                "gold": seen([row.asDict() for row in pipeline.table("gold").collect()]),
+                "expected": expected(),
+            }
     # an idle relation released: payments stop, and once idle the orders' rows waiting on them come out
-    quiet = {"join": "left", "window": 2, "allowed_lateness": 0, "relations": {"r": {}, "s": {"idle_after": "15 minutes"}}}
+    quiet = {
+        "join": "left",
+        "window": 2,
+        "allowed_lateness": 0,
+        "relations": {"r": {}, "s": {"idle_after": "15 minutes"}},
+    }
     start = datetime(2026, 11, 25, 9, 0, tzinfo=timezone.utc)
     try:
         with Pipeline(managed_schema(spark, root, "lj_kind_idle"), quiet, spark=spark) as pipeline:
@@ -208,7 +248,10 @@ def serverless_kinds(root: str, spark) -> dict:  # noqa: ANN001
                 for relation, path in write_records(root, label, chunk).items():
                     pipeline.ingest(relation, path)
                 pipeline.run()
-            found["idle"] = {"gold": pairs([row.asDict() for row in pipeline.table("gold").collect()]), "expected": [(("r2", "s1", "S"), 1), (("r4", None, "R"), 1)]}
+            found["idle"] = {
+                "gold": pairs([row.asDict() for row in pipeline.table("gold").collect()]),
+                "expected": [(("r2", "s1", "S"), 1), (("r4", None, "R"), 1)],
+            }
     finally:
         set_now(None)
     found["table"] = serverless_table(root, spark)
@@ -226,11 +269,17 @@ def serverless_table(root: str, spark) -> dict:  # noqa: ANN001
     orders = [Record("r", f"o{n}", n, "a" if n % 2 else "b") for n in range(6)]
     payments = [Record("s", f"p{n}", n, "a" if n % 3 else "b") for n in range(4)]
     schema = "id string, ts bigint, key string, payload string"
-    spark.createDataFrame([(rec.id, rec.ts, rec.key, rec.payload) for rec in orders[:3]], schema).write.format("delta").saveAsTable(source)
-    with Pipeline(managed_schema(spark, root, "lj_kind_table"), {"relations": {"r": {"table": source}, "s": {}}}, spark=spark) as pipeline:
+    spark.createDataFrame([(rec.id, rec.ts, rec.key, rec.payload) for rec in orders[:3]], schema).write.format(
+        "delta"
+    ).saveAsTable(source)
+    with Pipeline(
+        managed_schema(spark, root, "lj_kind_table"), {"relations": {"r": {"table": source}, "s": {}}}, spark=spark
+    ) as pipeline:
         pipeline.ingest("s", write_records(root, "table-s", payments)["s"])
         pipeline.run()
-        spark.createDataFrame([(rec.id, rec.ts, rec.key, rec.payload) for rec in orders[3:]], schema).write.format("delta").mode("append").saveAsTable(source)
+        spark.createDataFrame([(rec.id, rec.ts, rec.key, rec.payload) for rec in orders[3:]], schema).write.format(
+            "delta"
+        ).mode("append").saveAsTable(source)
         pipeline.run()
         gold = Counter((row.r_id, row.s_id) for row in pipeline.table("gold").collect())
     expected = Counter((pair.r_id, pair.s_id) for pair in batch_join(orders + payments))
@@ -268,7 +317,9 @@ def main() -> None:
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--remote")
     where.add_argument("--master")
-    parser.add_argument("--every-kind", action="store_true", help="with --remote: every kind of join and the acceptance checks too")
+    parser.add_argument(
+        "--every-kind", action="store_true", help="with --remote: every kind of join and the acceptance checks too"
+    )
     args = parser.parse_args()
     spark = get_spark(master=args.master, remote=args.remote)
     from state.engines import make_engine
@@ -282,12 +333,26 @@ def main() -> None:
         found["changes"] = serverless_changes(args.workdir, spark)
         if args.every_kind:
             found["kinds"] = serverless_kinds(args.workdir, spark)
-            found["acceptance"] = [outcome.line() for outcome in accept(spark, managed_schema(spark, args.workdir, "lj_acceptance")) if not outcome.passed]
+            found["acceptance"] = [
+                outcome.line()
+                for outcome in accept(spark, managed_schema(spark, args.workdir, "lj_acceptance"))
+                if not outcome.passed
+            ]
         state = Warehouse(os.path.join(args.workdir, "serverless")).path_of("silver/r_state")
-        print(json.dumps(found | {"refused": calls.refused, "r_state_merges": sum(f"`{state}`" in merge for merge in calls.merges)}, default=str))
+        print(
+            json.dumps(
+                found
+                | {"refused": calls.refused, "r_state_merges": sum(f"`{state}`" in merge for merge in calls.merges)},
+                default=str,
+            )
+        )
         return
     # a cluster: batch after batch on executors; Python run by the executors' own workers, one folder each
-    found = {"session": type(spark).__module__, "engine": make_engine(spark).name, "worked": worked_example(args.workdir, spark)}
+    found = {
+        "session": type(spark).__module__,
+        "engine": make_engine(spark).name,
+        "worked": worked_example(args.workdir, spark),
+    }
     folder = F.udf(lambda _: os.getcwd())
     found["executors"] = spark.range(0, 16, 1, 16).select(folder("id")).distinct().count()
     print(json.dumps(found))

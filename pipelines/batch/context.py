@@ -49,7 +49,11 @@ class Run:
     def state_versions(self) -> dict[str, int]:
         """The versions a plan pins of what a batch reads besides bronze: each state table, and gold when change feeds
         retract from it."""
-        versions = {table.name: version for table in self.tables.values() if (version := self.engine.version(table.path)) is not None}
+        versions = {
+            table.name: version
+            for table in self.tables.values()
+            if (version := self.engine.version(table.path)) is not None
+        }
         if self.config.reads_changes and (gold := self.engine.version(self.warehouse.gold)) is not None:
             versions[GOLD] = gold
         return versions

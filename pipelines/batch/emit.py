@@ -28,8 +28,8 @@ from state.clock import now
 from state.config import Config
 from state.errors import LakejoinError
 from state.event_time import render, render_span
-from state.final import state_updates
 from state.final import emit as final_rows
+from state.final import state_updates
 from state.frames import union_by_name
 from state.joiner import BROADCAST_ROWS, Projection, Side, batch_tuples, data_columns, identity_column
 from state.progress import raised
@@ -58,41 +58,89 @@ def emit(batch: Batch, kind: str | None, arrived: dict[Relation, Arrived], measu
     tables = batch.tables
     spec = config.join_spec
     screened = {rel: _screened(part, measured.quarantined[rel.name]) for rel, part in arrived.items()}
-    changes = {rel: apply(part.resolved, screened[rel], lambda rows, rel=rel: split_late(rows, plan.watermarks.get(rel.name))) for rel, part in arrived.items() if part.resolved is not None}
-    split = {rel: (changes[rel].on_time, changes[rel].late) if rel in changes else split_late(rows, plan.watermarks.get(rel.name)) for rel, rows in screened.items()}
+    changes = {
+        rel: apply(part.resolved, screened[rel], lambda rows, rel=rel: split_late(rows, plan.watermarks.get(rel.name)))
+        for rel, part in arrived.items()
+        if part.resolved is not None
+    }
+    split = {
+        rel: (changes[rel].on_time, changes[rel].late)
+        if rel in changes
+        else split_late(rows, plan.watermarks.get(rel.name))
+        for rel, rows in screened.items()
+    }
     on_time = {rel: parts[0] for rel, parts in split.items()}
-    sides = read_sides({rel: part.state for rel, part in arrived.items()}, [tables[rel] for rel in relations], on_time, {rel: c.replaced for rel, c in changes.items()})
+    sides = read_sides(
+        {rel: part.state for rel, part in arrived.items()},
+        [tables[rel] for rel in relations],
+        on_time,
+        {rel: c.replaced for rel, c in changes.items()},
+    )
     projection = Projection({rel.name: data_columns(part.rows.columns) for rel, part in arrived.items()}, config.select)
     after, raised_why = raised(
-        advance(plan.watermarks, measured.newest, config.allowed_lateness), plan.watermarks, plan.progress, relations, plan.raised,  # type: ignore[arg-type] - on the axis
+        advance(plan.watermarks, measured.newest, config.allowed_lateness),
+        plan.watermarks,
+        plan.progress,
+        relations,
+        plan.raised,  # type: ignore[arg-type] - on the axis
         lambda value: render(value, kind) or str(value),
     )
-    every_one = all(engine.version(warehouse.bronze(rel)) is not None for rel in relations)  # else no tuples, and no record final yet
-    tuples = _pairs(sides, config.join_condition, projection, every_one, max(measured.rows.values(), default=0) <= BROADCAST_ROWS)
+    every_one = all(
+        engine.version(warehouse.bronze(rel)) is not None for rel in relations
+    )  # else no tuples, and no record final yet
+    tuples = _pairs(
+        sides, config.join_condition, projection, every_one, max(measured.rows.values(), default=0) <= BROADCAST_ROWS
+    )
     emitted = final_rows(spec, sides, tuples, projection, after if every_one else {})
     gold = emitted.rows.withColumns({"batch_id": F.lit(plan.batch_id).cast("long"), "produced_at": F.lit(now())})
     members = spec.kind.gold_relations(relations)
     if every_one:
-        gold = with_pair_checks(gold, config.join_condition, projection, members, lambda: _members(sides), spec.kind.preserves(relations), spec.kind.owned_by(relations))
+        gold = with_pair_checks(
+            gold,
+            config.join_condition,
+            projection,
+            members,
+            lambda: _members(sides),
+            spec.kind.preserves(relations),
+            spec.kind.owned_by(relations),
+        )
     else:
         gold = with_nothing_to_check(gold)
-    stored = {rel: stored_rows(changes[rel].state_rows() if rel in changes else rows, arrived[rel].state) for rel, rows in on_time.items()}
+    stored = {
+        rel: stored_rows(changes[rel].state_rows() if rel in changes else rows, arrived[rel].state)
+        for rel, rows in on_time.items()
+    }
     spans = {rel: measured.spans[rel.name] for rel in relations}
-    updates = replacing(state_updates(spec, list(tables.values()), plan, stored, (plan.watermarks, after), emitted, spans), list(changes))
+    updates = replacing(
+        state_updates(spec, list(tables.values()), plan, stored, (plan.watermarks, after), emitted, spans),
+        list(changes),
+    )
     late = {rel: parts[1] for rel, parts in split.items()}
     checked = {
-        name: replace(update, rows=with_state_checks(update.rows, _is_late(plan, update.table.relation, update.table.relation in changes), update.eviction))
+        name: replace(
+            update,
+            rows=with_state_checks(
+                update.rows, _is_late(plan, update.table.relation, update.table.relation in changes), update.eviction
+            ),
+        )
         for name, update in updates.items()
     }
-    state_checks = {name: TableChecks.of(config, "state", warehouse.name_of(update.table.path), [ID]) for name, update in updates.items()}
-    gold_checks = TableChecks.of(config, "gold", warehouse.name_of(warehouse.gold), [identity_column(rel, ID) for rel in members])
+    state_checks = {
+        name: TableChecks.of(config, "state", warehouse.name_of(update.table.path), [ID])
+        for name, update in updates.items()
+    }
+    gold_checks = TableChecks.of(
+        config, "gold", warehouse.name_of(warehouse.gold), [identity_column(rel, ID) for rel in members]
+    )
     if _rows_unique(arrived, measured, state_checks.values()):
         gold_checks = gold_checks.proven_unique(spec.kind.row_keys(members))
         state_checks = {name: checks.proven_unique([ID]) for name, checks in state_checks.items()}
     return Outputs(
         gold=gold,
         gold_checks=gold_checks,
-        retraction=Retraction.of(engine, warehouse.gold, plan, {rel: c.retracted for rel, c in changes.items()}, spec.kind.row_keys(members)),
+        retraction=Retraction.of(
+            engine, warehouse.gold, plan, {rel: c.retracted for rel, c in changes.items()}, spec.kind.row_keys(members)
+        ),
         updates=checked,
         state_checks=state_checks,
         late=_late(config, kind, plan, late, changes, measured),
@@ -111,7 +159,10 @@ def _rows_unique(arrived: dict[Relation, Arrived], measured: Measured, state_che
     stored record comes from one stored record (docs/design.md, section 6.2). A change feed's rows name records held
     already, so its batches count their rows instead."""
     return all(
-        part.resolved is None and not measured.held.get(rel.name) and part.checks.kept_unique(ID, measured.rules[rel.name]) for rel, part in arrived.items()
+        part.resolved is None
+        and not measured.held.get(rel.name)
+        and part.checks.kept_unique(ID, measured.rules[rel.name])
+        for rel, part in arrived.items()
     ) and all(checks.stops_repeats(ID) for checks in state_checks)
 
 
@@ -127,26 +178,53 @@ def _is_late(plan: BatchPlan, rel: Relation, changes: bool) -> str:
 def _screened(part: Arrived, broke: list[str]) -> DataFrame:
     """What the relation's rules keep of its rows (of a change feed's candidates): all of them, unless a quarantine
     rule broke on some (``broke``: their flags), which the rows are then flagged by again to leave them out."""
-    kept = part.flagged.where(f"NOT {set_aside(broke)}").drop(*[name for name in part.flagged.columns if name.startswith(DERIVED_PREFIX)]) if broke else part.checked
+    kept = (
+        part.flagged.where(f"NOT {set_aside(broke)}").drop(
+            *[name for name in part.flagged.columns if name.startswith(DERIVED_PREFIX)]
+        )
+        if broke
+        else part.checked
+    )
     return kept.drop(CURRENT)
 
 
-def _late(config: Config, kind: str | None, plan: BatchPlan, late: dict[Relation, DataFrame], changes: dict[Relation, Applied], measured: Measured) -> DataFrame | None:
+def _late(
+    config: Config,
+    kind: str | None,
+    plan: BatchPlan,
+    late: dict[Relation, DataFrame],
+    changes: dict[Relation, Applied],
+    measured: Measured,
+) -> DataFrame | None:
     """Late arrivals and the changes a batch ignored as older, as ``quarantine/late_arrivals`` keeps them."""
     parts = [
         late_rows(
-            rows, rel, plan.watermarks.get(rel.name), None if (span := config.lateness(rel.name)) is None else render_span(span, kind),  # type: ignore[arg-type] - on the axis
-            config.spec(rel.name).event_time, kind, plan.batch_id, plan.raised.get(rel.name),
+            rows,
+            rel,
+            plan.watermarks.get(rel.name),
+            None if (span := config.lateness(rel.name)) is None else render_span(span, kind),  # type: ignore[arg-type] - on the axis
+            config.spec(rel.name).event_time,
+            kind,
+            plan.batch_id,
+            plan.raised.get(rel.name),
         )
         for rel, rows in late.items()
         if measured.late[rel.name]
     ]
-    parts += [ignored_rows(applied.resolved, rel.name, plan.batch_id) for rel, applied in changes.items() if measured.changes[rel.name]["ignored"]]
+    parts += [
+        ignored_rows(applied.resolved, rel.name, plan.batch_id)
+        for rel, applied in changes.items()
+        if measured.changes[rel.name]["ignored"]
+    ]
     return union_by_name(parts, allow_missing=True) if parts else None
 
 
 def _set_aside(arrived: dict[Relation, Arrived], measured: Measured, batch_id: int) -> DataFrame | None:
-    parts = [part.checks.set_aside(part.flagged, measured.rules[rel.name], batch_id) for rel, part in arrived.items() if measured.quarantined[rel.name]]
+    parts = [
+        part.checks.set_aside(part.flagged, measured.rules[rel.name], batch_id)
+        for rel, part in arrived.items()
+        if measured.quarantined[rel.name]
+    ]
     found = [part for part in parts if part is not None]
     return union_by_name(found) if found else None
 
@@ -165,7 +243,11 @@ def _pairs(sides: list[Side], predicate: str, projection: Projection, every_one:
     except AnalysisException as exc:  # analysed here in a classic session, at .columns as a Spark Connect client
         columns = "; ".join(f"{side.relation.name}: {', '.join(data_columns(side.arrivals.columns))}" for side in sides)
         reason = str(exc).strip().splitlines()[0]
-        what = f"join predicate {predicate!r}" if projection.select is None else f"join predicate {predicate!r} or select {list(projection.select)}"
+        what = (
+            f"join predicate {predicate!r}"
+            if projection.select is None
+            else f"join predicate {predicate!r} or select {list(projection.select)}"
+        )
         raise LakejoinError(f"{what} does not resolve ({reason}); columns are {columns}") from exc
     clashes = sorted(name for name in named if name.startswith("_") or name in (*GOLD_BOOKKEEPING, "owner"))
     if clashes:
@@ -187,4 +269,9 @@ def _members(sides: list[Side]) -> dict[Relation, DataFrame]:
 
 
 def _empty(side: Side) -> Side:
-    return Side(side.relation, side.arrivals.limit(0), side.store.limit(0), {rel: probes.limit(0) for rel, probes in side.probes.items()})
+    return Side(
+        side.relation,
+        side.arrivals.limit(0),
+        side.store.limit(0),
+        {rel: probes.limit(0) for rel, probes in side.probes.items()},
+    )

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from pyspark.sql import DataFrame
 
 from pipelines.batch.context import Batch
-from pipelines.bronze import Lander, Landed, Placed, Watch, land_files, refusal_rows
+from pipelines.bronze import Landed, Lander, Placed, Watch, land_files, refusal_rows
 from state.batch_log import BatchPlan, LandedFile
 from state.clock import now
 from state.engines import Txn, as_frame
@@ -41,7 +41,9 @@ class Landing:
     duplicates: int
     files: tuple[LandedFile, ...]  # the files landed, and those refused for good (so as not to be read again)
     retried: tuple[FileRefused, ...] = ()  # refused for now: a later batch tries them again
-    watched: dict | None = None  # what the bronze write counted for the batch's measure (pipelines/batch/measure.py ``watch``)
+    watched: dict | None = (
+        None  # what the bronze write counted for the batch's measure (pipelines/batch/measure.py ``watch``)
+    )
 
     def describe(self) -> str:
         taken = sum(file.lands for file in self.files)
@@ -56,7 +58,9 @@ def batch_tag(batch_id: int) -> str:
     return f"batch {batch_id}"
 
 
-def land(batch: Batch, known: Callable[[Relation], DataFrame | None], watch: Callable[[Relation, DataFrame], Watch | None]) -> list[Landing]:
+def land(
+    batch: Batch, known: Callable[[Relation], DataFrame | None], watch: Callable[[Relation, DataFrame], Watch | None]
+) -> list[Landing]:
     """Land the plan's files of every relation (the bronze commits at once), then set aside, in one commit, the rows
     they quarantine and the files refused. ``known``: a relation's records already held (``held_digests``); ``watch``:
     what else each bronze write counts."""
@@ -67,23 +71,36 @@ def land(batch: Batch, known: Callable[[Relation], DataFrame | None], watch: Cal
         """A file Spark failed to read, recorded before the rest is written: a resumed batch leaves it out too."""
         sha256 = next(file.sha256 for file in plan.landing(rel.name) if file.path == path)
         rows = refusal_rows([(rel.name, path, reason, False)], batch_tag(plan.batch_id), now())
-        engine.append(warehouse.quarantine, rows, Txn(f"{batch.run.app_id(warehouse.quarantine)}:{sha256}", plan.batch_id))
+        engine.append(
+            warehouse.quarantine, rows, Txn(f"{batch.run.app_id(warehouse.quarantine)}:{sha256}", plan.batch_id)
+        )
 
-    lander = Lander(engine, warehouse, batch.config.relations, batch_tag(plan.batch_id), now(), known, batch.txn, left_out, watch)
+    lander = Lander(
+        engine, warehouse, batch.config.relations, batch_tag(plan.batch_id), now(), known, batch.txn, left_out, watch
+    )
     relations = [rel for rel in batch.relations if plan.landing(rel.name)]
     with ThreadPoolExecutor(max_workers=max(1, len(relations))) as pool:
         futures = [pool.submit(_land, lander, plan, rel, retried) for rel in relations]
         landed = [future.result() for future in futures]
-    refused = [file for file in plan.files if file.refused is not None] + [file for landing, _ in landed for file in landing.files if file.refused is not None]
+    refused = [file for file in plan.files if file.refused is not None] + [
+        file for landing, _ in landed for file in landing.files if file.refused is not None
+    ]
     parts = [rows for _, rows in landed if rows is not None]
     if refused:
-        table = refusal_rows([(file.relation, file.path, file.refused, True) for file in refused], batch_tag(plan.batch_id), now())  # type: ignore[misc] - refused
+        table = refusal_rows(
+            [(file.relation, file.path, file.refused, True) for file in refused], batch_tag(plan.batch_id), now()
+        )  # type: ignore[misc] - refused
         parts.append(as_frame(engine.spark, table))
     with step("quarantine"):
         if parts:
-            engine.append(warehouse.quarantine, union_by_name(parts, allow_missing=True), batch.txn(warehouse.quarantine))
+            engine.append(
+                warehouse.quarantine, union_by_name(parts, allow_missing=True), batch.txn(warehouse.quarantine)
+            )
     outside = [file for file in plan.files if not file.lands]
-    return [replace(landing, files=(*landing.files, *[file for file in outside if file.relation == landing.relation])) for landing, _ in landed] + [
+    return [
+        replace(landing, files=(*landing.files, *[file for file in outside if file.relation == landing.relation]))
+        for landing, _ in landed
+    ] + [
         Landing(rel.name, plan.batch_id, 0, 0, 0, tuple(file for file in outside if file.relation == rel.name))
         for rel in batch.relations
         if rel not in relations and any(file.relation == rel.name for file in outside)
@@ -94,13 +111,32 @@ def _land(lander: Lander, plan: BatchPlan, rel: Relation, retried: dict[str, str
     """One relation's files to bronze: the landing, and its quarantined rows (None when none). Files a run before this
     one refused for now are left out (their refusal is recorded)."""
     files = [file for file in plan.landing(rel.name) if file.path not in retried]
-    before = tuple(FileRefused(reason, lasting=False) for path, reason in retried.items() if any(file.path == path for file in plan.landing(rel.name)))
-    landed: Landed = land_files(lander, rel, [Placed(file.path, file.first, file.bound) for file in files], by_input=False)
+    before = tuple(
+        FileRefused(reason, lasting=False)
+        for path, reason in retried.items()
+        if any(file.path == path for file in plan.landing(rel.name))
+    )
+    landed: Landed = land_files(
+        lander, rel, [Placed(file.path, file.first, file.bound) for file in files], by_input=False
+    )
     total = landed.total
-    lasting = tuple(replace(file, refused=str(landed.refused[file.path])) for file in files if file.path in landed.refused and landed.refused[file.path].lasting)
+    lasting = tuple(
+        replace(file, refused=str(landed.refused[file.path]))
+        for file in files
+        if file.path in landed.refused and landed.refused[file.path].lasting
+    )
     for_now = tuple(why for why in landed.refused.values() if not why.lasting)
     kept = tuple(file for file in files if file.path not in landed.refused)
-    landing = Landing(rel.name, plan.batch_id, total.landed, total.quarantined, total.duplicates, (*kept, *lasting), before + for_now, landed.watched)
+    landing = Landing(
+        rel.name,
+        plan.batch_id,
+        total.landed,
+        total.quarantined,
+        total.duplicates,
+        (*kept, *lasting),
+        before + for_now,
+        landed.watched,
+    )
     return landing, landed.quarantined
 
 

@@ -42,9 +42,13 @@ class Measured:
     spans: dict[str, Aligned | None]  # the event times on time span: what the state's MERGE looks at
     rules: dict[str, list[RuleCount]]  # the bronze rules' results
     quarantined: dict[str, list[str]] = field(default_factory=dict)  # the flags of the quarantine rules that broke
-    changes: dict[str, dict[str, int]] = field(default_factory=dict)  # a change feed's: inserted, updated, deleted, ignored, late
+    changes: dict[str, dict[str, int]] = field(
+        default_factory=dict
+    )  # a change feed's: inserted, updated, deleted, ignored, late
     pointers: dict[str, int] = field(default_factory=dict)  # a source table's pointers, each naming one row
-    held: dict[str, int] = field(default_factory=dict)  # state rows whose id an arrival has too (not counted for a change feed)
+    held: dict[str, int] = field(
+        default_factory=dict
+    )  # state rows whose id an arrival has too (not counted for a change feed)
 
     def changed(self) -> dict[str, int]:
         """The change feeds' counts, summed over relations."""
@@ -65,22 +69,33 @@ def set_aside(flags: list[str]) -> str:
     return "(" + " OR ".join([*map(quoted, flags), "false"]) + ")"
 
 
-def measure(spark: SparkSession, arrived: dict[Relation, Arrived], watermarks: dict[str, int], broadcast: bool) -> Measured:
+def measure(
+    spark: SparkSession, arrived: dict[Relation, Arrived], watermarks: dict[str, int], broadcast: bool
+) -> Measured:
     """The one job, as one statement: every relation's narrowed rows, and its other parts (a change feed's raw and
     ignored rows, a source table's pointers, the state rows an arrival's id is held in), unioned and counted by part.
     ``broadcast``: the batch is small enough to broadcast its arrivals' ids to the state's. Built as SQL text, so the
     plan costs a few calls to Spark whatever the relations and rules."""
-    signals = {rel: _signals(part.checks, watermarks.get(rel.name), part.upsert, part.resolved is not None) for rel, part in arrived.items()}
-    flags = list(dict.fromkeys(name for columns in signals.values() for name in columns if name not in ("_late", "_on_time")))
+    signals = {
+        rel: _signals(part.checks, watermarks.get(rel.name), part.upsert, part.resolved is not None)
+        for rel, part in arrived.items()
+    }
+    flags = list(
+        dict.fromkeys(name for columns in signals.values() for name in columns if name not in ("_late", "_on_time"))
+    )
     frames: dict[str, DataFrame] = {}
 
-    def part_of(label: str, frame: DataFrame, columns: dict[str, str] | None = None, semi_join: DataFrame | None = None) -> str:
+    def part_of(
+        label: str, frame: DataFrame, columns: dict[str, str] | None = None, semi_join: DataFrame | None = None
+    ) -> str:
         """One part's rows as the counts read them: every signal column, null where the part has none (``semi_join``:
         only the rows whose id it holds, broadcast to them when the batch is small)."""
         name = f"part{len(frames)}"
         frames[name] = frame
         columns = columns or {}
-        listed = ", ".join(f"{columns.get(signal, 'NULL')} AS {quoted(signal)}" for signal in ("_late", "_on_time", *flags))
+        listed = ", ".join(
+            f"{columns.get(signal, 'NULL')} AS {quoted(signal)}" for signal in ("_late", "_on_time", *flags)
+        )
         if semi_join is None:
             return f"SELECT {literal(label)} AS {PART}, {listed} FROM {{{name}}}"
         frames[f"{name}_ids"] = semi_join
@@ -124,7 +139,11 @@ def _signals(checks: TableChecks, watermark: int | None, upsert: str = "true", c
         **{check.flag: quoted(check.flag) for check in checks.row_checks},
     }
     if changes:
-        columns |= {"inserted": f"{on_time} AND NOT {CURRENT}", "updated": f"{on_time} AND {CURRENT}", "deleted": f"{OP} = {literal(DELETE)} AND {kept}"}
+        columns |= {
+            "inserted": f"{on_time} AND NOT {CURRENT}",
+            "updated": f"{on_time} AND {CURRENT}",
+            "deleted": f"{OP} = {literal(DELETE)} AND {kept}",
+        }
     return columns
 
 
@@ -142,14 +161,26 @@ def watch(batch: Batch, states: dict[Relation, DataFrame | None]) -> Callable[[R
 
     def counted(rel: Relation, rows: DataFrame) -> Watch | None:
         spec, state = batch.config.spec(rel.name), states[rel]
-        if not lands_only or spec.changes is not None or spec.table is not None or (state is not None and not holds_digests(state)):
+        if (
+            not lands_only
+            or spec.changes is not None
+            or spec.table is not None
+            or (state is not None and not holds_digests(state))
+        ):
             return None
         checks = bronze_checks(batch, rel).proven_unique([ID])
         present = {name.lower() for name in rows.columns}
         if any(name.lower() not in present for check in checks.row_checks for name in check.reads):
             return None
-        added = [f"{sql} AS {name}" for name, sql in _signals(checks, plan.watermarks.get(rel.name)).items() if name in ("_late", "_on_time")]
-        return Watch(lambda frame: checks.flagged(frame).selectExpr("*", *added), _counts([check.flag for check in checks.row_checks]))
+        added = [
+            f"{sql} AS {name}"
+            for name, sql in _signals(checks, plan.watermarks.get(rel.name)).items()
+            if name in ("_late", "_on_time")
+        ]
+        return Watch(
+            lambda frame: checks.flagged(frame).selectExpr("*", *added),
+            _counts([check.flag for check in checks.row_checks]),
+        )
 
     return counted
 
@@ -178,9 +209,15 @@ def _measured(arrived: dict[Relation, Arrived], found: dict[str, dict]) -> Measu
         newest[rel.name] = values.get("newest")
         spans[rel.name] = None if values.get("newest") is None else Aligned(TS, values["low"], values["newest"])
         rules[rel.name] = part.checks.results(part.flagged, values)
-        quarantined[rel.name] = [check.flag for check in part.checks.row_checks if check.policy == "quarantine" and values.get(check.flag)]
+        quarantined[rel.name] = [
+            check.flag for check in part.checks.row_checks if check.policy == "quarantine" and values.get(check.flag)
+        ]
         if changing:
-            changes[rel.name] = {**{name: values.get(name) or 0 for name in ("inserted", "updated", "deleted")}, "ignored": _count(found, f"{rel.name}:ignored"), "late": values["late"]}
+            changes[rel.name] = {
+                **{name: values.get(name) or 0 for name in ("inserted", "updated", "deleted")},
+                "ignored": _count(found, f"{rel.name}:ignored"),
+                "late": values["late"],
+            }
         if part.pointers is not None:
             pointers[rel.name] = _count(found, f"{rel.name}:pointers")
         if not changing:

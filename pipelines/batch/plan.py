@@ -77,11 +77,26 @@ def _files(run: Run, known: Known, ingested: int) -> tuple[list[LandedFile], lis
             continue
         copy = known.digests.get(found.relation, {}).get(found.sha256)
         if found.refused is not None or copy is not None:
-            taken.append(LandedFile(found.relation, found.path, found.sha256, found.bytes, place, 0, None if found.refused is None else str(found.refused), copy))
+            taken.append(
+                LandedFile(
+                    found.relation,
+                    found.path,
+                    found.sha256,
+                    found.bytes,
+                    place,
+                    0,
+                    None if found.refused is None else str(found.refused),
+                    copy,
+                )
+            )
             known.add(found.relation, found.path, found.sha256, found.refused is not None)
             continue
         landing = [file for file in taken if file.lands]
-        full = rows + found.rows > config.max_batch_rows or size + found.bytes > config.max_batch_bytes or len(landing) >= config.max_batch_files
+        full = (
+            rows + found.rows > config.max_batch_rows
+            or size + found.bytes > config.max_batch_bytes
+            or len(landing) >= config.max_batch_files
+        )
         if full and (landing or ingested):
             break
         taken.append(LandedFile(found.relation, found.path, found.sha256, found.bytes, place, found.rows))

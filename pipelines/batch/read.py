@@ -52,7 +52,11 @@ def known_records(batch: Batch, rel: Relation, state: DataFrame | None) -> DataF
     """The records a batch's landed files of ``rel`` are checked against (``held_digests``): those its state
     holds, and those ingested before the batch that it joins."""
     plan = batch.plan
-    ingested = batch.engine.read(batch.warehouse.bronze(rel), where=plan.ingested) if rel.name in plan.bronze_versions and plan.ingested_to != plan.seq_from else None
+    ingested = (
+        batch.engine.read(batch.warehouse.bronze(rel), where=plan.ingested)
+        if rel.name in plan.bronze_versions and plan.ingested_to != plan.seq_from
+        else None
+    )
     return held_digests(state, ingested)
 
 
@@ -75,17 +79,31 @@ def _arrived(batch: Batch, rel: Relation, state: DataFrame | None) -> Arrived:
     held = engine.rows(warehouse.bronze(rel), where=plan.slice) if small else None
     bronze = as_frame(engine.spark, held) if held is not None else engine.read(warehouse.bronze(rel), where=plan.slice)
     if bronze is None:  # no arrival of the relation yet
-        bronze = engine.spark.createDataFrame([], f"{ID} string, {TS} bigint, _arrival_seq bigint" + ("" if spec.changes is None else f", {OP} string, {SEQ} bigint"))
+        bronze = engine.spark.createDataFrame(
+            [],
+            f"{ID} string, {TS} bigint, _arrival_seq bigint"
+            + ("" if spec.changes is None else f", {OP} string, {SEQ} bigint"),
+        )
     in_place = spec.table if spec.changes is None else None  # a change feed's bronze holds its rows whole
     rows = bronze if in_place is None else arrivals_with_source_columns(engine, in_place, bronze)
     if in_place is not None and small:
         rows = as_frame(engine.spark, rows.toArrow())
     checks = bronze_checks(batch, rel)
     if spec.changes is None:
-        return Arrived(rel, rows, checks, rows, checks.flagged(rows), state, pointers=None if in_place is None else bronze)
+        return Arrived(
+            rel, rows, checks, rows, checks.flagged(rows), state, pointers=None if in_place is None else bronze
+        )
     held = held_versions(state, rows)
-    nothing_held = rows.limit(0).select(ID, F.lit(None).cast("long").alias(SEQ), F.lit(None).cast("boolean").alias(DELETED))
-    resolved = resolve(rows, nothing_held if held is None else held, (lambda frame: as_frame(engine.spark, frame.toArrow())) if small else lambda frame: frame)
+    nothing_held = rows.limit(0).select(
+        ID, F.lit(None).cast("long").alias(SEQ), F.lit(None).cast("boolean").alias(DELETED)
+    )
+    resolved = resolve(
+        rows,
+        nothing_held if held is None else held,
+        (lambda frame: as_frame(engine.spark, frame.toArrow())) if small else lambda frame: frame,
+    )
     current = resolved.current.withColumn(CURRENT, F.lit(True))
-    candidates = resolved.candidates.join(current, ID, "left").withColumn(CURRENT, F.coalesce(F.col(CURRENT), F.lit(False)))
+    candidates = resolved.candidates.join(current, ID, "left").withColumn(
+        CURRENT, F.coalesce(F.col(CURRENT), F.lit(False))
+    )
     return Arrived(rel, rows, checks, candidates, checks.flagged(candidates), state, resolved)

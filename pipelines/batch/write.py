@@ -77,24 +77,40 @@ def write(batch: Batch, outputs: Outputs) -> Written:
     with ThreadPoolExecutor(max_workers=2) as pool:
         gold = pool.submit(_gold, batch, outputs, checking)
         late = pool.submit(_late, batch, outputs)
-        evicted = update_buffers(batch.engine, batch.plan, outputs.updates, batch.txn, lambda table, rows, merge: checking.write(outputs.state_checks[table.name], rows, merge))
+        evicted = update_buffers(
+            batch.engine,
+            batch.plan,
+            outputs.updates,
+            batch.txn,
+            lambda table, rows, merge: checking.write(outputs.state_checks[table.name], rows, merge),
+        )
         late.result()
         pairs, retracted = gold.result()
     aside = [frame for frame in (outputs.set_aside, *checking.set_aside) if frame is not None]
     with step("dq_quarantine"):
         if aside:
-            batch.engine.append(batch.warehouse.dq_quarantine, union_by_name(aside), batch.txn(batch.warehouse.dq_quarantine))
+            batch.engine.append(
+                batch.warehouse.dq_quarantine, union_by_name(aside), batch.txn(batch.warehouse.dq_quarantine)
+            )
     return Written(pairs, retracted, evicted, checking.results)
 
 
 def _gold(batch: Batch, outputs: Outputs, checking: Checking) -> tuple[int, int]:
     """Gold's rows added and retracted (counted again when the run this one resumes wrote them)."""
     engine, warehouse = batch.engine, batch.warehouse
-    done = checking.write(outputs.gold_checks, outputs.gold, lambda rows: write_gold(engine, warehouse, batch.plan, rows, outputs.retraction, batch.txn))
+    done = checking.write(
+        outputs.gold_checks,
+        outputs.gold,
+        lambda rows: write_gold(engine, warehouse, batch.plan, rows, outputs.retraction, batch.txn),
+    )
     if done is not None:
         return done
     added = engine.read(warehouse.gold, where=f"batch_id = {batch.plan.batch_id}").count()
-    changes = engine.read(warehouse.gold_changes, where=f"batch_id = {batch.plan.batch_id}") if outputs.retraction.tracked else None
+    changes = (
+        engine.read(warehouse.gold_changes, where=f"batch_id = {batch.plan.batch_id}")
+        if outputs.retraction.tracked
+        else None
+    )
     return added, 0 if changes is None else changes.where(F.col(CHANGE) == "-").count()
 
 

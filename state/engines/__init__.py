@@ -12,8 +12,8 @@ import os
 from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 
-from state.engines.delta_log import is_connect
 from state.engines.base import Actions, Data, DeltaEngine, Eviction, Memberships, Merged, OnMatch, Txn, as_frame
+from state.engines.delta_log import is_connect
 from state.errors import LakejoinError
 
 ENGINE_NAMES = ("auto", "delta-rs", "spark")
@@ -50,7 +50,9 @@ def _connect_knows_delta(spark: SparkSession) -> bool:
         return (exc.getCondition() or "").startswith("DELTA_")
     except Exception as exc:  # noqa: BLE001 - a refusal of the probe's path (serverless limits DBFS) has many types
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise LakejoinError(f"cannot tell whether the Spark Connect server has Delta ({first}): set engine: spark in the config if it does") from None
+        raise LakejoinError(
+            f"cannot tell whether the Spark Connect server has Delta ({first}): set engine: spark in the config if it does"
+        ) from None
     return True
 
 
@@ -76,4 +78,18 @@ def make_engine(spark: SparkSession, name: str = "auto", catalog: bool = False) 
     return DeltaRsEngine(spark)
 
 
-__all__ = ["as_frame", "Actions", "Data", "DeltaEngine", "Eviction", "Memberships", "Merged", "OnMatch", "Txn", "make_engine", "on_databricks", "session_has_delta", "ENGINE_NAMES"]
+__all__ = [
+    "as_frame",
+    "Actions",
+    "Data",
+    "DeltaEngine",
+    "Eviction",
+    "Memberships",
+    "Merged",
+    "OnMatch",
+    "Txn",
+    "make_engine",
+    "on_databricks",
+    "session_has_delta",
+    "ENGINE_NAMES",
+]

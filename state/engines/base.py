@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeAlias
 
 import pyarrow as pa
@@ -78,7 +78,9 @@ class Memberships:
 
     def cleared(self, alias: str | None = None) -> dict[str, str]:
         """The update of a row that stays: each buffer's column, unset where the row is now below its cutoff."""
-        return {column: f"{_column(column, alias)} AND NOT ({cut.sql(alias)})" for column, cut in self._clearing().items()}
+        return {
+            column: f"{_column(column, alias)} AND NOT ({cut.sql(alias)})" for column, cut in self._clearing().items()
+        }
 
     def lowest(self) -> Eviction | None:
         """The cutoff below which no buffer keeps a row (None while some buffer keeps everything)."""
@@ -233,7 +235,9 @@ class DeltaReader(Protocol):
         the log no longer holds one of them (cleaned up after its retention)."""
         ...
 
-    def append(self, path: str, df: Data, txn: Txn | None = None, properties: dict[str, str] | None = None) -> int | None:
+    def append(
+        self, path: str, df: Data, txn: Txn | None = None, properties: dict[str, str] | None = None
+    ) -> int | None:
         """Append ``df``, creating the table (with the Delta table ``properties`` given) or adding new columns as needed.
         A reader appends rows already on the driver (Arrow); an engine also a Spark DataFrame.
 
@@ -272,7 +276,9 @@ class DeltaEngine(DeltaReader, Protocol):
         """
         ...
 
-    def apply_changes(self, path: str, df: Data, keys: Sequence[str], retraction: str, txn: Txn | None = None) -> int | None:
+    def apply_changes(
+        self, path: str, df: Data, keys: Sequence[str], retraction: str, txn: Txn | None = None
+    ) -> int | None:
         """One MERGE on ``keys`` (one commit): a row of ``df`` for which ``retraction`` (a SQL predicate on ``source``)
         holds deletes the row it names; any other replaces it, or is inserted. The table must exist.
 
@@ -393,7 +399,9 @@ def marked(user_metadata: object, app_id: str) -> Recorded | None:
         found = json.loads(user_metadata)  # type: ignore[arg-type] - anything but lakejoin's text fails here
         if found["txn"]["appId"] != app_id:
             return None
-        return Recorded(int(found["txn"]["version"]), True, found.get("plan"), before_merge=found.get("beforeMerge") is True)
+        return Recorded(
+            int(found["txn"]["version"]), True, found.get("plan"), before_merge=found.get("beforeMerge") is True
+        )
     except (ValueError, TypeError, KeyError, AttributeError):
         return None
 

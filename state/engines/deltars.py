@@ -10,21 +10,38 @@ from __future__ import annotations
 import json
 import os
 import threading
-from urllib.parse import unquote
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
+from urllib.parse import unquote
 
 import pyarrow as pa
-from pyarrow import fs
 from deltalake import CommitProperties, DeltaTable, QueryBuilder, Transaction, write_deltalake
 from deltalake.exceptions import DeltaError, TableNotFoundError
+from pyarrow import fs
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
+from state.engines.base import (
+    Actions,
+    Aligned,
+    Data,
+    Memberships,
+    Merged,
+    OnMatch,
+    Recorded,
+    TableInfo,
+    Txn,
+    as_frame,
+    changes_merge,
+    marked,
+    marker,
+    match_condition,
+    no_change_feed,
+    one_of,
+)
 from state.engines.delta_log import data_file
-from state.engines.base import Actions, Aligned, Data, Memberships, Merged, OnMatch, Recorded, TableInfo, Txn, as_frame, changes_merge, marked, marker, match_condition, no_change_feed, one_of
 from state.errors import LakejoinError, first_line
 from state.layout import NEW_TABLE_LOG
 
@@ -115,7 +132,9 @@ class DeltaRsReader:
         table = self._table(path)
         if table is None:
             return None
-        result = _query(table, f"SELECT {', '.join(expressions)} FROM snapshot" + ("" if where is None else f" WHERE {where}"))
+        result = _query(
+            table, f"SELECT {', '.join(expressions)} FROM snapshot" + ("" if where is None else f" WHERE {where}")
+        )
         return tuple(column[0].as_py() for column in result.columns)
 
     def head(self, path: str, limit: int) -> pa.Table | None:
@@ -146,13 +165,28 @@ class DeltaRsReader:
             return None
         metadata, protocol = opened.metadata(), opened.protocol()
         files = pa.table(opened.get_add_actions(flatten=False))
-        partitions = files.column("partition").to_pylist() if "partition" in files.column_names else [{}] * files.num_rows
+        partitions = (
+            files.column("partition").to_pylist() if "partition" in files.column_names else [{}] * files.num_rows
+        )
         adds = [
-            {"add": {"path": path, "partitionValues": {k: None if v is None else str(v) for k, v in (values or {}).items()}, "modificationTime": written}}
-            for path, values, written in zip(files.column("path").to_pylist(), partitions, files.column("modification_time").to_pylist())
+            {
+                "add": {
+                    "path": path,
+                    "partitionValues": {k: None if v is None else str(v) for k, v in (values or {}).items()},
+                    "modificationTime": written,
+                }
+            }
+            for path, values, written in zip(
+                files.column("path").to_pylist(), partitions, files.column("modification_time").to_pylist()
+            )
         ]
         return opened.version(), [
-            {"metaData": {"partitionColumns": list(metadata.partition_columns), "configuration": dict(metadata.configuration)}},
+            {
+                "metaData": {
+                    "partitionColumns": list(metadata.partition_columns),
+                    "configuration": dict(metadata.configuration),
+                }
+            },
             {"protocol": {"readerFeatures": list(protocol.reader_features or [])}},
             *adds,
         ]
@@ -165,17 +199,26 @@ class DeltaRsReader:
                 with filesystem.open_input_stream(f"{root}/_delta_log/{version:020d}.json") as stream:
                     text = stream.read().decode("utf-8")
             except (FileNotFoundError, OSError) as exc:
-                raise LakejoinError(f"source table {table} no longer has version {version} in its log ({first_line(exc)})") from exc
+                raise LakejoinError(
+                    f"source table {table} no longer has version {version} in its log ({first_line(exc)})"
+                ) from exc
             yield version, [json.loads(line) for line in text.splitlines() if line.strip()]
 
-    def append(self, path: str, df: Data, txn: Txn | None = None, properties: dict[str, str] | None = None) -> int | None:
+    def append(
+        self, path: str, df: Data, txn: Txn | None = None, properties: dict[str, str] | None = None
+    ) -> int | None:
         table = self._table(path)  # opened once: the transaction check and the write share it
         if table is not None and _covered(table, txn):
             return None
         data = to_arrow(df)
         try:
             write_deltalake(
-                table or path, data, mode="append", schema_mode="merge", commit_properties=_commit(txn), configuration=None if table else NEW_TABLE_LOG | (properties or {})
+                table or path,
+                data,
+                mode="append",
+                schema_mode="merge",
+                commit_properties=_commit(txn),
+                configuration=None if table else NEW_TABLE_LOG | (properties or {}),
             )
         except DeltaError as exc:
             raise LakejoinError(f"cannot append to {path}: {first_line(exc)}") from exc
@@ -224,17 +267,24 @@ class DeltaRsEngine(DeltaRsReader):
         if not paths:
             return self.spark.createDataFrame([], stored)
         rows = self.spark.read.schema(stored).parquet(*paths)
-        return rows.select("*", F.col("_metadata.file_name").alias("_file_name"), F.col("_metadata.row_index").alias("_row_index"))
+        return rows.select(
+            "*", F.col("_metadata.file_name").alias("_file_name"), F.col("_metadata.row_index").alias("_row_index")
+        )
 
     def source_changes(self, table: str, first: int, last: int) -> DataFrame:
         opened = _opened(self._fresh(table), table)
         try:
-            rows = pa.table(opened.load_cdf(starting_version=first, ending_version=last).read_all()).drop_columns(["_commit_timestamp"])
+            rows = pa.table(opened.load_cdf(starting_version=first, ending_version=last).read_all()).drop_columns(
+                ["_commit_timestamp"]
+            )
         except DeltaError as exc:
             raise no_change_feed(table, first_line(exc)) from exc
         # delta-rs reads text as string views and the version unsigned, which Spark does not take from Arrow
         plain = {pa.string_view(): pa.string(), pa.uint64(): pa.int64()}
-        return as_frame(self.spark, rows.cast(pa.schema([field.with_type(plain.get(field.type, field.type)) for field in rows.schema])))
+        return as_frame(
+            self.spark,
+            rows.cast(pa.schema([field.with_type(plain.get(field.type, field.type)) for field in rows.schema])),
+        )
 
     def optimize(self, path: str, order_by: str | None = None) -> None:
         table = self._table(path)
@@ -250,10 +300,14 @@ class DeltaRsEngine(DeltaRsReader):
         table = self._table(path)
         if table is not None:
             table.create_checkpoint()
-            if table.metadata().configuration.get("delta.enableExpiredLogCleanup", "true") != "false":  # as Delta on Spark honours it
+            if (
+                table.metadata().configuration.get("delta.enableExpiredLogCleanup", "true") != "false"
+            ):  # as Delta on Spark honours it
                 table.cleanup_metadata()
 
-    def apply_changes(self, path: str, df: Data, keys: Sequence[str], retraction: str, txn: Txn | None = None) -> int | None:
+    def apply_changes(
+        self, path: str, df: Data, keys: Sequence[str], retraction: str, txn: Txn | None = None
+    ) -> int | None:
         table = _opened(self._table(path), path)
         if _covered(table, txn):
             return None
@@ -261,7 +315,14 @@ class DeltaRsEngine(DeltaRsReader):
         data = to_arrow(df)
         try:
             metrics = (
-                table.merge(data, predicate=condition, source_alias="source", target_alias="target", merge_schema=True, commit_properties=_commit(txn))
+                table.merge(
+                    data,
+                    predicate=condition,
+                    source_alias="source",
+                    target_alias="target",
+                    merge_schema=True,
+                    commit_properties=_commit(txn),
+                )
                 .when_matched_delete(predicate=retraction)
                 .when_matched_update_all(predicate=kept)
                 .when_not_matched_insert_all(predicate=kept)
@@ -269,7 +330,10 @@ class DeltaRsEngine(DeltaRsReader):
             )
         except DeltaError as exc:
             raise LakejoinError(f"cannot merge into {path}: {first_line(exc)}") from exc
-        changed = sum(int(metrics[name]) for name in ("num_target_rows_deleted", "num_target_rows_updated", "num_target_rows_inserted"))
+        changed = sum(
+            int(metrics[name])
+            for name in ("num_target_rows_deleted", "num_target_rows_updated", "num_target_rows_inserted")
+        )
         if changed == 0:  # a MERGE that changes nothing commits nothing: the write is recorded by a commit of no rows
             self.append(path, data.slice(0, 0), txn)
         return changed
@@ -347,7 +411,9 @@ def _recorded(table: DeltaTable, app_id: str) -> Recorded:
     limit = 1
     while True:
         commits = table.history(limit)  # newest first
-        found = next((record for commit in commits if (record := marked(commit.get("userMetadata"), app_id)) is not None), None)
+        found = next(
+            (record for commit in commits if (record := marked(commit.get("userMetadata"), app_id)) is not None), None
+        )
         if found is not None:
             return found
         if len(commits) < limit:
@@ -358,4 +424,7 @@ def _recorded(table: DeltaTable, app_id: str) -> Recorded:
 def _commit(txn: Txn | None) -> CommitProperties | None:
     if txn is None:
         return None
-    return CommitProperties(app_transactions=[Transaction(app_id=txn.app_id, version=txn.version)], custom_metadata={"userMetadata": marker(txn)})
+    return CommitProperties(
+        app_transactions=[Transaction(app_id=txn.app_id, version=txn.version)],
+        custom_metadata={"userMetadata": marker(txn)},
+    )

@@ -58,7 +58,9 @@ def start_driver_jvm(settings: dict[str, str]) -> None:
         return
     conf = SparkConf(loadDefaults=False).setAll(list(settings.items()))
     read, write = os.pipe()  # not inheritable (PEP 446): only the JVM, given it as its stderr, holds the write end
-    forwarder = threading.Thread(target=_copy_jvm_stderr, args=(read, os.dup(2)), name="lakejoin-jvm-stderr", daemon=True)
+    forwarder = threading.Thread(
+        target=_copy_jvm_stderr, args=(read, os.dup(2)), name="lakejoin-jvm-stderr", daemon=True
+    )
     forwarder.start()  # before the launch, so a JVM that fails at start-up with a lot to say never blocks on the pipe
     try:
         gateway = launch_gateway(conf, popen_kwargs={"stderr": write})
@@ -160,7 +162,9 @@ class JvmLog:
         adds = [listed.get().apply(i) for i in range(listed.get().size())]
         if any(add.deletionVector() is not None for add in adds):
             return None
-        return Listed([str(add.absolutePath(log).toString()) for add in adds], _schema(snapshot), [add.stats() for add in adds])
+        return Listed(
+            [str(add.absolutePath(log).toString()) for add in adds], _schema(snapshot), [add.stats() for add in adds]
+        )
 
     def rows_committed(self, table: str, head: Head) -> int | None:
         actions = self._log(table).getChanges(head.version, self._none, False).next()._2()
@@ -186,13 +190,19 @@ class JvmLog:
         return Recorded(_txn_version(head.handle, app_id), in_commits=False)
 
     def source_snapshot(self, table: str, head: Head, version: int | None) -> tuple[int, Actions]:
-        snapshot = head.handle if version is None else self._log(table).getSnapshotAt(version, self._none, self._none, False)
+        snapshot = (
+            head.handle if version is None else self._log(table).getSnapshotAt(version, self._none, self._none, False)
+        )
         # A snapshot's files are what it holds, each to be read: the state marks them dataChange = false, so that is left out.
         files = DataFrame(snapshot.allFiles().toDF(), self.spark).select(
             "path", "partitionValues", "modificationTime", F.col("deletionVector").isNotNull().alias("deletionVector")
         )
         adds = [{"add": json.loads(add)} for add in files.toJSON().collect()]
-        return int(snapshot.version()), [json.loads(snapshot.metadata().json()), json.loads(snapshot.protocol().json()), *adds]
+        return int(snapshot.version()), [
+            json.loads(snapshot.metadata().json()),
+            json.loads(snapshot.protocol().json()),
+            *adds,
+        ]
 
     def source_commits(self, table: str, after: int) -> Iterator[tuple[int, Actions]]:
         try:
@@ -203,7 +213,9 @@ class JvmLog:
                 yield int(pair._1()), [json.loads(actions.apply(i).json()) for i in range(actions.size())]
         except Py4JJavaError as exc:
             reason = str(exc.java_exception.toString()).splitlines()[0]
-            raise LakejoinError(f"source table {table} no longer has the versions after {after} in its log ({reason})") from exc
+            raise LakejoinError(
+                f"source table {table} no longer has the versions after {after} in its log ({reason})"
+            ) from exc
 
     def checkpoint(self, table: str) -> None:
         """A path table's only: a catalog's table is checkpointed with its catalog entry, which Delta's own commits
@@ -215,7 +227,9 @@ class JvmLog:
             log.checkpointAndCleanUpDeltaLog(log.update(False, self._none, self._none), self._none)
         except Py4JJavaError as exc:
             reason = str(exc.java_exception.toString()).splitlines()[0]
-            raise LakejoinError(f"cannot write the checkpoint of {table} ({reason}); its data is unchanged: run maintain again") from exc
+            raise LakejoinError(
+                f"cannot write the checkpoint of {table} ({reason}); its data is unchanged: run maintain again"
+            ) from exc
 
     def remove(self, path: str) -> None:
         hadoop_path = self._jvm.org.apache.hadoop.fs.Path(path)

@@ -27,14 +27,27 @@ from state.errors import LakejoinError
 from state.layout import is_table_name
 
 # What DESCRIBE HISTORY says of a path or name that is not a Delta table.
-NOT_A_TABLE = ("DELTA_TABLE_ONLY_OPERATION", "DELTA_TABLE_NOT_FOUND", "DELTA_MISSING_DELTA_TABLE", "PATH_NOT_FOUND", "TABLE_OR_VIEW_NOT_FOUND")
+NOT_A_TABLE = (
+    "DELTA_TABLE_ONLY_OPERATION",
+    "DELTA_TABLE_NOT_FOUND",
+    "DELTA_MISSING_DELTA_TABLE",
+    "PATH_NOT_FOUND",
+    "TABLE_OR_VIEW_NOT_FOUND",
+)
 # How far back the app markers are looked for, commit counts in turn: the newest commit has it in the usual case.
 HISTORY_DEPTHS = (1, 32)
 # Operations that take files out without taking rows out (their removes carry dataChange = false): compaction,
 # Z-ordering, and a REORG that purges rows already deleted. Any other commit is what its files and metrics say.
 REWRITES = frozenset({"OPTIMIZE", "REORG"})
 # Metrics of rows a commit took out or changed (Delta on Spark's and delta-rs's names).
-CHANGED_ROWS = ("numDeletedRows", "numUpdatedRows", "numTargetRowsUpdated", "numTargetRowsDeleted", "num_deleted_rows", "num_updated_rows")
+CHANGED_ROWS = (
+    "numDeletedRows",
+    "numUpdatedRows",
+    "numTargetRowsUpdated",
+    "numTargetRowsDeleted",
+    "num_deleted_rows",
+    "num_updated_rows",
+)
 
 
 class PublicLog:
@@ -83,18 +96,31 @@ class PublicLog:
         read its rows by name. Whether it deletes rows in place does not matter to a read through Delta."""
         upto = head.version if version is None else version
         detail = self._detail(table)
-        metadata = {"metaData": {"partitionColumns": list(detail["partitionColumns"] or []), "configuration": dict(detail["properties"] or {})}}
-        return upto, [metadata, *({"add": {"path": path, "partitionValues": {}}} for path in self._files_at(table, upto))]
+        metadata = {
+            "metaData": {
+                "partitionColumns": list(detail["partitionColumns"] or []),
+                "configuration": dict(detail["properties"] or {}),
+            }
+        }
+        return upto, [
+            metadata,
+            *({"add": {"path": path, "partitionValues": {}}} for path in self._files_at(table, upto)),
+        ]
 
     def source_commits(self, table: str, after: int) -> Iterator[tuple[int, Actions]]:
         """Each version after ``after`` as its history entry and the files it added or took out (two reads' lists
         compared) say: an append adds files and takes out none; a rewrite (``REWRITES``) takes rows out of no one;
         anything that deleted, updated or took out rows is a change."""
         history = self.spark.sql(f"DESCRIBE HISTORY {sql_name(table)}").where(f"version > {after}")
-        entries = sorted(history.select("version", "operation", "operationParameters", "operationMetrics").collect(), key=lambda row: row["version"])
+        entries = sorted(
+            history.select("version", "operation", "operationParameters", "operationMetrics").collect(),
+            key=lambda row: row["version"],
+        )
         versions = [int(row["version"]) for row in entries]
         if versions != list(range(after + 1, after + 1 + len(versions))):
-            raise LakejoinError(f"source table {table} no longer has the versions after {after} in its history (cleaned up after its retention)")
+            raise LakejoinError(
+                f"source table {table} no longer has the versions after {after} in its history (cleaned up after its retention)"
+            )
         before = None
         for entry in entries:
             version, operation = int(entry["version"]), str(entry["operation"])
@@ -104,14 +130,19 @@ class PublicLog:
                 yield version, [info, {"remove": {"path": "", "dataChange": False}}]
                 before = None
                 continue
-            if any(int(metrics.get(name) or 0) for name in CHANGED_ROWS):  # rows deleted in place add no file, take none
+            if any(
+                int(metrics.get(name) or 0) for name in CHANGED_ROWS
+            ):  # rows deleted in place add no file, take none
                 yield version, [info, {"remove": {"path": "", "dataChange": True}}]
                 before = None
                 continue
             files = set(self._files_at(table, version))
             earlier = set(self._files_at(table, version - 1)) if before is None else before
             taken = [{"remove": {"path": path, "dataChange": True}} for path in sorted(earlier - files)]
-            yield version, [info, *taken, *({"add": {"path": path, "partitionValues": {}}} for path in sorted(files - earlier))]
+            yield (
+                version,
+                [info, *taken, *({"add": {"path": path, "partitionValues": {}}} for path in sorted(files - earlier))],
+            )
             before = files
 
     def checkpoint(self, table: str) -> None:
@@ -169,5 +200,6 @@ class PublicLog:
         return bool(DeltaTable.isDeltaTable(self.spark, table))
 
     def _detail(self, table: str):  # noqa: ANN202 - a Row
-        return self.spark.sql(f"DESCRIBE DETAIL {sql_name(table)}").select("id", "partitionColumns", "properties").first()
-
+        return (
+            self.spark.sql(f"DESCRIBE DETAIL {sql_name(table)}").select("id", "partitionColumns", "properties").first()
+        )

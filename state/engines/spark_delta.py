@@ -27,13 +27,38 @@ from contextlib import contextmanager
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.window import Window
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
+from pyspark.sql.window import Window
 
-from state.engines.base import Actions, Aligned, Data, Memberships, Merged, OnMatch, Recorded, TableInfo, Txn, as_frame, changes_merge, marker, match_condition, no_change_feed, one_of
-from state.engines.delta_log import USER_METADATA, DeltaLogReader, Head, Listed, greatest_after, is_connect, is_restricted, sql_name
+from state.engines.base import (
+    Actions,
+    Aligned,
+    Data,
+    Memberships,
+    Merged,
+    OnMatch,
+    Recorded,
+    TableInfo,
+    Txn,
+    as_frame,
+    changes_merge,
+    marker,
+    match_condition,
+    no_change_feed,
+    one_of,
+)
+from state.engines.delta_log import (
+    USER_METADATA,
+    DeltaLogReader,
+    Head,
+    Listed,
+    greatest_after,
+    is_connect,
+    is_restricted,
+    sql_name,
+)
 from state.errors import LakejoinError
 from state.faults import reached
 from state.frames import union_by_name
@@ -89,7 +114,9 @@ class SparkDeltaEngine:
         # (table, column) -> (stamp, version, maximum): the last aggregate asked of each table. A snapshot never
         # changes, so asking again at the same version (each batch's plan, each ingest) needs no Spark job.
         self._maxima: dict[tuple[str, str], tuple[str, int, int | None]] = {}
-        self._restricted = is_restricted(spark) if restricted is None else restricted  # a test forces it in a classic session
+        self._restricted = (
+            is_restricted(spark) if restricted is None else restricted
+        )  # a test forces it in a classic session
         # Within ``pinned``: each warehouse table's head as last seen, kept up to date by the engine's own writes.
         self._heads: dict[str, Head | None] = {}
         self._pins = 0
@@ -154,7 +181,9 @@ class SparkDeltaEngine:
         df = self._frame(path, version, None if where is not None else self._log.files(path, head, version))
         return df if where is None else df.where(where)
 
-    def _frame(self, path: str, version: int | None, listed: Listed | None, files: list[str] | None = None) -> DataFrame:
+    def _frame(
+        self, path: str, version: int | None, listed: Listed | None, files: list[str] | None = None
+    ) -> DataFrame:
         """The table at ``version``: the listing's ``files`` (default: all of them) read as plain Parquet, or, without
         a listing, a read through Delta."""
         if listed is None:
@@ -163,7 +192,11 @@ class SparkDeltaEngine:
                 reader = reader.option("versionAsOf", version)
             return reader.table(path) if is_table_name(path) else reader.load(path)
         chosen = listed.files if files is None else files
-        return self.spark.read.schema(listed.schema).parquet(*chosen) if chosen else self.spark.createDataFrame([], listed.schema)
+        return (
+            self.spark.read.schema(listed.schema).parquet(*chosen)
+            if chosen
+            else self.spark.createDataFrame([], listed.schema)
+        )
 
     def rows(self, path: str, version: int | None = None, where: str | None = None) -> pa.Table | None:
         df = self.read(path, version, where)
@@ -204,7 +237,9 @@ class SparkDeltaEngine:
         if known is not None and known[:2] == at:
             return known[2]
         from_stats = listed = None
-        if known is not None and known[0] == at[0] and known[1] < at[1]:  # the commits since answer, in a table of any size
+        if (
+            known is not None and known[0] == at[0] and known[1] < at[1]
+        ):  # the commits since answer, in a table of any size
             since = itertools.takewhile(lambda commit: commit[0] <= at[1], self._log.source_commits(path, known[1]))
             with contextlib.suppress(LakejoinError):  # unless those commits have left the log
                 from_stats = greatest_after(known[2], (actions for _, actions in since), column)
@@ -221,7 +256,11 @@ class SparkDeltaEngine:
 
     def info(self, path: str, app_id: str) -> TableInfo | None:
         head = self._head(path)
-        return None if head is None else TableInfo(head.version, self._log.schema(path, head), self._log.recorded(path, head, app_id))
+        return (
+            None
+            if head is None
+            else TableInfo(head.version, self._log.schema(path, head), self._log.recorded(path, head, app_id))
+        )
 
     def txn_version(self, path: str, app_id: str) -> int | None:
         head = self._head(path)
@@ -265,8 +304,10 @@ class SparkDeltaEngine:
             if not names:
                 continue
             located = self._at_version(table, version).select(
-                *[column(field.name) for field in stored.fields], F.col("_metadata.file_name").alias("_file_name"),
-                F.col("_metadata.file_block_start").alias("_block"), F.monotonically_increasing_id().alias("_read"),
+                *[column(field.name) for field in stored.fields],
+                F.col("_metadata.file_name").alias("_file_name"),
+                F.col("_metadata.file_block_start").alias("_block"),
+                F.monotonically_increasing_id().alias("_read"),
             )
             reads.append(located.where(F.col("_file_name").isin(sorted(names))))
         # A Delta read has no _metadata.row_index: a row's index in its file is its place in the file's read order, its
@@ -279,7 +320,12 @@ class SparkDeltaEngine:
         return reader.table(table) if is_table_name(table) else reader.load(table)
 
     def source_changes(self, table: str, first: int, last: int) -> DataFrame:
-        reader = self.spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", first).option("endingVersion", last)
+        reader = (
+            self.spark.read.format("delta")
+            .option("readChangeFeed", "true")
+            .option("startingVersion", first)
+            .option("endingVersion", last)
+        )
         changes = reader.table(table) if is_table_name(table) else reader.load(table)
         try:
             changes.schema  # noqa: B018 - analysed here: a table without the feed fails now, not in a later job
@@ -297,13 +343,17 @@ class SparkDeltaEngine:
             else:
                 self._log.remove(path)
 
-    def append(self, path: str, df: Data, txn: Txn | None = None, properties: dict[str, str] | None = None) -> int | None:
+    def append(
+        self, path: str, df: Data, txn: Txn | None = None, properties: dict[str, str] | None = None
+    ) -> int | None:
         head = self._head(path)  # one look at the log: the transaction check and the version to compare
         recorded = self._check(path, head, txn)
         if recorded is not None and recorded.covers(txn):  # type: ignore[arg-type] - a record needs a txn
             return None
         frame = as_frame(self.spark, df)
-        creating = NEW_TABLE | (properties or {}) if head is None else {}  # a writer's ``delta.*`` options set a new table's properties
+        creating = (
+            NEW_TABLE | (properties or {}) if head is None else {}
+        )  # a writer's ``delta.*`` options set a new table's properties
         if head is not None and isinstance(df, pa.Table) and df.num_rows == 0:
             recorded = None  # no rows: only an app transaction, an action of its own, makes Delta commit
         with self._committing(path):
@@ -345,10 +395,18 @@ class SparkDeltaEngine:
         if self._written(path, recorded, txn):
             return None
         with self._committing(path):
-            counts = self._merge(path, df, txn, recorded, lambda source: merge_statement(sql_name(path), source, match_condition(key, aligned), evict, on_match))
+            counts = self._merge(
+                path,
+                df,
+                txn,
+                recorded,
+                lambda source: merge_statement(sql_name(path), source, match_condition(key, aligned), evict, on_match),
+            )
         return Merged(int(counts["num_inserted_rows"]), int(counts["num_deleted_rows"]))
 
-    def apply_changes(self, path: str, df: Data, keys: Sequence[str], retraction: str, txn: Txn | None = None) -> int | None:
+    def apply_changes(
+        self, path: str, df: Data, keys: Sequence[str], retraction: str, txn: Txn | None = None
+    ) -> int | None:
         head = self._head(path)
         recorded = self._check(path, head, txn)
         if self._written(path, recorded, txn):
@@ -356,7 +414,15 @@ class SparkDeltaEngine:
         condition, kept = changes_merge(keys, retraction)
         clauses = f"WHEN MATCHED AND {retraction} THEN DELETE WHEN MATCHED AND {kept} THEN UPDATE SET * WHEN NOT MATCHED AND {kept} THEN INSERT *"
         with self._committing(path):
-            counts = self._merge(path, df, txn, recorded, lambda source: f"MERGE WITH SCHEMA EVOLUTION INTO {sql_name(path)} AS target USING {source} AS source ON {condition} {clauses}")
+            counts = self._merge(
+                path,
+                df,
+                txn,
+                recorded,
+                lambda source: (
+                    f"MERGE WITH SCHEMA EVOLUTION INTO {sql_name(path)} AS target USING {source} AS source ON {condition} {clauses}"
+                ),
+            )
         changed = int(counts["num_affected_rows"])
         if changed == 0:  # a MERGE that changes nothing commits nothing: the write is recorded by a commit of no rows
             self.append(path, pa.Table.from_pylist([], to_arrow_schema(as_frame(self.spark, df).schema)), txn)
@@ -388,7 +454,9 @@ class SparkDeltaEngine:
         if self._restricted:
             return self._merge_after_marker(path, df, txn, recorded, statement)
         # A source built from rows on the driver is an immutable local relation: MERGE need not copy it first.
-        confs = ({MATERIALIZE_SOURCE: "none"} if isinstance(df, pa.Table) else {}) | _recording(txn, recorded, SESSION_CONFS)
+        confs = ({MATERIALIZE_SOURCE: "none"} if isinstance(df, pa.Table) else {}) | _recording(
+            txn, recorded, SESSION_CONFS
+        )
         view = f"lakejoin_merge_{uuid.uuid4().hex}"
         with self._session(confs) as session:
             # The source is a view of the session the MERGE runs in: rows built there, or (a DataFrame of another
@@ -398,19 +466,26 @@ class SparkDeltaEngine:
                 source, drop = view, lambda: session.catalog.dropTempView(view)
             else:
                 df.createOrReplaceGlobalTempView(view)
-                source, drop = f"{self.spark.conf.get(GLOBAL_VIEWS, 'global_temp')}.{view}", lambda: self.spark.catalog.dropGlobalTempView(view)
+                source, drop = (
+                    f"{self.spark.conf.get(GLOBAL_VIEWS, 'global_temp')}.{view}",
+                    lambda: self.spark.catalog.dropGlobalTempView(view),
+                )
             try:
                 return session.sql(statement(source)).first()
             finally:
                 drop()
 
-    def _merge_after_marker(self, path: str, df: Data, txn: Txn | None, recorded: Recorded | None, statement: Callable[[str], str]):  # noqa: ANN202 - a Row
+    def _merge_after_marker(
+        self, path: str, df: Data, txn: Txn | None, recorded: Recorded | None, statement: Callable[[str], str]
+    ):  # noqa: ANN202 - a Row
         """The MERGE on a session that refuses settings: the marker first, in a commit of no rows with the table's own
         schema (unless a run this one resumes made it), then the MERGE, on the source's own session."""
         if txn is not None and not (recorded is not None and recorded.marks_merge_of(txn)):
             schema = self._log.schema(path, self._head(path))  # type: ignore[arg-type] - a MERGE's table exists
             # Delta commits nothing for no rows without an app transaction of its own
-            _append_to(path, self.spark.createDataFrame([], schema), _recording(txn, None, WRITER_OPTIONS, before_merge=True))
+            _append_to(
+                path, self.spark.createDataFrame([], schema), _recording(txn, None, WRITER_OPTIONS, before_merge=True)
+            )
         reached(f"marked:{path}")
         frame = as_frame(self.spark, df)
         session = frame.sparkSession
@@ -474,7 +549,9 @@ def _command_sessions(spark: SparkSession) -> queue.SimpleQueue[SparkSession]:
         return _POOLS.setdefault(spark, queue.SimpleQueue())
 
 
-def merge_statement(target: str, source: str, condition: str, evict: Memberships | None, on_match: OnMatch | None) -> str:
+def merge_statement(
+    target: str, source: str, condition: str, evict: Memberships | None, on_match: OnMatch | None
+) -> str:
     """The ``MERGE INTO`` of ``source`` into ``target``: new rows inserted (columns the target lacks added), rows the
     source names again updated or deleted (``on_match``), rows it does not name deleted or cleared (``evict``)."""
     clauses = []
@@ -488,8 +565,12 @@ def merge_statement(target: str, source: str, condition: str, evict: Memberships
     if evict is not None and (gone := evict.gone("target")) is not None:
         clauses.append(f"WHEN NOT MATCHED BY SOURCE AND {gone} THEN DELETE")
     if evict is not None and (leaving := evict.leaving("target")) is not None:
-        clauses.append(f"WHEN NOT MATCHED BY SOURCE AND ({leaving}) THEN UPDATE SET " + _assignments(evict.cleared("target")))
-    return f"MERGE WITH SCHEMA EVOLUTION INTO {target} AS target USING {source} AS source ON {condition} " + " ".join(clauses)
+        clauses.append(
+            f"WHEN NOT MATCHED BY SOURCE AND ({leaving}) THEN UPDATE SET " + _assignments(evict.cleared("target"))
+        )
+    return f"MERGE WITH SCHEMA EVOLUTION INTO {target} AS target USING {source} AS source ON {condition} " + " ".join(
+        clauses
+    )
 
 
 def _assignments(updates: dict[str, str]) -> str:
@@ -504,7 +585,9 @@ def _append_to(table: str, frame: DataFrame, options: dict[str, str]) -> None:
         writer.save(table)
 
 
-def _recording(txn: Txn | None, recorded: Recorded | None, names: dict[str, str], before_merge: bool = False) -> dict[str, str]:
+def _recording(
+    txn: Txn | None, recorded: Recorded | None, names: dict[str, str], before_merge: bool = False
+) -> dict[str, str]:
     """The writer options (or session confs) that record ``txn``, named by ``names``: always its marker, and Delta's
     app transaction too where no kept commit records the app (see the module's docstring)."""
     if txn is None:
