@@ -47,7 +47,7 @@ from benchmarks.peers import (
 )
 from benchmarks.report import LOG_READERS, use_log_reader, write_json
 from pipelines.api import Pipeline
-from pipelines.demo import DemoOptions
+from pipelines.commands.demo import DemoOptions
 from pipelines.spark import get_spark
 from state.engines import session_has_delta
 

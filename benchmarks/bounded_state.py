@@ -19,7 +19,7 @@ import time
 from benchmarks.report import tenths, write_json
 from benchmarks.stream import replay
 from expectations.reconcile import check_gold
-from pipelines.demo import DemoOptions, generate_stream, write_chunks
+from pipelines.commands.demo import DemoOptions, generate_stream, write_chunks
 from pipelines.silver import BatchReport
 from pipelines.spark import get_spark
 from state.config import Config

@@ -21,7 +21,7 @@ import pandas as pd
 from benchmarks.report import write_json
 from benchmarks.stream import replay
 from expectations.reconcile import check_gold
-from pipelines.demo import DemoOptions, generate_stream, write_chunks
+from pipelines.commands.demo import DemoOptions, generate_stream, write_chunks
 from pipelines.spark import get_spark
 from state.config import Config
 from state.engines import make_engine

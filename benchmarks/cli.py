@@ -30,7 +30,7 @@ from collections.abc import Callable
 
 from benchmarks.report import write_json
 from pipelines import Pipeline
-from pipelines.server import HOME
+from pipelines.commands.server import HOME
 from pipelines.spark import get_spark
 from state.engines import make_engine
 

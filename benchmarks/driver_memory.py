@@ -48,12 +48,12 @@ def phase(name: str, files: dict[str, str], driver_memory: str, max_batch_rows: 
     from pyspark import SparkContext
 
     from pipelines import silver
-    from pipelines.ingest import ingest_files
+    from pipelines.bronze.ingest import ingest_files
     from pipelines.spark import get_spark
     from state.config import Config
     from state.engines import make_engine
+    from state.join.relations import RELATIONS
     from state.layout import Warehouse
-    from state.relations import RELATIONS
 
     spark = get_spark(conf={"spark.driver.memory": driver_memory})
     jvm_pid = SparkContext._gateway.proc.pid  # type: ignore[union-attr]

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from benchmarks.peers import phase_medians
 from benchmarks.report import write_json
 from benchmarks.stream import replay, small_stream_arguments
-from pipelines.demo import DemoOptions, generate_stream, write_chunks
+from pipelines.commands.demo import DemoOptions, generate_stream, write_chunks
 from pipelines.spark import DELTA_JARS, get_spark
 from state.config import Config
 from state.engines import make_engine, session_has_delta

@@ -20,7 +20,7 @@ from unittest import mock
 
 from benchmarks.report import write_json
 from benchmarks.stream import replay
-from pipelines.demo import DemoOptions, generate_stream, write_chunks
+from pipelines.commands.demo import DemoOptions, generate_stream, write_chunks
 from pipelines.spark import get_spark
 from state.config import Config
 from state.engines import make_engine

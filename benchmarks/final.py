@@ -25,7 +25,7 @@ from pyspark.sql import functions as F
 
 from benchmarks.report import write_json
 from benchmarks.stream import replay
-from pipelines.demo import (
+from pipelines.commands.demo import (
     DEMO_SETTINGS,
     MARKET,
     DemoOptions,

@@ -27,7 +27,7 @@ from pyspark.sql import SparkSession
 from benchmarks.peers import RELATIONS, landed_batches
 from benchmarks.report import write_json
 from pipelines.api import Pipeline
-from pipelines.demo import DemoOptions
+from pipelines.commands.demo import DemoOptions
 from pipelines.spark import get_spark
 
 WINDOW = 1_000  # ts units: the band window every warehouse joins within

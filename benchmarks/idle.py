@@ -17,16 +17,16 @@ import tempfile
 import time
 
 from benchmarks.report import write_json
-from pipelines.demo import DemoOptions, generate_stream, write_chunks
-from pipelines.ingest import ingest_files
+from pipelines.bronze.ingest import ingest_files
+from pipelines.commands.demo import DemoOptions, generate_stream, write_chunks
+from pipelines.commands.status import warehouse_status
 from pipelines.silver import run
 from pipelines.spark import get_spark
-from pipelines.status import warehouse_status
 from state.config import Config
 from state.engines import make_engine
+from state.join.relations import relation
 from state.layout import Warehouse
-from state.progress import last_arrivals
-from state.relations import relation
+from state.log.progress import last_arrivals
 
 
 def replay(engine, config: Config, chunks: list[list[tuple[str, str]]], trigger: float, patience: float) -> dict:  # noqa: ANN001 - an engine

@@ -18,7 +18,7 @@ import tempfile
 
 from benchmarks.report import write_json
 from benchmarks.stream import replay
-from pipelines.demo import DemoOptions, generate_stream, market_events, market_settings, write_chunks
+from pipelines.commands.demo import DemoOptions, generate_stream, market_events, market_settings, write_chunks
 from pipelines.spark import get_spark
 from state.config import Config
 from state.engines import make_engine

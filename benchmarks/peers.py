@@ -64,14 +64,14 @@ from pyspark.sql import functions as F
 from benchmarks.by_hand import append_delta, gold_columns, read_delta
 from benchmarks.flink_join import interval
 from benchmarks.report import tenths, write_json
-from pipelines.demo import DEMO_START, DemoOptions, generate_stream
-from pipelines.ingest import ingest_files
+from pipelines.bronze.ingest import ingest_files
+from pipelines.commands.demo import DEMO_START, DemoOptions, generate_stream
 from pipelines.silver import run
 from pipelines.spark import get_spark
 from state.config import Config
 from state.engines import make_engine, session_has_delta
+from state.join.relations import RELATIONS, relation
 from state.layout import Warehouse
-from state.relations import RELATIONS, relation
 
 SCHEMA = "id string, ts bigint, key string, payload string"
 PAIRS = "r_id string, s_id string"

@@ -37,7 +37,7 @@ from pyspark.sql import SparkSession
 from benchmarks.peers import landed_batches, phase_medians, same_pairs
 from benchmarks.report import write_json
 from pipelines import Pipeline
-from pipelines.demo import DemoOptions
+from pipelines.commands.demo import DemoOptions
 from pipelines.spark import DELTA_JARS, get_spark
 from state.engines import session_has_delta
 from state.errors import LakejoinError

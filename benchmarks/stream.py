@@ -7,12 +7,12 @@ import argparse
 import time
 from collections.abc import Callable
 
-from pipelines.ingest import ingest_files
+from pipelines.bronze.ingest import ingest_files
 from pipelines.silver import BatchReport, run
 from state.config import Config
 from state.engines import DeltaEngine
+from state.join.relations import relation
 from state.layout import Warehouse
-from state.relations import relation
 
 
 def replay(

@@ -24,14 +24,14 @@ from deltalake import write_deltalake
 
 from benchmarks.report import write_json
 from benchmarks.stream import replay, small_stream_arguments
-from pipelines.demo import DemoOptions, generate_stream, write_chunks
+from pipelines.bronze.sources import ingest_sources
+from pipelines.commands.demo import DemoOptions, generate_stream, write_chunks
 from pipelines.silver import run
-from pipelines.sources import ingest_sources
 from pipelines.spark import get_spark
 from state.config import Config
 from state.engines import make_engine
+from state.join.relations import RELATIONS
 from state.layout import Warehouse
-from state.relations import RELATIONS
 
 WAYS = ("files", "tables")
 

@@ -18,14 +18,14 @@ from expectations.batch import bound_rules
 from expectations.frames import with_pair_checks, with_state_checks
 from expectations.reconcile import Reconciliation, check_gold
 from expectations.runner import RuleResult, Validator
-from state.batch_log import BatchLog
-from state.checks import require_warehouse
 from state.config import Config, on_warehouse_axis
 from state.engines import DeltaEngine, Memberships
-from state.joiner import Projection, data_columns, identity_column
+from state.join.joiner import Projection, data_columns, identity_column
+from state.join.relations import ID, Relation
 from state.layout import Warehouse
-from state.pointers import records
-from state.relations import ID, Relation
+from state.log.batch_log import BatchLog
+from state.log.checks import require_warehouse
+from state.log.pointers import records
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,10 @@ from pyspark.sql import functions as F
 
 from expectations.frames import DERIVED_PREFIX
 from expectations.rules import RULES, Check, Rule
-from state.batch_log import RuleCount
 from state.config import Config
 from state.errors import LakejoinError
 from state.frames import union_by_name
+from state.log.batch_log import RuleCount
 from state.names import column
 
 EXAMPLES = 5  # failing rows' keys kept per rule in the batch log and error messages

@@ -13,9 +13,9 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from state.engines import Memberships
-from state.joiner import Projection, identity_column, label, owner_label
+from state.join.joiner import Projection, identity_column, label, owner_label
+from state.join.relations import ID, TS, Relation
 from state.names import quoted
-from state.relations import ID, TS, Relation
 
 DERIVED_PREFIX = "_dq_"
 

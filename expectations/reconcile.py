@@ -14,17 +14,17 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, MapType, StructType
 
 from expectations.batch import row_key
-from state import asof
-from state.batch_log import BatchLog, LogTail
 from state.config import Config
 from state.engines import DeltaEngine, Eviction
-from state.final import JOIN_KINDS, JoinKind, row_of
 from state.frames import union_by_name
-from state.joiner import Projection, data_columns, identity_column, joined, owner_label
+from state.join import asof
+from state.join.final import JOIN_KINDS, JoinKind, row_of
+from state.join.joiner import Projection, data_columns, identity_column, joined, owner_label
+from state.join.relations import DELETE, ID, OP, SEQ, Relation, RelationSpec
 from state.layout import Warehouse
+from state.log.batch_log import BatchLog, LogTail
+from state.log.pointers import records
 from state.names import column
-from state.pointers import records
-from state.relations import DELETE, ID, OP, SEQ, Relation, RelationSpec
 
 BOOKKEEPING = ("batch_id", "produced_at")
 

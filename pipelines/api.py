@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from typing import TYPE_CHECKING, TypeVar
 
-from pipelines.maintain import SAFE_RETENTION_HOURS
+from pipelines.commands.maintain import SAFE_RETENTION_HOURS
 from state.config import Config, config_from, load_config
 from state.errors import LakejoinError
 
@@ -26,15 +26,15 @@ if TYPE_CHECKING:  # Spark loads when a Pipeline is made, not when the CLI parse
 
     from expectations.audit import Audit
     from pipelines.batch.land import Landing
+    from pipelines.bronze.ingest import IngestResult
+    from pipelines.bronze.sources import SourceResult
+    from pipelines.commands.status import WarehouseStatus
     from pipelines.definition import Settled
-    from pipelines.ingest import IngestResult
     from pipelines.silver import BatchReport, RunReport
-    from pipelines.sources import SourceResult
-    from pipelines.status import WarehouseStatus
     from state.engines.base import DeltaReader
+    from state.join.relations import Relation
     from state.layout import Warehouse
-    from state.lock import Held
-    from state.relations import Relation
+    from state.log.lock import Held
 
 
 T = TypeVar("T")
@@ -134,8 +134,8 @@ class Pipeline:
     ) -> list[IngestResult]:
         """Ingest every file under ``folder`` not ingested yet (Auto Loader on Databricks, its checkpoint by default
         under ``folder/_lakejoin_checkpoint``, one per warehouse). A file refused as a whole is recorded and not tried again."""
-        from pipelines.ingest import ingest_landing
-        from pipelines.landing import require_landing
+        from pipelines.bronze.ingest import ingest_landing
+        from pipelines.bronze.landing import require_landing
 
         require_landing(folder, relation)  # before the ingest records the definition: a refused call writes nothing
 
@@ -180,12 +180,12 @@ class Pipeline:
         long to wait for another run holding the warehouse before raising ``WarehouseBusy``. A second signal abandons
         the batch under way (the next run resumes it): the report says ``interrupted``."""
         from pipelines.batch.land import Landing
+        from pipelines.bronze.ingest import IngestResult
+        from pipelines.bronze.sources import SourceResult
+        from pipelines.commands.follow import StopSignal
         from pipelines.definition import recorder
-        from pipelines.follow import StopSignal
-        from pipelines.ingest import IngestResult
         from pipelines.silver import BatchReport, RunReport
-        from pipelines.sources import SourceResult
-        from state.lock import JOIN, hold
+        from state.log.lock import JOIN, hold
 
         if follow is not None and not follow > 0:
             raise LakejoinError(
@@ -223,7 +223,7 @@ class Pipeline:
 
     def status_report(self) -> WarehouseStatus:
         """``status`` as an object: ``describe()`` is what ``lakejoin status`` prints, ``problem`` what is wrong."""
-        from pipelines.status import warehouse_status
+        from pipelines.commands.status import warehouse_status
 
         reader = self._reader()
         with self._call("status"):
@@ -271,8 +271,8 @@ class Pipeline:
         from pipelines.definition import record
         from state.clock import now
         from state.event_time import on_axis_value, render, warehouse_kind
-        from state.progress import declare
-        from state.relations import relation as named
+        from state.join.relations import relation as named
+        from state.log.progress import declare
 
         with self._call("advance"):
             opened = self._open("advance")
@@ -293,9 +293,9 @@ class Pipeline:
     def maintain(self, retention_hours: int = SAFE_RETENTION_HOURS) -> list[str]:
         """OPTIMIZE every table (bronze sorted on arrival order), then VACUUM files no version of the last
         ``retention_hours`` needs (at least 168); returns the tables maintained."""
+        from pipelines.commands.maintain import maintain
         from pipelines.definition import record
-        from pipelines.maintain import maintain
-        from state.lock import JOIN, hold
+        from state.log.lock import JOIN, hold
 
         with self._call("maintain"):
             opened = self._open("maintain")
@@ -310,8 +310,8 @@ class Pipeline:
 
     def reset(self) -> list[str]:
         """Drop silver and gold (bronze stays) so the next run rebuilds them from bronze; returns the tables dropped."""
-        from pipelines.reset import reset
-        from state.lock import JOIN, hold
+        from pipelines.commands.reset import reset
+        from state.log.lock import JOIN, hold
 
         reader = self._reader()
         with self._call("reset"):
@@ -321,7 +321,7 @@ class Pipeline:
 
     def _ingest_frame(self, relation: str, frame: DataFrame, label: str | None = None) -> IngestResult:
         """``ingest_frame`` under the ingest lock."""
-        from pipelines.ingest import ingest_frame
+        from pipelines.bronze.ingest import ingest_frame
 
         def ingest(opened: _Opened, rel: Relation) -> list[IngestResult]:
             return [ingest_frame(opened.engine, opened.warehouse, rel, frame, opened.config.relations, label)]
@@ -335,8 +335,8 @@ class Pipeline:
         """Run ``ingest`` on the opened warehouse under the ingest lock (ingests queue: each takes the next places in
         the arrival order), the definition recorded before any row lands."""
         from pipelines.definition import record
-        from state.lock import INGEST, hold
-        from state.relations import relation as named
+        from state.join.relations import relation as named
+        from state.log.lock import INGEST, hold
 
         with self._call("ingest"), hold(self.root, INGEST, None, self._locking_spark()):
             opened = self._open("ingest")
@@ -353,7 +353,7 @@ class Pipeline:
                 return ingest(opened, rel)
 
     def _locking_spark(self) -> SparkSession | None:
-        """The session a catalog warehouse's lease is taken through (state/lease.py); a folder's lock needs none."""
+        """The session a catalog warehouse's lease is taken through (state/log/lease.py); a folder's lock needs none."""
         from state.layout import is_catalog_schema
 
         return self.spark if is_catalog_schema(self.root) else None
@@ -367,7 +367,7 @@ class Pipeline:
         from pipelines.spark import REMOTE
         from state.engines.deltars import DeltaRsReader
         from state.engines.jvm import classic_spark_running
-        from state.lock import is_local
+        from state.log.lock import is_local
 
         if (
             self._spark is not None
@@ -385,11 +385,11 @@ class Pipeline:
         definition (which it may extend), else the recorded one. ``reset`` drops the tables of the recorded one.
         With a ``reader`` (``_reader``) no Spark starts, unless a relation reads a catalog table, which needs Spark."""
         from pipelines.definition import Settled, in_force, recorded, settle
-        from state.checks import check_ingest_target, require_engine_for, require_warehouse
         from state.engines import make_engine
         from state.engines.delta_log import is_connect
         from state.layout import Warehouse
-        from state.lock import is_local
+        from state.log.checks import check_ingest_target, require_engine_for, require_warehouse
+        from state.log.lock import is_local
 
         given = self._given or Config()
         creates = _creates(command, given)
@@ -420,7 +420,7 @@ class Pipeline:
         return _Opened(engine, warehouse, settled)
 
     def _require_folder(self, command: str) -> None:
-        from state.lock import is_local
+        from state.log.lock import is_local
 
         if not _creates(command, self._given or Config()) and is_local(self.root) and not os.path.isdir(self.root):
             raise LakejoinError(f"no warehouse at {self.root}: land files there first with 'lakejoin ingest'")
@@ -490,7 +490,7 @@ def _reporting(into: list, progress: Callable | None) -> Callable:
 def _files(
     opened: _Opened, rel: Relation, files: list[str], progress: Callable[[IngestResult], None] | None
 ) -> list[IngestResult]:
-    from pipelines.ingest import ingest_files
+    from pipelines.bronze.ingest import ingest_files
 
     return ingest_files(
         opened.engine, opened.warehouse, rel, files, opened.config.relations, progress or (lambda _: None)
@@ -504,11 +504,11 @@ def _join_pending(
     (unless ``stop`` says so), handing ``report`` each source's result, what each batch landed and each batch;
     ``record`` records the definition before the first write; ``held``, the run's lock, is proved held before each
     batch writes and before it commits."""
-    from pipelines.landing import require_landing
+    from pipelines.bronze.landing import require_landing
+    from pipelines.bronze.sources import ingest_sources
     from pipelines.silver import run
-    from pipelines.sources import ingest_sources
-    from state.lock import INGEST, hold
-    from state.relations import relation
+    from state.join.relations import relation
+    from state.log.lock import INGEST, hold
 
     for name, folder in config.landings.items():
         require_landing(

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, NoReturn
 
-from pipelines.terminal import without_native_panics
+from pipelines.commands.terminal import without_native_panics
 from state.config import Config, load_config
 from state.errors import LakejoinError
 
@@ -18,9 +18,9 @@ if TYPE_CHECKING:  # Spark loads only for the commands that need it, so --help a
     from pyspark.sql import SparkSession
 
     from pipelines.api import Pipeline
-    from pipelines.ingest import IngestResult
+    from pipelines.bronze.ingest import IngestResult
+    from pipelines.bronze.sources import SourceResult
     from pipelines.silver import BatchReport
-    from pipelines.sources import SourceResult
 
 
 DEFAULT_TRIGGER = 10.0  # seconds between two looks for new arrivals of 'run --follow'
@@ -270,7 +270,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
                 check_policies(given.quality)
             if args.command == "demo":
-                from pipelines.demo import DemoOptions, run_demo
+                from pipelines.commands.demo import DemoOptions, run_demo
 
                 options = DemoOptions(
                     args.rows,
@@ -328,7 +328,7 @@ COMPUTING = frozenset({"ingest", "run", "validate", "maintain", "advance", "acce
 def _served_spark(args: argparse.Namespace) -> AbstractContextManager[SparkSession | None]:
     """A session on the running ``lakejoin serve`` for a command that computes, unless a Spark of its own is asked for
     (``--remote``, ``--master``, ``SPARK_REMOTE``, ``LAKEJOIN_MASTER``); else None: the command's own Spark, as before."""
-    from pipelines import server
+    from pipelines.commands import server
 
     chosen = os.environ.get("SPARK_REMOTE") or os.environ.get(
         "LAKEJOIN_MASTER"
@@ -338,7 +338,7 @@ def _served_spark(args: argparse.Namespace) -> AbstractContextManager[SparkSessi
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from pipelines import server
+    from pipelines.commands import server
 
     try:
         if args.stop:
@@ -371,8 +371,8 @@ def _failed(tasks: list[str]) -> int:
 
 
 def _acceptance(args: argparse.Namespace) -> int:
-    from pipelines.acceptance import FORCED, accept, report
     from pipelines.api import Pipeline
+    from pipelines.commands.acceptance import FORCED, accept, report
 
     if args.fail:
         print(f"lakejoin: error: {FORCED}", file=sys.stderr)
@@ -414,7 +414,7 @@ def _print_outcome(done: IngestResult | SourceResult | BatchReport) -> None:
 
 
 def _status(args: argparse.Namespace, pipeline: Pipeline) -> int:
-    from pipelines import server
+    from pipelines.commands import server
 
     status = pipeline.status_report()
     running = server.running()

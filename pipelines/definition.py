@@ -24,8 +24,8 @@ from state.config import Config
 from state.engines import DeltaEngine
 from state.engines.base import DeltaReader
 from state.errors import LakejoinError
+from state.join.relations import RELATIONS, Relation
 from state.layout import Warehouse
-from state.relations import RELATIONS, Relation
 
 # Settings that do not change what gold holds; every other one does, including any added later.
 OPERATIONAL = frozenset({"max_batch_rows", "max_batch_files", "max_batch_bytes", "engine"})

@@ -1,5 +1,5 @@
 """Writing a batch's gold: its new rows appended, or, when change feeds changed records gold holds results of, one
-MERGE that takes those results out and puts the batch's in (state/changes.py), so a reader never sees half a
+MERGE that takes those results out and puts the batch's in (state/join/changes.py), so a reader never sees half a
 change; with change feeds, ``gold/changes`` also lists each batch's ``+`` and ``-`` rows, append-only.
 """
 
@@ -12,15 +12,15 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from pipelines.spark import held
-from state.batch_log import BatchPlan
 from state.clock import now
 from state.engines import DeltaEngine, Txn
 from state.faults import step
 from state.frames import union_by_name
-from state.joiner import identity_column
+from state.join.joiner import identity_column
+from state.join.relations import ID, Relation
 from state.layout import Warehouse
+from state.log.batch_log import BatchPlan
 from state.names import quoted
-from state.relations import ID, Relation
 
 GOLD = "gold"  # the name a plan pins gold's version under (with change feeds: retractions read it)
 CHANGE = "_change"  # gold/changes: "+" a row gold gains, "-" a row it loses

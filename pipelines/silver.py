@@ -25,19 +25,19 @@ from pipelines.batch.measure import measure, watch, watched
 from pipelines.batch.plan import plan_next
 from pipelines.batch.read import known_records, read, tables_at_plan
 from pipelines.batch.write import write
-from pipelines.ingest import IngestResult
-from pipelines.landing import Known, known_files
-from state.batch_log import BatchOutcome, BatchPlan, LogTail
-from state.checks import check_consistency
+from pipelines.bronze.ingest import IngestResult
+from pipelines.bronze.landing import Known, known_files
 from state.config import Config
 from state.engines import DeltaEngine
 from state.faults import step
-from state.joiner import BROADCAST_ROWS
+from state.join.joiner import BROADCAST_ROWS
+from state.join.relations import Relation
 from state.layout import Warehouse
-from state.lock import INGEST, hold
+from state.log.batch_log import BatchOutcome, BatchPlan, LogTail
+from state.log.checks import check_consistency
+from state.log.lock import INGEST, hold
+from state.log.pointers import missing_rows
 from state.phases import take, timed
-from state.pointers import missing_rows
-from state.relations import Relation
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class BatchReport:
     phases: dict[str, float] = field(default_factory=dict)  # seconds per phase (state/phases.py)
     changes: dict[str, int] = field(
         default_factory=dict
-    )  # change feeds' counts (state/changes.py), with gold rows retracted
+    )  # change feeds' counts (state/join/changes.py), with gold rows retracted
 
     def describe(self) -> str:
         arrived = ", ".join(f"{count} {name.upper()}" for name, count in self.arrivals.items())
@@ -73,7 +73,7 @@ class RunReport:
 
     batches: list[BatchReport]
     interrupted: bool = False  # a follow stopped by a second signal, the batch under way abandoned
-    sources: list = field(default_factory=list)  # each source table's ingest (pipelines/sources.py SourceResult)
+    sources: list = field(default_factory=list)  # each source table's ingest (pipelines/bronze/sources.py SourceResult)
     landed: list = field(
         default_factory=list
     )  # what each batch landed from the landing folders (Landing), and each file refused or skipped (IngestResult)
@@ -120,7 +120,7 @@ def run(
     says so, between batches), then return what each batch did; ``progress`` hears of what each batch landed and of
     each batch as it commits, ``before_writing`` is called before each batch's first write (the CLI records the
     definition there, once), ``fence`` before each batch's first write and before its log row: it raises when the
-    run no longer holds the warehouse (a catalog warehouse's lease taken by another run: state/lease.py)."""
+    run no longer holds the warehouse (a catalog warehouse's lease taken by another run: state/log/lease.py)."""
     engine.refresh()
 
     def fenced() -> None:

@@ -8,13 +8,13 @@ from datetime import timedelta
 
 import yaml
 
-from state.asof import backward
 from state.engines import ENGINE_NAMES, DeltaEngine
 from state.errors import LakejoinError
 from state.event_time import span_on_axis, warehouse_kind
-from state.final import JOIN_KINDS, JoinKind, JoinSpec
+from state.join.asof import backward
+from state.join.final import JOIN_KINDS, JoinKind, JoinSpec
+from state.join.relations import RELATIONS, Relation, RelationSpec, default_specs, relations_named
 from state.layout import GOLD_TABLE, LAYERS, Warehouse, is_name
-from state.relations import RELATIONS, Relation, RelationSpec, default_specs, relations_named
 from state.settings import setting
 from state.spans import describe_span, duration
 
@@ -187,7 +187,7 @@ class Config:
 
     @property
     def reads_changes(self) -> bool:
-        """Some relation is a change feed (state/changes.py)."""
+        """Some relation is a change feed (state/join/changes.py)."""
         return any(spec.changes is not None for spec in self.relations.values())  # type: ignore[union-attr] - normalised
 
     def _check_changes(self) -> None:
@@ -223,7 +223,7 @@ class Config:
 
     @property
     def join_kind(self) -> JoinKind:
-        """What gold holds for this join (state/final.py); a synchronized join is an inner join of equal times."""
+        """What gold holds for this join (state/join/final.py); a synchronized join is an inner join of equal times."""
         return JOIN_KINDS["inner" if self.join == "synchronized" else self.join]
 
     @property
@@ -246,7 +246,7 @@ class Config:
 
     @property
     def reads_tables(self) -> bool:
-        """Some relation is read in place from a Delta table the user has (pipelines/sources.py)."""
+        """Some relation is read in place from a Delta table the user has (pipelines/bronze/sources.py)."""
         return any(spec.table is not None for spec in self.relations.values())  # type: ignore[union-attr] - normalised
 
     @property
@@ -476,7 +476,7 @@ def config_from(raw: object, where: str = "config") -> Config:
 def reference() -> str:
     """The config reference in Markdown, from the settings' own definitions (docs/config.md is built from it): every
     setting with what leaving it out means and what it does."""
-    from state.relations import ChangeSpec
+    from state.join.relations import ChangeSpec
     from state.settings import documented
 
     lines = []

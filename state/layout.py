@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 
 from state.errors import LakejoinError
-from state.relations import ID, RELATIONS, TS, Relation, others
+from state.join.relations import ID, RELATIONS, TS, Relation, others
 
 # The layers a config may place on their own (``layers``): the top folders of a warehouse's tables.
 LAYERS = ("bronze", "silver", "gold", "quarantine")
@@ -208,7 +208,7 @@ class Warehouse:
 
     @property
     def progress(self) -> str:
-        """Progress declared by 'lakejoin advance' (state/progress.py): the user's word, which ``reset`` keeps."""
+        """Progress declared by 'lakejoin advance' (state/log/progress.py): the user's word, which ``reset`` keeps."""
         return self._path("silver", "progress")
 
     @property

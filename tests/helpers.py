@@ -19,16 +19,16 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from pipelines.ingest import IngestResult, ingest_files
+from pipelines.bronze.ingest import IngestResult, ingest_files
+from pipelines.bronze.sources import ingest_sources
 from pipelines.silver import BatchReport, run
-from pipelines.sources import ingest_sources
 from pipelines.spark import DELTA_JARS
 from state.config import Config
 from state.engines import DeltaEngine
 from state.errors import FileRefused
 from state.faults import CRASH_AT, InjectedCrash
+from state.join.relations import relation
 from state.layout import IN_STORE, Warehouse
-from state.relations import relation
 from tests.reference import Match, Pair, Record
 
 _files = itertools.count()

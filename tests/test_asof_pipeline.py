@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from expectations.audit import audit
 from expectations.reconcile import check_gold
-from pipelines.status import warehouse_status
+from pipelines.commands.status import warehouse_status
 from state.config import Config
 from state.errors import LakejoinError
 from state.event_time import TIMESTAMP

@@ -10,10 +10,10 @@ from deltalake import DeltaTable
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pipelines.commands.status import warehouse_status
 from pipelines.silver import RunReport
-from pipelines.status import warehouse_status
 from state.config import Config
-from state.relations import R
+from state.join.relations import R
 from tests.helpers import Pipeline
 from tests.reference import Record, batch_join, late_in_batches, respects_lateness, within
 from tests.strategies import split

@@ -1,7 +1,7 @@
 """A warehouse in a catalog schema has no file to lock: two runs against it (any two jobs, or a job and a notebook)
 never both commit a batch. Each job's lease is a row of ``silver_leases`` taken by a conditional UPDATE, which Delta
 lets one of two racing transactions commit, and a run proves it still holds the lease before each batch writes and
-before it commits (state/lease.py)."""
+before it commits (state/log/lease.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from pipelines.api import Pipeline as Api
 from state.errors import LakejoinError, WarehouseBusy
-from state.lease import Lease, LeaseLost, lease_table
+from state.log.lease import Lease, LeaseLost, lease_table
 from tests.conftest import require_spark_delta
 from tests.reference import Record, batch_join
 

@@ -1,4 +1,4 @@
-"""Records that change: joins over change feeds, gold corrected exactly once (state/changes.py, pipelines/gold.py).
+"""Records that change: joins over change feeds, gold corrected exactly once (state/join/changes.py, pipelines/gold.py).
 
 Gold after every batch is the join of the current version of every record; ``gold/changes`` lists what each batch
 added and took out; an older change arriving later changes nothing, and a delete's tombstone outlives it.
@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from expectations.reconcile import check_gold
+from pipelines.commands.status import warehouse_status
 from pipelines.silver import BatchReport, run
-from pipelines.status import warehouse_status
 from state.config import Config
 from state.errors import LakejoinError
 from tests.helpers import Pipeline, copied, crash_at_each

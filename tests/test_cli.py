@@ -10,7 +10,7 @@ import shlex
 
 import pytest
 
-from pipelines.acceptance import FORCED
+from pipelines.commands.acceptance import FORCED
 from tests.helpers import REPO, damaged_parquet, lakejoin, lakejoin_here
 
 

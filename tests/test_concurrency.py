@@ -12,7 +12,7 @@ from collections import Counter
 import pytest
 
 from state.engines import make_engine
-from state.lock import JOIN, hold
+from state.log.lock import JOIN, hold
 from tests.helpers import Pipeline, lakejoin, start_lakejoin
 from tests.reference import Record, batch_join
 

@@ -9,7 +9,7 @@ import pytest
 
 from state.config import Config
 from state.errors import LakejoinError
-from state.relations import R, S
+from state.join.relations import R, S
 from tests.helpers import Pipeline
 from tests.reference import Record
 

@@ -10,15 +10,15 @@ from collections import Counter
 import pytest
 
 from pipelines.api import _path_of
-from pipelines.ingest import ingest_landing
-from pipelines.landing import default_checkpoint, listed
-from pipelines.maintain import maintain
-from state.checks import require_engine_for
+from pipelines.bronze.ingest import ingest_landing
+from pipelines.bronze.landing import default_checkpoint, listed
+from pipelines.commands.maintain import maintain
 from state.config import config_from
 from state.errors import LakejoinError
+from state.join.relations import R
 from state.layout import Warehouse, is_table_name
-from state.lock import is_local
-from state.relations import R
+from state.log.checks import require_engine_for
+from state.log.lock import is_local
 from tests.conftest import require_spark_delta
 from tests.helpers import Pipeline
 from tests.reference import Record, batch_join

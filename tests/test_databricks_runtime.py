@@ -1,6 +1,6 @@
 """lakejoin on a Databricks runtime relies only on what Delta and Unity Catalog promise: in a classic session with the
 runtime's variable set and Delta's internals refused (tests/databricks_runtime.py), the acceptance checks of a
-workspace (pipelines/acceptance.py: a change-feed join over two ingests and their batches, the lock) pass on a catalog
+workspace (pipelines/commands/acceptance.py: a change-feed join over two ingests and their batches, the lock) pass on a catalog
 warehouse, which then is maintained; the engine is chosen without asking the session. Every kind of join there is
 a scenario run on demand (``LAKEJOIN_WHERE_IT_RUNS``)."""
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipelines.acceptance import CONFIG, accept
 from pipelines.api import Pipeline
+from pipelines.commands.acceptance import CONFIG, accept
 from state.engines import make_engine
 from tests.conftest import require_spark_delta
 from tests.databricks_runtime import ON_DEMAND, databricks_runtime

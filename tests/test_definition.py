@@ -7,8 +7,8 @@ from collections import Counter
 
 import pytest
 
+from pipelines.commands.reset import reset
 from pipelines.definition import record, recorded, settle
-from pipelines.reset import reset
 from state.config import Config
 from state.errors import LakejoinError
 from state.faults import CRASH_AT, InjectedCrash

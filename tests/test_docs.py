@@ -11,7 +11,7 @@ from dataclasses import fields
 import pytest
 
 from state.config import Config, Expectations, reference
-from state.relations import ChangeSpec, RelationSpec
+from state.join.relations import ChangeSpec, RelationSpec
 from state.settings import documented
 from tests.helpers import REPO
 

@@ -14,7 +14,7 @@ from deltalake import DeltaTable
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from pipelines.sources import APPEND, Commit
+from pipelines.bronze.sources import APPEND, Commit
 from pipelines.spark import DELTA_JARS, delta_jars
 from state.engines import Eviction, Memberships, Merged, OnMatch, Txn, make_engine
 from state.engines.base import Aligned, Recorded, applied

@@ -15,8 +15,8 @@ from expectations.runner import Validator
 from state.config import Config
 from state.engines import Eviction, Memberships, as_frame
 from state.errors import LakejoinError
-from state.joiner import Projection
-from state.relations import RELATIONS
+from state.join.joiner import Projection
+from state.join.relations import RELATIONS
 
 CONFIG = Config(window=5, expectations={"ts_min": 0, "ts_max": 1_000})
 # A bronze row: what ingest derives (_id, _ts), then the record's own columns.

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from expectations.reconcile import check_gold
-from pipelines.status import warehouse_status
+from pipelines.commands.status import warehouse_status
 from state.config import Config
 from state.errors import LakejoinError
 from tests.helpers import Pipeline, copied, crash_at_each

@@ -180,7 +180,7 @@ def test_a_left_record_at_the_right_watermark_waits_for_an_equal_time_right_reco
     rows, held = asof_in_batches([[s1], [r5], [s2]], lateness=0)
     assert (
         rows == [] and held[-1] == 2
-    )  # r5 waits; s2 supersedes s1 at the floor (equal time, later id): as state/asof.py
+    )  # r5 waits; s2 supersedes s1 at the floor (equal time, later id): as state/join/asof.py
     assert real(asof_in_batches(flushed([[s1], [r5], [s2]]), lateness=0)[0]) == Counter([Pair("r5", "s2", "R")])
 
 

@@ -31,7 +31,7 @@ def bronze(pipeline: Pipeline, side: str):
 
 
 def pipeline_relation(side: str):
-    from state.relations import relation
+    from state.join.relations import relation
 
     return relation(side)
 
@@ -78,7 +78,7 @@ def test_each_malformed_row_is_quarantined_with_its_reason_and_the_good_rows_lan
 def test_a_file_read_in_many_pieces_keeps_its_line_order_and_no_task_holds_all_of_it(pipeline, spark, monkeypatch):
     """A file larger than memory must not pass through one task: it is read in pieces (here every file is read in
     blocks, of ~100 bytes), and each row still takes the place its line gives it in the arrival order."""
-    from pipelines import parse
+    from pipelines.bronze import parse
 
     lines = [
         "garbage" if n % 7 == 0 else "" if n % 11 == 0 else {"id": f"r{n}", "ts": n, "key": "k"} for n in range(1, 41)
@@ -269,8 +269,8 @@ def test_csv_and_parquet_land_like_json_and_keep_other_columns(pipeline, spark, 
 
 
 def test_unknown_extensions_and_missing_files_are_refused_before_anything_lands(pipeline, spark, tmp_path):
-    from pipelines.ingest import ingest_files
-    from state.relations import R
+    from pipelines.bronze.ingest import ingest_files
+    from state.join.relations import R
 
     good = pipeline.write_file([{"id": "a", "ts": 1, "key": "k"}])
     with pytest.raises(LakejoinError, match="unknown extension '.txt'"):
@@ -293,7 +293,7 @@ def test_reserved_column_names_are_refused(pipeline):
 def test_a_text_file_s_places_are_its_lines_as_spark_splits_them_whatever_the_blocks_it_is_read_in(pieces, block):
     """A file's places are counted on the driver before Spark reads it: as many as the lines Spark's text reader gives
     (split at \\r\\n, \\r or \\n, nothing after a last separator), read in blocks that may split a \\r\\n."""
-    from pipelines.landing import Lines
+    from pipelines.bronze.landing import Lines
 
     text = "".join(pieces)
     content, lines = text.encode(), Lines()
@@ -305,7 +305,7 @@ def test_a_text_file_s_places_are_its_lines_as_spark_splits_them_whatever_the_bl
 
 def test_spark_numbers_a_text_file_s_lines_within_the_places_counted_for_it(spark, tmp_path, monkeypatch):
     """Every line Spark reads of a file is numbered within the places counted for it, read whole or in blocks."""
-    from pipelines import landing, parse
+    from pipelines.bronze import landing, parse
 
     texts = ["a\r\nb\rc\nd", "a\n\n\nb\n", "\ufeffa\r\r\nb\r\n", "x"]
     paths = []
@@ -328,8 +328,8 @@ def test_spark_numbers_a_text_file_s_lines_within_the_places_counted_for_it(spar
 def test_the_files_of_one_call_land_in_one_bronze_commit_and_one_log_commit_each_reported_alone(pipeline):
     """One road into bronze: a call's files are read, classified and appended together, then logged together; each
     file still gets its own result, and its rows the places its lines give them."""
-    from pipelines.ingest import ingest_files
-    from state.relations import R
+    from pipelines.bronze.ingest import ingest_files
+    from state.join.relations import R
 
     first = pipeline.write_file([{"id": "a", "ts": 1, "key": "k"}, {"id": "b", "ts": 2, "key": "k"}])
     second = pipeline.write_file(["garbage", {"id": "a", "ts": 1, "key": "k"}, {"id": "c", "ts": 3, "key": "k"}])
@@ -354,8 +354,8 @@ def test_the_files_of_one_call_land_in_one_bronze_commit_and_one_log_commit_each
 
 def test_a_call_of_501_files_lands_them_in_two_passes_as_the_docs_say(pipeline):
     """Up to 500 files a call is one commit per table; the 501st is a second pass, in the order given."""
-    from pipelines.ingest import FILES_PER_LANDING, ingest_files
-    from state.relations import R
+    from pipelines.bronze.ingest import FILES_PER_LANDING, ingest_files
+    from state.join.relations import R
 
     files = [pipeline.write_file([{"id": f"r{n}", "ts": n, "key": "k"}]) for n in range(FILES_PER_LANDING + 1)]
     results = ingest_files(pipeline.engine, pipeline.warehouse, R, files)

@@ -17,11 +17,11 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from pipelines.ingest import ingest_files, ingest_landing
+from pipelines.bronze.ingest import ingest_files, ingest_landing
 from state.config import Config
 from state.errors import FileRefused, LakejoinError
+from state.join.relations import R, S
 from state.names import storable, stored_names
-from state.relations import R, S
 from tests.helpers import Pipeline, damaged_parquet
 
 FUZZ = settings(
@@ -144,7 +144,7 @@ def test_a_file_spark_fails_to_read_in_the_write_under_an_error_naming_no_file_i
 ):
     """Spark's failure inside the write's job need not name its file: each file is then read alone, the one at fault
     refused in one line, and the call's other files land in the same call, in one commit."""
-    from pipelines import bronze
+    from pipelines.bronze import write as bronze
 
     pipeline = Pipeline(engine, str(tmp_path))
     good = [pipeline.write_file([{"id": f"g{n}", "ts": n, "key": "k"}]) for n in range(2)]

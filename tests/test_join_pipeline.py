@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import DataFrame
 
-from pipelines.maintain import maintain
+from pipelines.commands.maintain import maintain
 from pipelines.silver import run
 from state.config import Config
 from state.engines.deltars import DeltaRsEngine

@@ -1,4 +1,4 @@
-"""The batch form of state/joiner.py for three and four relations, through Spark, against the pure-Python reference:
+"""The batch form of state/join/joiner.py for three and four relations, through Spark, against the pure-Python reference:
 given every store's buffers and a batch's arrivals, ``batch_tuples`` produces the tuples the reference's batch
 step produces, with the same owners (docs/design.md section 2.8)."""
 
@@ -11,8 +11,8 @@ from itertools import combinations
 import pyarrow as pa
 import pytest
 
-from state.joiner import Projection, Side, batch_tuples
-from state.relations import Relation
+from state.join.joiner import Projection, Side, batch_tuples
+from state.join.relations import Relation
 from tests.reference import BatchJoiner, Record, banded
 
 COLUMNS = pa.schema([("_id", pa.string()), ("_ts", pa.int64()), ("key", pa.string())])

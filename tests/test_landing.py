@@ -13,12 +13,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipelines import silver
-from pipelines.ingest import IngestResult, ingest_files
-from pipelines.reset import reset
+from pipelines.bronze.ingest import IngestResult, ingest_files
+from pipelines.commands.reset import reset
 from pipelines.silver import run
 from state.config import Config
 from state.faults import CRASH_AT, InjectedCrash
-from state.relations import R, S
+from state.join.relations import R, S
 from tests.helpers import Pipeline, copied, crash_at_each
 from tests.reference import Record, batch_join
 

@@ -1,4 +1,4 @@
-"""A silent stream does not stall the others: idle relations and declared progress (state/progress.py).
+"""A silent stream does not stall the others: idle relations and declared progress (state/log/progress.py).
 
 The clock is set (state/clock.py), so "fifteen minutes later" takes no time: ingest records each arrival's time
 by it, and a batch's plan records the time it decided by.
@@ -12,8 +12,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from pipelines.api import Pipeline as Api
+from pipelines.commands.status import warehouse_status
 from pipelines.definition import record, settle
-from pipelines.status import warehouse_status
 from state.clock import set_now
 from state.config import Config
 from state.errors import LakejoinError

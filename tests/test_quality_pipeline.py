@@ -15,8 +15,8 @@ from deltalake import DeltaTable, write_deltalake
 import pipelines
 from expectations.audit import audit
 from expectations.batch import ExpectationFailed
-from pipelines import bronze
 from pipelines.batch import emit
+from pipelines.bronze import write as bronze
 from state.config import Config
 from state.engines import DeltaEngine, make_engine
 from state.faults import CRASH_AT, InjectedCrash

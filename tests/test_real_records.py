@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from expectations.reconcile import check_gold
 from state.config import Config
 from state.errors import LakejoinError
-from state.relations import R, S
+from state.join.relations import R, S
 from tests.helpers import Pipeline
 from tests.strategies import split
 

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from benchmarks.costs import Cost
-from pipelines import server
+from pipelines.commands import server
 from pipelines.spark import DELTA_JARS, REMOTE
 from tests.helpers import LAKEJOIN, REPO, Pipeline, lakejoin, lakejoin_here
 from tests.reference import Record, batch_join
@@ -208,7 +208,7 @@ def test_a_server_of_another_lakejoin_or_delta_set_up_is_refused_in_one_line_and
     assert other_jars.returncode == 2 and "the lakejoin server was started with" in other_jars.stderr, other_jars.stderr
     # the server itself answers with its version: a client of another one stops there
     script = (
-        "import sys; from pipelines import server; server.VERSION = '0.0.2'; running = server.running(); "
+        "import sys; from pipelines.commands import server; server.VERSION = '0.0.2'; running = server.running(); "
         "from dataclasses import replace\nwith server.attached(replace(running, version='0.0.2')): pass"
     )
     checked = subprocess.run(

@@ -6,8 +6,8 @@ from collections import Counter
 
 import pytest
 
-from pipelines.reset import reset
-from pipelines.status import warehouse_status
+from pipelines.commands.reset import reset
+from pipelines.commands.status import warehouse_status
 from state.faults import CRASH_AT, InjectedCrash
 from tests.helpers import Pipeline, lakejoin
 from tests.reference import Record, batch_join

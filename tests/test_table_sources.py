@@ -15,13 +15,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from expectations.audit import audit
+from pipelines.commands.status import warehouse_status
 from pipelines.definition import record, settle
-from pipelines.status import warehouse_status
 from state.config import Config, load_config
 from state.errors import LakejoinError
 from state.faults import CRASH_AT, InjectedCrash
+from state.join.relations import S
 from state.layout import Warehouse
-from state.relations import S
 from tests.helpers import Pipeline, crash_at_each, lakejoin_here
 
 START = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)

@@ -27,7 +27,7 @@ def stderr_of(script: str) -> str:
 def test_a_rust_panic_is_dropped_and_every_other_line_reaches_the_terminal():
     script = f"""
 import os, sys
-from pipelines.terminal import without_native_panics
+from pipelines.commands.terminal import without_native_panics
 with without_native_panics():
     print("before", file=sys.stderr)
     os.write(2, {PANIC.encode()!r})  # as Rust's panic hook writes: to the descriptor, past Python
@@ -47,7 +47,7 @@ def test_without_the_filter_the_panic_text_is_there():
 def test_leaving_is_prompt_keeps_a_partial_line_and_blank_lines_and_leaves_no_descriptor_open():
     script = """
 import os, sys, threading, time
-from pipelines.terminal import without_native_panics
+from pipelines.commands.terminal import without_native_panics
 before, started = len(os.listdir("/proc/self/fd")), time.monotonic()
 for _ in range(3):
     with without_native_panics():

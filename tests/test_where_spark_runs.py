@@ -24,11 +24,11 @@ from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 
 from expectations.reconcile import comparable
-from pipelines.ingest import ingest_files
+from pipelines.bronze.ingest import ingest_files
 from pipelines.spark import DELTA_CONF, DELTA_JARS, delta_jars
 from state.engines import make_engine
+from state.join.relations import relation
 from state.layout import Warehouse
-from state.relations import relation
 from tests.databricks_runtime import ON_DEMAND
 from tests.helpers import REPO, lakejoin
 from tests.test_join_pipeline import ORDERS
@@ -99,7 +99,7 @@ def test_on_a_session_that_refuses_what_serverless_refuses_every_kind_of_join_is
     connect_server, spark, tmp_path
 ):
     """Every other kind of join on catalog warehouses, each exact against its reference, a source table and an idle
-    relation among them; and the checks of the acceptance job (pipelines/acceptance.py), the path read refused."""
+    relation among them; and the checks of the acceptance job (pipelines/commands/acceptance.py), the path read refused."""
     found = _scenarios(tmp_path, "--remote", connect_server, "--every-kind", timeout=3600)
     for kind, joined in found["kinds"].items():
         assert joined["gold"] == joined["expected"] and joined["gold"], kind

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import functions as F
 
 from pipelines import Pipeline
-from pipelines.acceptance import accept
+from pipelines.commands.acceptance import accept
 from pipelines.spark import get_spark
 from state.faults import CRASH_AT, InjectedCrash
 from state.layout import Warehouse

@@ -9,12 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from pipelines.gold import GOLD
-from state.batch_log import BatchLog, BatchPlan
-from state.buffers import StateTable
 from state.config import Config, on_warehouse_axis
 from state.engines import DeltaEngine, Txn
+from state.join.buffers import StateTable
+from state.join.relations import Relation
 from state.layout import Warehouse
-from state.relations import Relation
+from state.log.batch_log import BatchLog, BatchPlan
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """What a batch gives every table it writes, as DataFrames, once its measure has fixed the watermarks after it: the
-arrivals its rules keep split by lateness, the store/probe join of them against the state (state/joiner.py), the rows
-its kind of join emits once final (state/final.py), gold's rows, each state table's MERGE, the late arrivals, and the
+arrivals its rules keep split by lateness, the store/probe join of them against the state (state/join/joiner.py), the rows
+its kind of join emits once final (state/join/final.py), gold's rows, each state table's MERGE, the late arrivals, and the
 arrivals a quarantine rule took out. Nothing runs here: each frame is computed by the write that takes it.
 """
 
@@ -20,20 +20,20 @@ from pipelines.batch.context import Batch
 from pipelines.batch.measure import Measured, set_aside
 from pipelines.batch.read import CURRENT, Arrived
 from pipelines.gold import Retraction
-from state.batch_log import BatchPlan
-from state.bounds import Watermarks, advance, late_rows, split_late
-from state.buffers import BufferUpdate, read_sides, replacing, stored_rows
-from state.changes import DELETED, Applied, apply, ignored_rows
 from state.clock import now
 from state.config import Config
 from state.errors import LakejoinError
 from state.event_time import render, render_span
-from state.final import emit as final_rows
-from state.final import state_updates
 from state.frames import union_by_name
-from state.joiner import BROADCAST_ROWS, Projection, Side, batch_tuples, data_columns, identity_column
-from state.progress import raised
-from state.relations import ID, TS, Relation
+from state.join.bounds import Watermarks, advance, late_rows, split_late
+from state.join.buffers import BufferUpdate, read_sides, replacing, stored_rows
+from state.join.changes import DELETED, Applied, apply, ignored_rows
+from state.join.final import emit as final_rows
+from state.join.final import state_updates
+from state.join.joiner import BROADCAST_ROWS, Projection, Side, batch_tuples, data_columns, identity_column
+from state.join.relations import ID, TS, Relation
+from state.log.batch_log import BatchPlan
+from state.log.progress import raised
 
 
 @dataclass(frozen=True)

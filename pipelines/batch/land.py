@@ -1,5 +1,5 @@
 """Landing a batch's files: every file the batch takes from a relation's landing folder landed through the one road
-into bronze (pipelines/bronze.py), relation by relation at once, under the batch's transaction; the batch then reads
+into bronze (pipelines/bronze/write.py), relation by relation at once, under the batch's transaction; the batch then reads
 its arrivals back from bronze, as it reads those ``ingest`` landed before it.
 
 Each file's places in the arrival order come from the plan (a file's first place, plus the line), and its rows are
@@ -18,16 +18,16 @@ from dataclasses import dataclass, replace
 from pyspark.sql import DataFrame
 
 from pipelines.batch.context import Batch
-from pipelines.bronze import Landed, Lander, Placed, Watch, land_files, refusal_rows
-from state.batch_log import BatchPlan, LandedFile
+from pipelines.bronze.write import Landed, Lander, Placed, Watch, land_files, refusal_rows
 from state.clock import now
 from state.engines import Txn, as_frame
 from state.engines.base import DeltaReader
 from state.errors import FileRefused
 from state.faults import step
 from state.frames import union_by_name
+from state.join.relations import Relation
 from state.layout import Warehouse
-from state.relations import Relation
+from state.log.batch_log import BatchPlan, LandedFile
 
 
 @dataclass(frozen=True)

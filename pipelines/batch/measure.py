@@ -22,12 +22,12 @@ from expectations.batch import EVALUATED, TableChecks
 from pipelines.batch.context import Batch
 from pipelines.batch.land import Landing
 from pipelines.batch.read import CURRENT, Arrived, bronze_checks
-from pipelines.bronze import Watch
-from pipelines.classify import holds_digests
-from state.batch_log import RuleCount
+from pipelines.bronze.classify import holds_digests
+from pipelines.bronze.write import Watch
 from state.engines.base import Aligned
+from state.join.relations import DELETE, ID, OP, TS, Relation
+from state.log.batch_log import RuleCount
 from state.names import literal, quoted
-from state.relations import DELETE, ID, OP, TS, Relation
 
 PART = "_part"
 

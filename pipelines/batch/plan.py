@@ -3,7 +3,7 @@
 A batch takes the arrivals ingested and not yet joined (a prefix of the arrival order, at most ``max_batch_rows``)
 and, once those all fit, the files new in the relations' landing folders, in name order, while the batch stays within
 ``max_batch_rows``, ``max_batch_files`` and ``max_batch_bytes`` (one file at least). Each file's rows get places in the
-arrival order before they are read: after every place taken, as many as the file can hold (pipelines/landing.py).
+arrival order before they are read: after every place taken, as many as the file can hold (pipelines/bronze/landing.py).
 Nothing here runs a Spark job: the driver reads logs, lists folders and reads each new file once, for its digest.
 """
 
@@ -12,12 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pipelines.batch.context import Run
-from pipelines.bronze import last_arrival_seq
-from pipelines.landing import Known, found_files
-from state.batch_log import BatchPlan, LandedFile, LogTail
+from pipelines.bronze.landing import Known, found_files
+from pipelines.bronze.write import last_arrival_seq
 from state.clock import now
 from state.errors import FileRefused
-from state.progress import decide, moves
+from state.log.batch_log import BatchPlan, LandedFile, LogTail
+from state.log.progress import decide, moves
 
 
 @dataclass(frozen=True)

@@ -12,13 +12,13 @@ from pyspark.sql import functions as F
 
 from expectations.batch import TableChecks
 from pipelines.batch.context import Batch
-from pipelines.classify import held_digests
-from state.buffers import held_versions, snapshot
-from state.changes import DELETED, Resolved, resolve
+from pipelines.bronze.classify import held_digests
 from state.engines import as_frame
+from state.join.buffers import held_versions, snapshot
+from state.join.changes import DELETED, Resolved, resolve
+from state.join.relations import DELETE, ID, OP, SEQ, TS, Relation
+from state.log.pointers import arrivals_with_source_columns
 from state.names import literal
-from state.pointers import arrivals_with_source_columns
-from state.relations import DELETE, ID, OP, SEQ, TS, Relation
 
 CURRENT = "_current"  # a change's record had a version held before the batch (not a tombstone)
 LOCAL_ROWS = 10_000  # a batch of at most this many arrivals holds them on the driver (``_arrived``)

@@ -19,10 +19,10 @@ from expectations.batch import TableChecks
 from pipelines.batch.context import Batch
 from pipelines.batch.emit import Outputs
 from pipelines.gold import CHANGE, write_gold
-from state.batch_log import RuleCount
-from state.buffers import update_buffers
 from state.faults import step
 from state.frames import union_by_name
+from state.join.buffers import update_buffers
+from state.log.batch_log import RuleCount
 
 R = TypeVar("R")
 

@@ -30,7 +30,7 @@ class Txn:
 
     A table that already records ``version`` (or a later one) for ``app_id`` has had this write,
     so the engine skips it: that is what makes a replayed batch idempotent (docs/design.md section 3).
-    ``plan`` is the batch's plan (state/batch_log.py), which every write of a batch carries in its commit, so that a
+    ``plan`` is the batch's plan (state/log/batch_log.py), which every write of a batch carries in its commit, so that a
     batch that died after any of its writes is resumed with the plan it was computed from.
     """
 
@@ -101,7 +101,7 @@ class OnMatch:
     """What a MERGE does to a stored row whose key a source row names again (a batch's arrivals never do: ingest
     gives each record a new id), where that source row's ``when`` column is true (any such row when None): set
     the stored row's ``when`` column true (an outer join's ``_matched``), delete the stored row (an as-of join's
-    superseded record), or replace it whole (a change feed's new version, state/changes.py)."""
+    superseded record), or replace it whole (a change feed's new version, state/join/changes.py)."""
 
     when: str | None
     delete: bool = False
@@ -129,7 +129,7 @@ class Recorded:
     # records is done only if a MERGE commit follows it, which the engine that wrote it checks.
     before_merge: bool = False
     # No commit the log keeps records the app, and the log has lost its oldest commits: a reader that may not read the
-    # table's state (state/engines/public_log.py) cannot tell, and the batch log is the record (state/checks.py). A
+    # table's state (state/engines/public_log.py) cannot tell, and the batch log is the record (state/log/checks.py). A
     # write then carries Delta's own app transaction, which Delta checks.
     unknown: bool = False
 

@@ -275,7 +275,7 @@ CONNECT_DONE = frozenset({"Finished", "Failed", "Canceled", "Closed"})
 
 def connect_executions(spark: SparkSession) -> list[tuple[str, str, frozenset[str]]] | int:
     """What this process's Spark Connect server is running: each running operation's user, session and tags, or, when
-    it holds none, the time (epoch milliseconds) its last one ended (pipelines/server.py, which hosts the server, reads
+    it holds none, the time (epoch milliseconds) its last one ended (pipelines/commands/server.py, which hosts the server, reads
     both)."""
     found = spark._jvm.org.apache.spark.sql.connect.service.SparkConnectService.listActiveExecutions()  # type: ignore[union-attr]
     if found.isLeft():

@@ -31,7 +31,7 @@ class Relation:
 # What lakejoin derives for every record, whatever its columns: its id as text, its event time on the integer
 # axis of state/event_time.py. Everything that orders, matches or evicts records uses these two.
 ID, TS = "_id", "_ts"
-# What it derives for every row of a change feed (state/changes.py): the operation (insert, update, delete) and its
+# What it derives for every row of a change feed (state/join/changes.py): the operation (insert, update, delete) and its
 # sequence (a number: the latest per id wins).
 OP, SEQ = "_op", "_seq"
 INSERT, UPDATE, DELETE = "insert", "update", "delete"

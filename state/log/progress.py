@@ -18,11 +18,11 @@ from datetime import datetime, timezone
 
 import pyarrow as pa
 
-from state.bounds import Watermarks
 from state.clock import micros
 from state.engines import DeltaEngine
+from state.join.bounds import Watermarks
+from state.join.relations import Relation
 from state.layout import Warehouse
-from state.relations import Relation
 
 DECLARED_SCHEMA = pa.schema(
     [

@@ -25,9 +25,9 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from state.frames import union_by_name
+from state.join.predicate import conjuncts
+from state.join.relations import ID, RELATIONS, TS, Relation
 from state.names import quoted
-from state.predicate import conjuncts
-from state.relations import ID, RELATIONS, TS, Relation
 
 PACKED = "_tuple"  # a tuple's gold columns in one struct (``Projection.packed``)
 BROADCAST_ROWS = (

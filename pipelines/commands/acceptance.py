@@ -104,7 +104,7 @@ def _joins_exactly(spark: SparkSession, schema: str) -> str:
 
 
 def _lock_excludes(spark: SparkSession, schema: str) -> str:
-    from state.lock import JOIN, hold
+    from state.log.lock import JOIN, hold
 
     start, outcomes = threading.Barrier(2, timeout=600), []
 

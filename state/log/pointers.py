@@ -1,5 +1,5 @@
 """A source table's rows found again by pointer: bronze keeps, for a Delta table read in place, each row's data file
-and row index (pipelines/sources.py ingests them), and the batches and audits that need the row's columns read them
+and row index (pipelines/bronze/sources.py ingests them), and the batches and audits that need the row's columns read them
 from the table's data files here."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pyspark.sql.types import StructType
 
 from state.engines import DeltaEngine
 from state.errors import LakejoinError
+from state.join.relations import Relation, RelationSpec
 from state.layout import Warehouse
-from state.relations import Relation, RelationSpec
 
 
 def with_source_columns(

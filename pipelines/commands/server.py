@@ -157,7 +157,7 @@ def start(idle_minutes: float = DEFAULT_IDLE_MINUTES, port: int | None = None, v
     command = [
         sys.executable,
         "-m",
-        "pipelines.server",
+        "pipelines.commands.server",
         "--idle-minutes",
         str(idle_minutes),
         "--port",

@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 
 from state.engines import Eviction
 from state.event_time import INTEGER, render
-from state.relations import TS, Relation, others
+from state.join.relations import TS, Relation, others
 
 Watermarks = dict[str, int]  # relation name -> watermark; a relation without one is absent
 
@@ -48,7 +48,7 @@ def late_rows(
 ) -> DataFrame:
     """What ``quarantine/late_arrivals`` keeps of late records: the record, why, and the watermark then (a number
     on the event-time axis; the reason gives it as the event time reads). ``raised``: why the watermark stands above
-    the relation's own records (an idle relation, declared progress: state/progress.py)."""
+    the relation's own records (an idle relation, declared progress: state/log/progress.py)."""
     as_time = "" if kind in (None, INTEGER) else f", {render(watermark, kind)}"
     why = raised or f"newest {rel.label} {event_time} seen minus allowed lateness {lateness}"
     reason = f"{event_time} below the watermark of {rel.label}{as_time} ({why})"

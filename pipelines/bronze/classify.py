@@ -27,14 +27,14 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from pipelines.parse import Parsed
+from pipelines.bronze.parse import Parsed
 from state.engines import DeltaEngine
 from state.errors import FileRefused, LakejoinError
 from state.event_time import INTEGER, INTEGER_TEXT, STORED_TYPE, TIMESTAMP, as_event_time, kind_of, on_axis
 from state.frames import union_by_name
+from state.join.relations import DELETE, ID, INSERT, OP, SEQ, TS, UPDATE, ChangeSpec, Relation, RelationSpec, others
 from state.layout import Warehouse
 from state.names import column, literal, quoted
-from state.relations import DELETE, ID, INSERT, OP, SEQ, TS, UPDATE, ChangeSpec, Relation, RelationSpec, others
 
 
 def typed(
@@ -229,7 +229,7 @@ def sql_type(data_type: DataType) -> str:
 
 
 def _normalize(parsed: Parsed, layout: _Layout) -> DataFrame:
-    """Data columns typed, plus ``_id`` and ``_ts`` (state/relations.py), and the reason for what fails: one
+    """Data columns typed, plus ``_id`` and ``_ts`` (state/join/relations.py), and the reason for what fails: one
     projection of SQL text (built as Column objects it was ~200 calls to the JVM a file)."""
     spec = layout.spec
     present = set(parsed.types)
@@ -270,7 +270,7 @@ def _normalize(parsed: Parsed, layout: _Layout) -> DataFrame:
 
 def _feed_columns() -> dict[str, tuple[str, str]]:
     """A Change Data Feed's ``_op`` and ``_seq`` (its commit version), as ``_change_columns`` gives a file's
-    (pipelines/sources.py reads the feed; an update comes as its new version), each with the reason it fails (SQL)."""
+    (pipelines/bronze/sources.py reads the feed; an update comes as its new version), each with the reason it fails (SQL)."""
     op = f"CASE _change_type WHEN 'insert' THEN {literal(INSERT)} WHEN 'update_postimage' THEN {literal(UPDATE)} WHEN 'delete' THEN {literal(DELETE)} END"
     return {
         OP: (op, f"CASE WHEN ({op}) IS NULL THEN concat('not a change: ', _change_type) END"),

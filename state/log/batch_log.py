@@ -20,7 +20,7 @@ import pyarrow as pa
 from state.clock import now
 from state.engines import DeltaEngine, Txn
 from state.engines.base import DeltaReader
-from state.progress import Progress
+from state.log.progress import Progress
 
 VERSIONS = pa.map_(pa.string(), pa.int64())
 FILE = pa.struct(
@@ -65,7 +65,7 @@ SCHEMA = pa.schema(
         ("duplicates", VERSIONS),  # relation -> rows of its landed files skipped as copies of records already held
         ("files", pa.list_(FILE)),  # the landed files the batch took, and those it refused for good
         ("rules", pa.list_(RULE)),  # each rule's result on the batch's rows
-        ("clock", pa.int64()),  # the time the plan read (microseconds since the epoch; state/progress.py)
+        ("clock", pa.int64()),  # the time the plan read (microseconds since the epoch; state/log/progress.py)
         ("idle", VERSIONS),  # the relations idle in the batch -> their last arrival (microseconds)
         ("declared", VERSIONS),  # relation -> progress declared by 'lakejoin advance' (event-time axis)
         (
@@ -111,7 +111,7 @@ class BatchPlan:
     bronze_versions: dict[str, int]  # relation name -> bronze version before the batch (absent: no table yet)
     state_versions: dict[str, int]  # state table name -> version before the batch (absent: no table yet)
     watermarks: dict[str, int] = field(default_factory=dict)  # relation -> watermark before the batch
-    progress: Progress = field(default_factory=Progress)  # idle relations and declared progress (state/progress.py)
+    progress: Progress = field(default_factory=Progress)  # idle relations and declared progress (state/log/progress.py)
     raised: dict[str, str] = field(default_factory=dict)  # before the batch: why a watermark stands where it is
     files: tuple[LandedFile, ...] = ()
     ingested_to: int | None = None  # the slice's arrivals ingested before the batch end here (None: at ``seq_to``)
@@ -174,8 +174,8 @@ class BatchOutcome:
     late: dict[str, int] = field(default_factory=dict)
     evicted: dict[str, int] = field(default_factory=dict)
     watermarks: dict[str, int] = field(default_factory=dict)  # after the batch
-    changes: dict[str, int] = field(default_factory=dict)  # change feeds' counts (state/changes.py), summed
-    raised: dict[str, str] = field(default_factory=dict)  # after the batch (state/progress.py)
+    changes: dict[str, int] = field(default_factory=dict)  # change feeds' counts (state/join/changes.py), summed
+    raised: dict[str, str] = field(default_factory=dict)  # after the batch (state/log/progress.py)
     landed: dict[str, int] = field(default_factory=dict)
     quarantined: dict[str, int] = field(default_factory=dict)
     duplicates: dict[str, int] = field(default_factory=dict)
@@ -186,12 +186,12 @@ class BatchOutcome:
 @dataclass(frozen=True)
 class LogTail:
     """Where the log ends: its last batch (committed, as every logged batch is) and, when a batch after it wrote some
-    of its outputs and died, that batch's plan, to resume (state/checks.py finds it)."""
+    of its outputs and died, that batch's plan, to resume (state/log/checks.py finds it)."""
 
     last_batch_id: int  # the newest committed batch (0 before the first)
     last_seq: int  # the arrival order is joined up to here (0 before the first batch)
     watermarks: dict[str, int] = field(default_factory=dict)  # after the last committed batch
-    raised: dict[str, str] = field(default_factory=dict)  # why those watermarks stand (state/progress.py)
+    raised: dict[str, str] = field(default_factory=dict)  # why those watermarks stand (state/log/progress.py)
     last: dict[str, Any] | None = None  # the last committed batch's log row
     unfinished: BatchPlan | None = None
 

@@ -1,15 +1,15 @@
 """The one road into bronze: every way records reach ``bronze/<relation>`` lands them here, in one pass per relation.
 
-The roads are files given to ``ingest`` or found in a landing folder (pipelines/ingest.py, pipelines/landing.py), a
-DataFrame or a stream's micro-batch (pipelines/ingest.py), a source table's new versions (pipelines/sources.py) and
+The roads are files given to ``ingest`` or found in a landing folder (pipelines/bronze/ingest.py, pipelines/bronze/landing.py), a
+DataFrame or a stream's micro-batch (pipelines/bronze/ingest.py), a source table's new versions (pipelines/bronze/sources.py) and
 the files a batch takes from a landing folder (pipelines/batch/land.py). Each gives this module its inputs already
 *placed* in the global arrival order: an input (a file, a frame, a table's new rows) holds the places ``first + 1`` to
 ``first + bound``, and its n-th line or row takes ``first + n`` (``_arrival_seq``), so no job counts rows before they
 are written and a replay numbers them the same. A place an input leaves unused (a blank line, a row set aside) is
 never taken by anything else.
 
-One landing of one relation: its files parsed kind by kind (pipelines/parse.py), every row typed and classified
-together (pipelines/classify.py) against the records already held, and appended to bronze in one commit. The job that
+One landing of one relation: its files parsed kind by kind (pipelines/bronze/parse.py), every row typed and classified
+together (pipelines/bronze/classify.py) against the records already held, and appended to bronze in one commit. The job that
 writes them counts the rows by outcome as it writes (an observation), each input's or the landing's as the road
 needs, so a road reports without a job of its own. The rows set aside come back as one frame, for the caller's one
 quarantine commit. A file whose form is wrong is refused before anything is written; a file Spark fails to read while
@@ -34,18 +34,18 @@ from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType
 
-from pipelines.classify import DIGEST, configured_types, held_digests, outcomes, typed
-from pipelines.parse import Parsed, csv_header, format_of, parse_files
-from state.batch_log import BatchPlan
+from pipelines.bronze.classify import DIGEST, configured_types, held_digests, outcomes, typed
+from pipelines.bronze.parse import Parsed, csv_header, format_of, parse_files
 from state.clock import now
 from state.engines import DeltaEngine, Txn
 from state.engines.base import DeltaReader
 from state.errors import FileRefused, LakejoinError, first_line
 from state.faults import step
 from state.frames import union_by_name
+from state.join.relations import ID, OP, SEQ, TS, Relation, RelationSpec
 from state.layout import BRONZE_STATISTICS, Warehouse, statistics_of
+from state.log.batch_log import BatchPlan
 from state.names import column, literal, quoted
-from state.relations import ID, OP, SEQ, TS, Relation, RelationSpec
 
 OUTCOMES = ("accepted", "quarantined", "duplicate")
 TALLY = "_tally"  # a row's input and outcome, as the write's observation counts them
@@ -178,7 +178,7 @@ class Lander:
 @dataclass(frozen=True)
 class Provenance:
     """What every row of one landing records about where it came from: a file and its line, or a source table's data
-    file, the row within it and the table version that added it (pipelines/sources.py)."""
+    file, the row within it and the table version that added it (pipelines/bronze/sources.py)."""
 
     relation: Relation
     path: str  # the source table ("" for files, which each row names)
@@ -392,7 +392,7 @@ def bronze_rows(classified: DataFrame, source: Provenance) -> DataFrame:
         *[column(name) for name in data],
         ID,
         TS,
-        *[name for name in (OP, SEQ) if name in accepted.columns],  # a change feed's (pipelines/classify.py)
+        *[name for name in (OP, SEQ) if name in accepted.columns],  # a change feed's (pipelines/bronze/classify.py)
         F.col("_arrival_seq").cast("long").alias("_arrival_seq"),
         source.file.alias("_source_file"),
         source.line.cast("long").alias("_source_line"),

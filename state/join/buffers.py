@@ -17,16 +17,16 @@ from dataclasses import dataclass, replace
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from state.batch_log import BatchPlan
-from state.bounds import Watermarks, probe_eviction, store_eviction
-from state.changes import DELETED, latest_held
 from state.engines import DeltaEngine, Eviction, Memberships, Merged, OnMatch, Txn
 from state.engines.base import Aligned
 from state.faults import step
-from state.joiner import Side
+from state.join.bounds import Watermarks, probe_eviction, store_eviction
+from state.join.changes import DELETED, latest_held
+from state.join.joiner import Side
+from state.join.relations import ID, TS, Relation, others
 from state.layout import IN_STORE, PROVENANCE, STATE_STATISTICS, Buffer, Warehouse, statistics_of
+from state.log.batch_log import BatchPlan
 from state.names import quoted
-from state.relations import ID, TS, Relation, others
 
 BUFFER_KEY = ID
 
@@ -115,7 +115,7 @@ def read_sides(
 
 def held_versions(state: DataFrame | None, changes: DataFrame) -> DataFrame | None:
     """The version the state table holds before the batch of each id ``changes`` names: its sequence, and whether it
-    is a tombstone (state/changes.py). One scan, the batch's ids broadcast; None when the table holds nothing yet."""
+    is a tombstone (state/join/changes.py). One scan, the batch's ids broadcast; None when the table holds nothing yet."""
     if state is None:
         return None
     return latest_held(state).join(F.broadcast(changes.select(ID).distinct()), ID, "left_semi")
@@ -132,7 +132,9 @@ class BufferUpdate:
     exists: bool  # the table existed before the batch
     arrived: bool  # the relation has arrivals in the batch
     span: Aligned | None = None  # the range of ``_ts`` the arrivals span: where stored rows they name can be
-    on_match: OnMatch | None = None  # what rows of ``rows`` for records the table holds do to them (state/final.py)
+    on_match: OnMatch | None = (
+        None  # what rows of ``rows`` for records the table holds do to them (state/join/final.py)
+    )
 
     @property
     def needed(self) -> bool:
@@ -187,7 +189,7 @@ def _memberships(table: StateTable, rule: EvictionRule, marks: Watermarks) -> Me
 
 
 def store_probe_rule(relations: Sequence[Relation], window: int | None) -> EvictionRule:
-    """The store/probe model's eviction (state/bounds.py): a store's rule for its own records, else a probe buffer's."""
+    """The store/probe model's eviction (state/join/bounds.py): a store's rule for its own records, else a probe buffer's."""
 
     def rule(buffer: Buffer, marks: Watermarks) -> Eviction | None:
         if buffer.kind == "store":
@@ -258,7 +260,7 @@ def _update_buffer(
 
 def replacing(updates: dict[str, BufferUpdate], relations: Sequence[Relation]) -> dict[str, BufferUpdate]:
     """The batch's state updates, each of ``relations`` (change feeds) replacing the stored rows its rows name
-    (state/changes.py)."""
+    (state/join/changes.py)."""
     return {
         name: replace(update, on_match=OnMatch(None, replace=True)) if update.table.relation in relations else update
         for name, update in updates.items()
@@ -274,7 +276,7 @@ def stored_rows(arrivals: DataFrame, state: DataFrame | None) -> DataFrame:
 def kept_by_buffers(arrivals: DataFrame, eviction: Memberships) -> DataFrame:
     """The arrivals, each with a column per buffer saying whether it keeps them (at or above its cutoff), less those the
     table keeps no more (``Memberships.gone``): they can meet no future arrival, and no copy of them can arrive on time.
-    A change feed's rows (state/changes.py) are all stored, tombstones in no buffer: each holds its id's version, which
+    A change feed's rows (state/join/changes.py) are all stored, tombstones in no buffer: each holds its id's version, which
     an older change must not undo."""
     changes = DELETED in arrivals.columns
     live = f"NOT coalesce({DELETED}, false)" if changes else "true"

@@ -3,7 +3,7 @@
 A table's new versions are ingested as **pointers**: each accepted row becomes a thin bronze row holding its id,
 event time (and partition values), its place in the global arrival order and where the row is (the data file and
 its index there). Nothing else of the user's rows is copied. A batch reads its slice's rows from those files
-(state/pointers.py), so everything after ingest — batches, the exactly-once protocol, lateness, rules — is
+(state/log/pointers.py), so everything after ingest — batches, the exactly-once protocol, lateness, rules — is
 the same as for files (docs/design.md section 3.9).
 
 What a source commit may do: append (read once), rewrite without changing data (``dataChange = false``: OPTIMIZE,
@@ -22,17 +22,17 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from pipelines.bronze import Landed, Lander, Placed, Provenance, land_rows, last_arrival_seq
-from pipelines.ingest import log_ingests, log_row, set_aside
-from pipelines.parse import Parsed, firsts, numbered
+from pipelines.bronze.ingest import log_ingests, log_row, set_aside
+from pipelines.bronze.parse import Parsed, firsts, numbered
+from pipelines.bronze.write import Landed, Lander, Placed, Provenance, land_rows, last_arrival_seq
 from state.engines import Actions, DeltaEngine
 from state.engines.base import CHANGE_FEED, DeltaReader, no_change_feed
 from state.errors import LakejoinError
 from state.frames import union_by_name
+from state.join.relations import INSERT, Relation, RelationSpec
 from state.layout import Warehouse
+from state.log.pointers import read_failure, require_distinct_names, schema_at
 from state.names import column
-from state.pointers import read_failure, require_distinct_names, schema_at
-from state.relations import INSERT, Relation, RelationSpec
 
 # A row's place within one ingest of a table: its data file's ordinal (by version, then write time and path), then
 # its index in the file (Parquet row index), so the arrival order within a version is the same on every read.
@@ -167,7 +167,7 @@ def _ingest(
     engine: DeltaEngine, warehouse: Warehouse, specs: dict[str, RelationSpec], pending: Pending
 ) -> SourceResult:
     """``pending``'s appends as pointers, its rewrites followed, its (skipped) change commits logged: one landing
-    (pipelines/bronze.py), then the rows it set aside, then one ingest-log commit."""
+    (pipelines/bronze/write.py), then the rows it set aside, then one ingest-log commit."""
     rel, table, commits = pending.relation, pending.table, pending.commits
     if not commits:
         return SourceResult(rel.name, table)
@@ -250,7 +250,7 @@ def _ingest_appends(
 def _ingest_changes(
     lander: Lander, rel: Relation, table: str, commits: list[Commit], source: Provenance, first: int
 ) -> tuple[Landed, Placed]:
-    """A change feed's new versions landed whole (bronze keeps every version of a record, state/changes.py): a first
+    """A change feed's new versions landed whole (bronze keeps every version of a record, state/join/changes.py): a first
     ingest's snapshot as inserts at its version, then each later version's Change Data Feed, an update by its new
     version (``update_postimage``), each change sequenced by its commit version."""
     engine = lander.engine

@@ -1,7 +1,7 @@
 """Files that land in folders: found by listing, each known by its path, then by its content.
 
 A relation's ``landing`` folder (config) is listed by every ``lakejoin run``, whose batches land the files new there
-(pipelines/batch/land.py); ``lakejoin ingest --landing`` ingests them in one call (pipelines/ingest.py; Auto Loader
+(pipelines/batch/land.py); ``lakejoin ingest --landing`` ingests them in one call (pipelines/bronze/ingest.py; Auto Loader
 finds them on Databricks). Either way a file is read once on the driver first, for its digest and its places. A file is new when neither its path nor, once hashed, its content was landed or ingested before
 (the batch log and the ingest log say which), so a file is hashed once, and a copy under another name adds nothing.
 """
@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipelines.parse import FORMATS, check_format, csv_header, format_of, stored_columns
+from pipelines.bronze.parse import FORMATS, check_format, csv_header, format_of, stored_columns
 from state.engines.base import DeltaReader
 from state.errors import FileRefused, LakejoinError
+from state.join.relations import Relation
 from state.layout import Warehouse
-from state.relations import Relation
 
 BLOCK = 1 << 20
 

@@ -4,19 +4,19 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from pipelines.bronze.sources import source_status
 from pipelines.definition import recorded
-from pipelines.sources import source_status
-from state import progress
-from state.batch_log import BatchLog, LogTail
-from state.checks import check_consistency, require_warehouse
 from state.config import Config
 from state.engines.base import DeltaReader
 from state.errors import LakejoinError
 from state.event_time import render, warehouse_kind
-from state.final import MATCHED
+from state.join.final import MATCHED
+from state.join.relations import TS
 from state.layout import IN_STORE, Warehouse
-from state.lock import JOIN, holder
-from state.relations import TS
+from state.log import progress
+from state.log.batch_log import BatchLog, LogTail
+from state.log.checks import check_consistency, require_warehouse
+from state.log.lock import JOIN, holder
 
 
 @dataclass(frozen=True)
@@ -44,11 +44,11 @@ class WarehouseStatus:
     definition: dict | None = None  # the recorded definition in force: version, recorded_at, settings
     sources: list[dict] = field(default_factory=list)  # per relation read from a table: versions ingested and pending
     # Outer, anti and as-of joins: per waiting relation, its stored records whose rows wait to be final
-    # (state/final.py): how many, the oldest's event time, and the watermark that makes that one final
+    # (state/join/final.py): how many, the oldest's event time, and the watermark that makes that one final
     waiting: list[dict] = field(default_factory=list)
-    # Change feeds (state/changes.py): what the last committed batch did with their rows, and every batch together
+    # Change feeds (state/join/changes.py): what the last committed batch did with their rows, and every batch together
     changes: dict[str, dict[str, int]] = field(default_factory=dict)
-    # Idle relations (as the last batch decided) and declared progress (state/progress.py): relation -> since / up to
+    # Idle relations (as the last batch decided) and declared progress (state/log/progress.py): relation -> since / up to
     idle: dict[str, str] = field(default_factory=dict)
     declared: dict[str, str] = field(default_factory=dict)
 

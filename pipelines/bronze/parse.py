@@ -1,5 +1,5 @@
 """Parsing a landed file: each format becomes the same shape, ``Parsed`` — ``_source_line``, ``_raw``,
-``_unparsable`` and the data columns, as text (JSON, CSV: typed when classified, pipelines/classify.py) or typed as
+``_unparsable`` and the data columns, as text (JSON, CSV: typed when classified, pipelines/bronze/classify.py) or typed as
 the file declares them (Parquet). A file that cannot be read as a whole is refused (``FileRefused``) here, before
 anything of it is written.
 """

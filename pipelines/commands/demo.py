@@ -19,8 +19,8 @@ import pandas as pd
 from pyspark.sql import DataFrame
 
 from expectations.reconcile import BOOKKEEPING, check_gold
+from pipelines.bronze.ingest import ingest_files
 from pipelines.definition import record, settle
-from pipelines.ingest import ingest_files
 from pipelines.silver import run
 from pipelines.spark import get_spark, stop_session
 from state.config import Config, on_warehouse_axis

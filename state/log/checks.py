@@ -13,14 +13,14 @@ from dataclasses import replace
 
 from pyspark.sql.types import StructType
 
-from state.batch_log import BatchLog, BatchPlan, LogTail
 from state.engines import DeltaEngine
 from state.engines.base import DeltaReader, Recorded
 from state.errors import LakejoinError
-from state.joiner import identity_column
+from state.join.joiner import identity_column
+from state.join.relations import ID, TS, relation
 from state.layout import IN_STORE, Warehouse, is_table_name
-from state.lock import is_local
-from state.relations import ID, TS, relation
+from state.log.batch_log import BatchLog, BatchPlan, LogTail
+from state.log.lock import is_local
 
 STATE_COLUMNS = (ID, TS, "_arrival_seq", IN_STORE)
 GOLD_COLUMNS = ("owner", "batch_id")  # and each member's id: _r_id, _s_id, …

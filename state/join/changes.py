@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from state.relations import DELETE, ID, INSERT, OP, SEQ, TS
+from state.join.relations import DELETE, ID, INSERT, OP, SEQ, TS
 
 DELETED = "_deleted"  # a state table's column: the row is a deleted record's tombstone, in no buffer
 HELD_SEQ, HELD_DELETED = "_held_seq", "_held_deleted"  # the version a state table holds of an id, before the batch

@@ -1,7 +1,7 @@
 """Rows emitted once final (docs/design.md section 2.9), for joins of two relations: the unmatched rows of outer
-and anti joins, the first-match rows of a semi join, and the rows of a backward as-of join (state/asof.py).
+and anti joins, the first-match rows of a semi join, and the rows of a backward as-of join (state/join/asof.py).
 
-A record is **final** once its store's cutoff (``store_eviction`` in state/bounds.py, with a horizon: the window
+A record is **final** once its store's cutoff (``store_eviction`` in state/join/bounds.py, with a horizon: the window
 for an unmatched row, 0 for an as-of match) has passed it: no future on-time arrival of the other relation can
 change its row. Those are exactly the records the store's MERGE evicts in the batch that moves the cutoff past
 them (or, arriving already past it, never stores), so that batch emits their rows, with its pairs, under the same
@@ -20,16 +20,16 @@ from dataclasses import dataclass, field, replace
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from state import asof
-from state.batch_log import BatchPlan
-from state.bounds import Watermarks, store_eviction
-from state.buffers import BufferUpdate, EvictionRule, StateTable, buffer_updates, state_tables, store_probe_rule
 from state.engines import Eviction, OnMatch
 from state.engines.base import Aligned
 from state.frames import union_by_name
-from state.joiner import Projection, Side, identity_column, label
+from state.join import asof
+from state.join.bounds import Watermarks, store_eviction
+from state.join.buffers import BufferUpdate, EvictionRule, StateTable, buffer_updates, state_tables, store_probe_rule
+from state.join.joiner import Projection, Side, identity_column, label
+from state.join.relations import ID, TS, Relation
 from state.layout import Warehouse
-from state.relations import ID, TS, Relation
+from state.log.batch_log import BatchPlan
 
 MATCHED = "_matched"  # a store's column: the record has been a member of some tuple
 
@@ -45,7 +45,7 @@ class JoinKind:
         int, ...
     ]  # positions of the relations whose records give a row without a match (nulls for the other)
     first_match: bool = False  # semi: the left record's row at its first match
-    as_of: bool = False  # each left record's row once final, with its best match (state/asof.py)
+    as_of: bool = False  # each left record's row once final, with its best match (state/join/asof.py)
 
     def tracked(self, relations: Sequence[Relation]) -> tuple[Relation, ...]:
         """The relations whose stores carry ``_matched``."""

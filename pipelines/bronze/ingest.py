@@ -2,7 +2,7 @@
 ``Pipeline.ingest``, a landing folder's new files through ``ingest --landing``), and a DataFrame or a stream's
 micro-batch (``Pipeline.ingest``, ``foreach_batch``).
 
-A call is one landing of its relation (pipelines/bronze.py): its inputs placed after every place taken, parsed, typed
+A call is one landing of its relation (pipelines/bronze/write.py): its inputs placed after every place taken, parsed, typed
 and classified together and appended to bronze in one commit; the rows they set aside (and, from a landing folder, the
 files refused for good) in one quarantine commit; then one commit of the ingest log, a row per input with its content's
 SHA-256 and its places: last, so until it lands a run does not see these arrivals. An input whose content was ingested
@@ -24,7 +24,9 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from pipelines.bronze import (
+from pipelines.bronze.landing import Found, default_checkpoint, examined, known_files, listed, on_databricks, readable
+from pipelines.bronze.parse import counted, parse_frame, stored_columns
+from pipelines.bronze.write import (
     INGESTED_AT,
     Landed,
     Lander,
@@ -37,16 +39,14 @@ from pipelines.bronze import (
     refusal_rows,
     require_files,
 )
-from pipelines.landing import Found, default_checkpoint, examined, known_files, listed, on_databricks, readable
-from pipelines.parse import counted, parse_frame, stored_columns
 from pipelines.spark import held
 from state.engines import DeltaEngine, Txn, as_frame
 from state.errors import FileRefused
 from state.faults import step
 from state.frames import union_by_name
+from state.join.relations import Relation, RelationSpec, default_specs
 from state.layout import Warehouse
 from state.names import column, literal
-from state.relations import Relation, RelationSpec, default_specs
 
 # A DataFrame's rows are numbered in this column while they are parsed (a user's column may not start with '_').
 FRAME_ROW = "_frame_row"

@@ -2,7 +2,7 @@
 its time that satisfies the predicate, within the window (the tolerance) when one is set.
 
 A left record's match can change while right records at or before its time may still arrive, so its row waits
-for the right relation's watermark to pass its time: the "final at the watermark" step of state/final.py, with a
+for the right relation's watermark to pass its time: the "final at the watermark" step of state/join/final.py, with a
 horizon of 0. Until then it waits in the left relation's store. The right relation's store keeps what a left
 record still to be emitted may take: every such left is at or after the **floor** (the lower of the two
 watermarks: a waiting left is at or after the right one, a future on-time left at or after the left one), so
@@ -17,13 +17,13 @@ from collections.abc import Sequence
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from state.bounds import Watermarks, store_eviction
-from state.buffers import EvictionRule
 from state.engines import Eviction
-from state.joiner import Projection, label
+from state.join.bounds import Watermarks, store_eviction
+from state.join.buffers import EvictionRule
+from state.join.joiner import Projection, label
+from state.join.predicate import conjuncts, equality_sides
+from state.join.relations import ID, TS, Relation
 from state.layout import Buffer
-from state.predicate import conjuncts, equality_sides
-from state.relations import ID, TS, Relation
 
 RANK = "_asof_rank"
 

@@ -4,7 +4,7 @@ Bronze, the ingest log and the ingest quarantine stay: they are the source of tr
 landing folders are named in the batch log, which goes: they are written into the ingest log first, with the places
 their rows took, so they stay landed (not read again) and their rows pending for the rebuild. Gold goes first and the
 batch log last, so a reset that dies half-way leaves tables the batch log disagrees with, which the next ``run``
-refuses (state/checks.py) until ``reset`` is run again.
+refuses (state/log/checks.py) until ``reset`` is run again.
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ from datetime import datetime
 import pyarrow as pa
 
 from pipelines.batch.land import batch_tag, retried_files
-from pipelines.ingest import INGEST_LOG_SCHEMA
-from state.batch_log import BatchPlan, LandedFile
-from state.checks import require_warehouse
+from pipelines.bronze.ingest import INGEST_LOG_SCHEMA
 from state.clock import now
 from state.engines import Txn
 from state.engines.base import DeltaReader
 from state.layout import Warehouse
+from state.log.batch_log import BatchPlan, LandedFile
+from state.log.checks import require_warehouse
 
 
 def reset(engine: DeltaReader, warehouse: Warehouse) -> list[str]:
