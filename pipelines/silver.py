@@ -217,7 +217,7 @@ def _landed(
     if not batch.plan.files:
         return []
     before_writing()
-    return land(batch, lambda rel, arriving: known_records(batch, rel, states[rel], arriving), watch(batch, states))
+    return land(batch, lambda rel: known_records(batch, rel, states[rel]), watch(batch, states))
 
 
 def _execute(

@@ -16,7 +16,6 @@ from hypothesis import strategies as st
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from pipelines.bronze.classify import outcomes
 from state.errors import LakejoinError
 from state.faults import CRASH_AT, InjectedCrash
 from tests.helpers import Pipeline
@@ -187,31 +186,6 @@ def test_repeated_records_are_skipped_and_conflicting_ids_quarantined(pipeline):
         (5, "id conflict: same id with other content at line 3"),
     ]
     assert sorted(row.id for row in bronze(pipeline, "r").collect()) == ["a", "b", "c"]
-
-
-def test_a_long_history_s_ids_are_checked_in_the_state_files_that_can_hold_them(pipeline, monkeypatch):
-    """Ids that grow with time: a call reads the state's files whose ids reach its own, and still finds a conflict
-    with an old record."""
-    from pipelines.bronze import classify, write
-
-    monkeypatch.setattr(classify, "BOUNDED_FROM_FILES", 2)
-    checked: list[DataFrame | None] = []
-    monkeypatch.setattr(
-        write, "outcomes", lambda rows, known, changes: checked.append(known) or outcomes(rows, known, changes)
-    )
-    for era in "abc":
-        pipeline.ingest("r", pipeline.write_file([{"id": f"{era}{n}", "ts": n, "key": "k"} for n in range(3)]))
-        pipeline.run()
-    state = pipeline.engine.read(pipeline.warehouse.state(pipeline_relation("r")))
-    assert len(state.inputFiles()) >= 3
-    result = pipeline.ingest(
-        "r", pipeline.write_file([{"id": "c1", "ts": 1, "key": "k"}, {"id": "c9", "ts": 9, "key": "k"}])
-    )
-    assert len(checked[-1].inputFiles()) < len(state.inputFiles())
-    assert (result.landed, result.duplicates) == (1, 1)
-    result = pipeline.ingest("r", pipeline.write_file([{"id": "a0", "ts": 7, "key": "k"}]))
-    assert result.quarantined == 1
-    assert quarantined(pipeline)[-1] == (1, "id conflict: id already in bronze with other content")
 
 
 def test_a_value_moved_to_another_column_is_other_content(pipeline):

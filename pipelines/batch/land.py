@@ -59,13 +59,11 @@ def batch_tag(batch_id: int) -> str:
 
 
 def land(
-    batch: Batch,
-    known: Callable[[Relation, DataFrame], DataFrame | None],
-    watch: Callable[[Relation, DataFrame], Watch | None],
+    batch: Batch, known: Callable[[Relation], DataFrame | None], watch: Callable[[Relation, DataFrame], Watch | None]
 ) -> list[Landing]:
     """Land the plan's files of every relation (the bronze commits at once), then set aside, in one commit, the rows
-    they quarantine and the files refused. ``known``: a relation's records already held that its arriving rows could
-    match (``held_digests``); ``watch``: what else each bronze write counts."""
+    they quarantine and the files refused. ``known``: a relation's records already held (``held_digests``); ``watch``:
+    what else each bronze write counts."""
     engine, warehouse, plan = batch.engine, batch.warehouse, batch.plan
     retried = retried_files(engine, warehouse, plan.batch_id) if plan.files else {}
 

@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 
 from expectations.batch import TableChecks
 from pipelines.batch.context import Batch
-from pipelines.bronze.classify import held_digests, ids_within
+from pipelines.bronze.classify import held_digests
 from state.engines import as_frame
 from state.join.buffers import held_versions, snapshot
 from state.join.changes import DELETED, Resolved, resolve
@@ -48,15 +48,10 @@ def tables_at_plan(batch: Batch) -> dict[Relation, DataFrame | None]:
     return {rel: snapshot(batch.engine, batch.plan, table) for rel, table in batch.tables.items()}
 
 
-def known_records(batch: Batch, rel: Relation, state: DataFrame | None, arriving: DataFrame) -> DataFrame | None:
-    """The records a batch's landed files of ``rel`` (``arriving``) are checked against (``held_digests``): those its
-    state holds within the arrivals' ids (``ids_within``: Parquet's statistics skip the rest), and those ingested
-    before the batch that it joins."""
+def known_records(batch: Batch, rel: Relation, state: DataFrame | None) -> DataFrame | None:
+    """The records a batch's landed files of ``rel`` are checked against (``held_digests``): those its state
+    holds, and those ingested before the batch that it joins."""
     plan = batch.plan
-    if state is not None:
-        table = batch.tables[rel]
-        within = ids_within(arriving, batch.engine.file_count(table.path, plan.state_versions.get(table.name)))
-        state = state if within is None else state.where(within)
     ingested = (
         batch.engine.read(batch.warehouse.bronze(rel), where=plan.ingested)
         if rel.name in plan.bronze_versions and plan.ingested_to != plan.seq_from

@@ -361,21 +361,6 @@ def holds_digests(table: DataFrame) -> bool:
     return bool({DIGEST, EARLIER_DIGEST} & set(table.columns))
 
 
-BOUNDED_FROM_FILES = 16  # a state of fewer data files is read whole: cheaper than the Spark job that bounds the ids
-
-
-def ids_within(arriving: DataFrame, files: int | None) -> str | None:
-    """A SQL predicate keeping the held records whose id lies within the bounds of ``arriving``'s ids, found by one
-    small Spark job; None (read every held record) when the state has fewer than ``BOUNDED_FROM_FILES`` data files or
-    its log does not say how many. A read with it skips each file whose statistics put every id outside the bounds,
-    so where ids grow with time (sequence numbers, time-ordered ids) the check reads the recent files, not the
-    whole history; random ids leave each file's range wide and every file is still read."""
-    if files is None or files < BOUNDED_FROM_FILES:
-        return None
-    low, high = arriving.selectExpr(f"min({ID})", f"max({ID})").first()
-    return "false" if low is None else f"{ID} BETWEEN {literal(low)} AND {literal(high)}"
-
-
 def held_digests(*tables: DataFrame | None) -> DataFrame | None:
     """The records ``tables`` hold (a state table, bronze's pending rows) as ``outcomes`` checks arrivals against
     them: ``_id`` and its digests, the tables together (None when none holds any)."""

@@ -24,7 +24,6 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from functools import partial
 from urllib.parse import quote
 
 import pyarrow as pa
@@ -35,7 +34,7 @@ from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType
 
-from pipelines.bronze.classify import DIGEST, configured_types, held_digests, ids_within, outcomes, typed
+from pipelines.bronze.classify import DIGEST, configured_types, held_digests, outcomes, typed
 from pipelines.bronze.parse import Parsed, csv_header, format_of, parse_files
 from state.clock import now
 from state.engines import DeltaEngine, Txn
@@ -142,17 +141,17 @@ class Landed:
 @dataclass(frozen=True)
 class Lander:
     """Where and as what a landing writes: the warehouse, its relations' columns, the ``_ingest_id`` its rows carry and
-    when they came; ``known`` gives a relation's records held already that its arriving rows could match
-    (``held_digests``), ``txn`` bronze's application transaction (a batch's), ``left_out`` hears of a file refused
-    for now while the rows are written (a batch records it before it writes the rest, so a resumed batch leaves it out
-    too), and ``watch`` what else the write counts of a relation's rows (given the rows it writes)."""
+    when they came; ``known`` gives a relation's records held already (``held_digests``), ``txn`` bronze's
+    application transaction (a batch's), ``left_out`` hears of a file refused for now while the rows are written
+    (a batch records it before it writes the rest, so a resumed batch leaves it out too), and ``watch`` what else the
+    write counts of a relation's rows (given the rows it writes)."""
 
     engine: DeltaEngine
     warehouse: Warehouse
     specs: dict[str, RelationSpec]
     tag: str
     at: datetime
-    known: Callable[[Relation, DataFrame], DataFrame | None]
+    known: Callable[[Relation], DataFrame | None]
     txn: Callable[[str], Txn | None] = lambda _: None
     left_out: Callable[[Relation, str, str], None] = lambda *_: None
     watch: Callable[[Relation, DataFrame], Watch | None] = lambda *_: None
@@ -160,7 +159,7 @@ class Lander:
     @classmethod
     def for_call(cls, engine: DeltaEngine, warehouse: Warehouse, specs: dict[str, RelationSpec]) -> Lander:
         """A call's landing (``ingest``, a frame, a source table): a new ingest id, checked against the records held."""
-        return cls(engine, warehouse, specs, str(uuid.uuid4()), now(), partial(held_records, engine, warehouse))
+        return cls(engine, warehouse, specs, str(uuid.uuid4()), now(), lambda rel: held_records(engine, warehouse, rel))
 
     def provenance(self, rel: Relation) -> Provenance:
         """Where a landed file's rows come from: their file and line."""
@@ -241,7 +240,7 @@ def _land(
     rest when Spark fails to read one of the files (None: the failure raises)."""
     if typed_rows is None:
         return Landed(rel.name)
-    classified = outcomes(typed_rows, lander.known(rel, typed_rows), lander.specs[rel.name].changes is not None)
+    classified = outcomes(typed_rows, lander.known(rel), lander.specs[rel.name].changes is not None)
     each = by_input or len(inputs) == 1  # each input's tally, or the landing's (with the inputs setting rows aside)
     tallied = classified.withColumn(TALLY, 3 * _input_index(inputs) + _outcome_code() if each else _outcome_code())
     metrics = _tallies(len(inputs) if each else 1) + (
@@ -456,15 +455,13 @@ def refusal(file: str, exc: BaseException) -> FileRefused:
     return FileRefused(f"cannot ingest {file}: Spark cannot read it ({first_line(exc)})", lasting=False)
 
 
-def held_records(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, arriving: DataFrame) -> DataFrame | None:
-    """The records a call's ``arriving`` rows of ``rel`` are checked against (``held_digests``): those its state
-    table holds (each until it is below its relation's watermark: a copy arriving later is late anyway) within the
-    arrivals' ids (``ids_within``), and those ingested and not joined yet. Bounded by the lateness, not by bronze's
-    history."""
+def held_records(engine: DeltaEngine, warehouse: Warehouse, rel: Relation) -> DataFrame | None:
+    """The records a call's new arrivals of ``rel`` are checked against (``held_digests``): those its state
+    table holds (each until it is below its relation's watermark: a copy arriving later is late anyway), and those
+    ingested and not joined yet. Bounded by the lateness, not by bronze's history."""
     joined_to = engine.max_value(warehouse.batches, "seq_to") or 0
-    state = warehouse.state(rel)
     frames = (
-        engine.read(state, where=ids_within(arriving, engine.file_count(state))),
+        engine.read(warehouse.state(rel)),
         engine.read(warehouse.bronze(rel), where=f"_arrival_seq > {joined_to}"),
     )
     return held_digests(*frames)

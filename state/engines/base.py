@@ -191,11 +191,6 @@ class DeltaReader(Protocol):
         """The largest value of an integer column at ``version`` (latest when None); None if empty or absent."""
         ...
 
-    def file_count(self, path: str, version: int | None = None) -> int | None:
-        """The data files of the table at ``version`` (latest when None), from its log alone; None when the table is
-        absent or its log does not say without a Spark job."""
-        ...
-
     def count(self, path: str, where: str | None = None) -> int | None:
         """The rows of the latest snapshot (those ``where``, a SQL predicate, selects); None when absent."""
         ...

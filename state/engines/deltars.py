@@ -116,10 +116,6 @@ class DeltaRsReader:
             return None
         return max((value for value in stats.column(f"max.{column}").to_pylist() if value is not None), default=None)
 
-    def file_count(self, path: str, version: int | None = None) -> int | None:
-        table = self._table(path, version)
-        return None if table is None else len(table.file_uris())
-
     def count(self, path: str, where: str | None = None) -> int | None:
         """From the log's file statistics when no predicate is given, every file has them and no deletion vector hides
         rows; else through DataFusion."""

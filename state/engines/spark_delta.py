@@ -228,12 +228,6 @@ class SparkDeltaEngine:
             return pa.Table.from_pylist([], to_arrow_schema(listed.schema))
         return self._frame(path, None, listed, candidates).where(one_of(column, values, where)).toArrow()
 
-    def file_count(self, path: str, version: int | None = None) -> int | None:
-        """From the checksum's listing; None on the public log reader, which lists no files."""
-        head = self._head(path)
-        listed = None if head is None else self._log.files(path, head, version)
-        return None if listed is None else len(listed.files)
-
     def max_value(self, path: str, column: str, version: int | None = None) -> int | None:
         head = self._head(path)
         if head is None:
