@@ -6,9 +6,9 @@
 # MAGIC bronze tables through `foreach_batch`; `run` joins what landed into gold, each payment with the orders of its
 # MAGIC customer in the hour before it; `validate` checks every table.
 # MAGIC
-# MAGIC On Databricks: install the lakejoin wheel on the cluster (`databricks bundle deploy` builds it), import this file
-# MAGIC as a notebook and set `ROOT` to a Volume path. Run as a script (`python examples/notebook.py`), it makes a local
-# MAGIC session and a folder of its own.
+# MAGIC On Databricks: install the lakejoin wheel on the cluster (`databricks bundle deploy` builds it), import this
+# MAGIC file as a notebook and set `ROOT` to a Volume path. Run as a script (`python examples/notebook.py`), it makes a
+# MAGIC local session and a folder of its own.
 
 # COMMAND ----------
 

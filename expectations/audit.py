@@ -55,7 +55,8 @@ class Audit:
         for result in self.results:
             verdict = "PASS" if result.passed else ("FAIL" if result.policy == "fail" else "WARN")
             lines.append(
-                f"{verdict}  {result.rule.name:<24} {result.table:<22} {result.failed:>8,} of {result.evaluated:>10,} rows failed ({result.policy})"
+                f"{verdict}  {result.rule.name:<24} {result.table:<22} {result.failed:>8,} of {result.evaluated:>10,} "
+                f"rows failed ({result.policy})"
             )
             if not result.passed:
                 lines.append(f"      {result.describe()}")

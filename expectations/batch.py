@@ -126,8 +126,8 @@ class TableChecks:
         ]
 
     def written(self, flagged: DataFrame) -> DataFrame:
-        """What the table gets of ``flagged``: a ``fail`` rule's row stops the job, a ``quarantine`` rule's rows are left
-        out, and the rules' columns (and every derived ``_dq_`` one) go."""
+        """What the table gets of ``flagged``: a ``fail`` rule's row stops the job, a ``quarantine`` rule's rows are
+        left out, and the rules' columns (and every derived ``_dq_`` one) go."""
         kept = flagged
         failing = [check.flag for check in self.row_checks if check.policy == "fail"]
         if failing:
@@ -197,9 +197,9 @@ def stopped(batch_id: int, results: Sequence[RuleCount], written: bool) -> Expec
     examples = "; ".join(json.loads(first.examples)) or "the table as a whole"
     more = f" (and {len(broken) - 1} more failing rules)" if len(broken) > 1 else ""
     return ExpectationFailed(
-        f"batch {batch_id} stopped, {'not committed' if written else 'nothing written'}: rule {first.rule} ({_expectation(first.rule)}) failed on "
-        f"{first.failed} of {first.evaluated} rows of {first.table}, e.g. {examples}{more}; fix the data, or set "
-        f"expectations.policies.{first.rule} to warn or quarantine in the config"
+        f"batch {batch_id} stopped, {'not committed' if written else 'nothing written'}: rule {first.rule} "
+        f"({_expectation(first.rule)}) failed on {first.failed} of {first.evaluated} rows of {first.table}, e.g. "
+        f"{examples}{more}; fix the data, or set expectations.policies.{first.rule} to warn or quarantine in the config"
     )
 
 

@@ -3,9 +3,9 @@
 Great Expectations stays the rules' definition, and ``lakejoin validate`` runs it over whole tables
 (expectations/runner.py). Per batch, each rule is compiled once into what its expectation means on a DataFrame, with
 Great Expectations' semantics (nulls are no failure of a value rule; a unique rule fails every row of a repeated
-value): a **row rule** becomes a boolean expression in Spark SQL, true on the rows that break it, which the batch's own write computes
-with its rows; a **table rule** (columns present, a column's type) is a question about the schema, answered without a
-Spark job. tests/test_expectations.py checks every rule against Great Expectations on the same rows.
+value): a **row rule** becomes a boolean expression in Spark SQL, true on the rows that break it, which the batch's own
+write computes with its rows; a **table rule** (columns present, a column's type) is a question about the schema,
+answered without a Spark job. tests/test_expectations.py checks every rule against Great Expectations on the same rows.
 """
 
 from __future__ import annotations
@@ -42,16 +42,19 @@ ROW_TESTS: dict[str, RowTest] = {
     "expect_column_values_to_not_be_null": lambda kwargs: f"{quoted(kwargs['column'])} IS NULL",
     "expect_column_values_to_be_between": _between,
     "expect_column_values_to_be_in_set": lambda kwargs: (
-        f"{quoted(kwargs['column'])} IS NOT NULL AND NOT {quoted(kwargs['column'])} IN ({', '.join(literal(value) for value in kwargs['value_set'])})"
+        f"{quoted(kwargs['column'])} IS NOT NULL AND NOT {quoted(kwargs['column'])} IN "
+        f"({', '.join(literal(value) for value in kwargs['value_set'])})"
     ),
     "expect_column_values_to_be_unique": lambda kwargs: (
         f"{quoted(kwargs['column'])} IS NOT NULL AND {_repeated([kwargs['column']])}"
     ),
     "expect_compound_columns_to_be_unique": lambda kwargs: (
-        f"({' OR '.join(f'{quoted(name)} IS NOT NULL' for name in kwargs['column_list'])}) AND {_repeated(kwargs['column_list'])}"
+        f"({' OR '.join(f'{quoted(name)} IS NOT NULL' for name in kwargs['column_list'])}) AND "
+        f"{_repeated(kwargs['column_list'])}"
     ),
     "expect_column_pair_values_to_be_equal": lambda kwargs: (
-        f"NOT (({quoted(kwargs['column_A'])} IS NULL AND {quoted(kwargs['column_B'])} IS NULL) OR {quoted(kwargs['column_A'])} <=> {quoted(kwargs['column_B'])})"
+        f"NOT (({quoted(kwargs['column_A'])} IS NULL AND {quoted(kwargs['column_B'])} IS NULL) OR "
+        f"{quoted(kwargs['column_A'])} <=> {quoted(kwargs['column_B'])})"
     ),
     "expect_column_pair_values_a_to_be_greater_than_b": _pair_compared,
 }

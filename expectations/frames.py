@@ -33,7 +33,8 @@ def with_pair_checks(
     member), ``_dq_gap`` (the greatest distance in event time between two members) and ``_dq_complete`` (every
     member is there, or the row is one record of a ``preserved`` relation: an outer join's unmatched row, whose
     condition and owner are its own); with ``owned_by``, that relation owns every row. ``records`` (bronze) are read
-    only when gold does not carry what the condition needs. A gold of one relation's records (semi and anti joins) has no condition to check."""
+    only when gold does not carry what the condition needs. A gold of one relation's records (semi and anti joins) has
+    no condition to check."""
     if len(relations) == 1:
         return with_nothing_to_check(gold)
 
@@ -71,7 +72,8 @@ def with_pair_checks(
         f"CASE WHEN {complete} THEN coalesce({condition}, false) ELSE true END AS _dq_predicate",
         f"{owner} AS _dq_owner",
         f"greatest({stamps}) - least({stamps}) AS _dq_gap",
-        f"({' OR '.join([f'({complete})', *[f'({alone[rel]})' for rel in relations if rel in preserved]])}) AS _dq_complete",
+        f"({' OR '.join([f'({complete})', *[f'({alone[rel]})' for rel in relations if rel in preserved]])}) AS "
+        "_dq_complete",
     ).drop(*[name for rel in relations for name in (rel.name, f"_dq_{rel.name}_id")])
 
 

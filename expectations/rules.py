@@ -94,7 +94,8 @@ def _check_suites(rules: list[Rule]) -> None:
     for rule in rules:
         if rule.expectation not in ROW_TESTS and rule.expectation not in SCHEMA_TESTS:
             raise LakejoinError(
-                f"expectation rule {rule.name}: a batch cannot check {rule.expectation}; the expectations it checks: {', '.join(sorted({*ROW_TESTS, *SCHEMA_TESTS}))}"
+                f"expectation rule {rule.name}: a batch cannot check {rule.expectation}; the expectations it checks: "
+                f"{', '.join(sorted({*ROW_TESTS, *SCHEMA_TESTS}))}"
             )
         if rule.target not in TARGETS:
             raise LakejoinError(

@@ -43,7 +43,10 @@ class RuleResult:
         if self.error:
             return f"rule {self.rule.name} on {self.table} could not be evaluated: {self.error}"
         examples = "; ".join(json.loads(self.examples())) or "the table as a whole"
-        return f"rule {self.rule.name} ({self.rule.expectation}) failed on {self.failed} of {self.evaluated} rows of {self.table}, e.g. {examples}"
+        return (
+            f"rule {self.rule.name} ({self.rule.expectation}) failed on {self.failed} of {self.evaluated} rows of "
+            f"{self.table}, e.g. {examples}"
+        )
 
 
 def suite_of(name: str, rules: list[tuple[Rule, dict[str, Any]]]) -> gx.ExpectationSuite:
@@ -90,8 +93,9 @@ class Validator:
             return []
         parameters = {"dataframe": rows}
         suite = suite_of(table.replace("/", "_"), [(rule, kwargs) for rule, kwargs, _ in rules])
-        # No query text for the failing rows: Great Expectations renders it by analysing a filter of the rule's condition,
-        # which for a unique rule holds a window function, fails analysis and logs an ERROR in the session's listener.
+        # No query text for the failing rows: Great Expectations renders it by analysing a filter of the rule's
+        # condition, which for a unique rule holds a window function, fails analysis and logs an ERROR in the
+        # session's listener.
         fmt = {
             "result_format": ResultFormat.COMPLETE if complete else ResultFormat.SUMMARY,
             "unexpected_index_column_names": keys,

@@ -77,7 +77,8 @@ class Pipeline:
 
     @property
     def spark(self) -> SparkSession:
-        """The session lakejoin computes with: the caller's, else the active one, else a local one started on first use."""
+        """The session lakejoin computes with: the caller's, else the active one, else a local one started on first
+        use."""
         if self._spark is None:
             from pyspark.sql import SparkSession
 
@@ -133,7 +134,8 @@ class Pipeline:
         progress: Callable[[IngestResult], None] | None = None,
     ) -> list[IngestResult]:
         """Ingest every file under ``folder`` not ingested yet (Auto Loader on Databricks, its checkpoint by default
-        under ``folder/_lakejoin_checkpoint``, one per warehouse). A file refused as a whole is recorded and not tried again."""
+        under ``folder/_lakejoin_checkpoint``, one per warehouse). A file refused as a whole is recorded and not tried
+        again."""
         from pipelines.bronze.ingest import ingest_landing
         from pipelines.bronze.landing import require_landing
 
@@ -175,10 +177,10 @@ class Pipeline:
     ) -> RunReport:
         """Join every pending arrival in micro-batches of at most ``max_batch_rows`` (config ``max_batch_rows``), then
         return what the batches did. Source tables' new versions and the files new in the landing folders are ingested
-        first. ``progress`` hears of each source's ingest, each landing file's and each batch as it commits. ``follow``: keep looking for new
-        arrivals every so many seconds until SIGTERM or Ctrl-C, which let the batch under way commit. ``wait``: how
-        long to wait for another run holding the warehouse before raising ``WarehouseBusy``. A second signal abandons
-        the batch under way (the next run resumes it): the report says ``interrupted``."""
+        first. ``progress`` hears of each source's ingest, each landing file's and each batch as it commits. ``follow``:
+        keep looking for new arrivals every so many seconds until SIGTERM or Ctrl-C, which let the batch under way
+        commit. ``wait``: how long to wait for another run holding the warehouse before raising ``WarehouseBusy``. A
+        second signal abandons the batch under way (the next run resumes it): the report says ``interrupted``."""
         from pipelines.batch.land import Landing
         from pipelines.bronze.ingest import IngestResult
         from pipelines.bronze.sources import SourceResult
@@ -218,7 +220,8 @@ class Pipeline:
         )
 
     def status(self) -> dict:
-        """Every table's version and rows, the last batch, pending arrivals and watermarks (``lakejoin status --json``)."""
+        """Every table's version and rows, the last batch, pending arrivals and watermarks
+        (``lakejoin status --json``)."""
         return self.status_report().as_dict()
 
     def status_report(self) -> WarehouseStatus:
@@ -346,7 +349,8 @@ class Pipeline:
             table = opened.config.spec(rel.name).table
             if table is not None:
                 raise LakejoinError(
-                    f"relation {rel.name} reads table {table} in place and takes no files: 'lakejoin run' joins what the table gains"
+                    f"relation {rel.name} reads table {table} in place and takes no files: 'lakejoin run' joins what "
+                    "the table gains"
                 )
             with opened.engine.pinned():  # the lock is held: what this call writes, only it writes
                 record(opened.engine, opened.warehouse, opened.settled)  # bronze's _id and _ts are derived under it
@@ -457,7 +461,8 @@ def _path_of(warehouse: Warehouse, name: str) -> str:
 def _existing(name: str, table: T | None, root: str) -> T:
     if table is None:
         raise LakejoinError(
-            f"table {name!r} of {root} does not exist yet: it is written by the first ingest or run that has rows for it"
+            f"table {name!r} of {root} does not exist yet: it is written by the first ingest or run that has rows for "
+            "it"
         )
     return table
 

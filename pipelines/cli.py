@@ -41,7 +41,8 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument(
             "--config",
             metavar="FILE",
-            help="YAML config (docs/config.md); the first one given is kept in the warehouse and used when none is given",
+            help="YAML config (docs/config.md); the first one given is kept in the warehouse and used when none is "
+            "given",
         )
         sub.add_argument(
             "--verbose",
@@ -51,12 +52,14 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument(
             "--master",
             metavar="URL",
-            help="the Spark master to start lakejoin's session on (spark://host:7077; default: LAKEJOIN_MASTER, else local[2])",
+            help="the Spark master to start lakejoin's session on (spark://host:7077; default: LAKEJOIN_MASTER, else "
+            "local[2])",
         )
         sub.add_argument(
             "--remote",
             metavar="URL",
-            help="run as a client of the Spark Connect server at URL (sc://host:15002; default: SPARK_REMOTE, else a local Spark)",
+            help="run as a client of the Spark Connect server at URL (sc://host:15002; default: SPARK_REMOTE, else a "
+            "local Spark)",
         )
         return sub
 
@@ -83,7 +86,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--follow",
         action="store_true",
-        help="keep running: join new arrivals every --trigger seconds until SIGTERM or Ctrl-C, which let the batch under way commit, then exit 0",
+        help="keep running: join new arrivals every --trigger seconds until SIGTERM or Ctrl-C, which let the batch "
+        "under way commit, then exit 0",
     )
     run.add_argument(
         "--trigger",
@@ -144,9 +148,11 @@ def _parser() -> argparse.ArgumentParser:
 
     serve = commands.add_parser(
         "serve",
-        help="start a local Spark that outlives commands: while it is up, commands connect to it instead of starting a JVM",
-        description="start a local Spark (and a Spark Connect server on 127.0.0.1, token-protected, for this user only) that "
-        "every computing command connects to instead of starting a JVM; it stops on --stop or after --idle-minutes",
+        help="start a local Spark that outlives commands: while it is up, commands connect to it instead of starting a "
+        "JVM",
+        description="start a local Spark (and a Spark Connect server on 127.0.0.1, token-protected, for this user "
+        "only) that every computing command connects to instead of starting a JVM; it stops on --stop or after "
+        "--idle-minutes",
     )
     serve.add_argument("--stop", action="store_true", help="stop the running server")
     serve.add_argument(
@@ -164,8 +170,9 @@ def _parser() -> argparse.ArgumentParser:
     failed = commands.add_parser(
         "failed",
         help="exit 1 naming the job's tasks that failed: a scheduled job's last task, so that its run ends FAILED",
-        description="exit 1 naming the tasks given as failed: the bundle's jobs end with it, run only when a task failed, so that "
-        "the run ends FAILED (Databricks judges a run by its last tasks) and its on_failure notifications are sent",
+        description="exit 1 naming the tasks given as failed: the bundle's jobs end with it, run only when a task "
+        "failed, so that the run ends FAILED (Databricks judges a run by its last tasks) and its on_failure "
+        "notifications are sent",
     )
     failed.add_argument(
         "tasks", nargs="+", metavar="TASK=STATE", help="each task and its result state ({{tasks.TASK.result_state}})"
@@ -173,7 +180,8 @@ def _parser() -> argparse.ArgumentParser:
 
     acceptance = command(
         "acceptance",
-        "check on this compute what lakejoin takes from Databricks (the bundle's lakejoin-acceptance job): exit 1 if a guarantee failed",
+        "check on this compute what lakejoin takes from Databricks (the bundle's lakejoin-acceptance job): exit 1 if a "
+        "guarantee failed",
     )
     acceptance.add_argument(
         "--report", metavar="FILE", help="also write each guarantee's outcome there as JSON lines (a Volume path)"
@@ -221,9 +229,10 @@ def _parser() -> argparse.ArgumentParser:
         "--join",
         choices=["inner", "left", "right", "full", "semi", "anti", "asof", "asof_left"],
         default="inner",
-        help="inner (default); or orders without a payment within the hour too (left), payments without an order (right), both "
-        "(full), orders with one (semi), orders without one (anti): each such row once the other's watermark makes it final; "
-        "asof: each trade with the latest quote of its symbol at or before it, within the hour (asof_left: with none too)",
+        help="inner (default); or orders without a payment within the hour too (left), payments without an order "
+        "(right), both (full), orders with one (semi), orders without one (anti): each such row once the other's "
+        "watermark makes it final; asof: each trade with the latest quote of its symbol at or before it, within the "
+        "hour (asof_left: with none too)",
     )
     demo.add_argument(
         "--engine", metavar="NAME", help="the Delta engine: auto, delta-rs or spark (config: engine; default auto)"
@@ -327,7 +336,8 @@ COMPUTING = frozenset({"ingest", "run", "validate", "maintain", "advance", "acce
 
 def _served_spark(args: argparse.Namespace) -> AbstractContextManager[SparkSession | None]:
     """A session on the running ``lakejoin serve`` for a command that computes, unless a Spark of its own is asked for
-    (``--remote``, ``--master``, ``SPARK_REMOTE``, ``LAKEJOIN_MASTER``); else None: the command's own Spark, as before."""
+    (``--remote``, ``--master``, ``SPARK_REMOTE``, ``LAKEJOIN_MASTER``); else None: the command's own Spark, as
+    before."""
     from pipelines.commands import server
 
     chosen = os.environ.get("SPARK_REMOTE") or os.environ.get(

@@ -160,8 +160,9 @@ def _refuse_gold_changes(engine: DeltaReader, warehouse: Warehouse, changes: lis
         parts = name.split(".")
         if parts[0] in PLACED:
             raise LakejoinError(
-                f"config changes {name} from {_show(old)} to {_show(new)}, but {warehouse.root}'s tables are made where "
-                f"its definition says and lakejoin does not move them: keep {_show(old)}, or start a new warehouse"
+                f"config changes {name} from {_show(old)} to {_show(new)}, but {warehouse.root}'s tables are made "
+                f"where its definition says and lakejoin does not move them: keep {_show(old)}, or start a new "
+                "warehouse"
             )
         if name in OPERATIONAL or (
             parts[0] == "relations" and len(parts) == 3 and parts[2] in OPERATIONAL_PER_RELATION
@@ -180,8 +181,8 @@ def _refuse_gold_changes(engine: DeltaReader, warehouse: Warehouse, changes: lis
         if _has_batches(engine, warehouse):
             raise LakejoinError(
                 f"config changes {name} from {_show(old)} to {_show(new)}, which alters gold, and {warehouse.root} has "
-                f"joined batches under {_show(old)}: keep it, or run 'lakejoin reset --warehouse {warehouse.root} --yes' "
-                "so the new definition rebuilds gold from bronze"
+                f"joined batches under {_show(old)}: keep it, or run 'lakejoin reset --warehouse {warehouse.root} "
+                "--yes' so the new definition rebuilds gold from bronze"
             )
 
 

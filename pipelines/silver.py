@@ -104,7 +104,10 @@ class RunReport:
         if not self.batches:
             return "nothing pending: every arrival is already joined"
         where = " (quarantine/late_arrivals)" if self.late else ""
-        return f"{len(self.batches)} batches: {self.arrivals} arrivals, {self.pairs} pairs, {self.late} late{where}, {self.evicted} evicted from state"
+        return (
+            f"{len(self.batches)} batches: {self.arrivals} arrivals, {self.pairs} pairs, {self.late} late{where}, "
+            f"{self.evicted} evicted from state"
+        )
 
 
 def run(

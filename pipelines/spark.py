@@ -65,7 +65,8 @@ DELTA_CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
     "spark.databricks.delta.snapshotPartitions": "1",
-    "spark.sql.sources.parallelPartitionDiscovery.parallelism": "4",  # VACUUM lists files in this many tasks (10,000 by default)
+    # VACUUM lists files in this many tasks (10,000 by default)
+    "spark.sql.sources.parallelPartitionDiscovery.parallelism": "4",
 }
 
 
@@ -76,7 +77,8 @@ def delta_jars(folder: str | None) -> list[str]:
     jars = sorted(glob.glob(os.path.join(folder, "*.jar")))
     if not any(os.path.basename(jar).startswith("delta-spark") for jar in jars):
         raise LakejoinError(
-            f"{DELTA_JARS}={folder} holds no delta-spark jar: point it at Delta Lake's JVM jars, or unset it to use delta-rs"
+            f"{DELTA_JARS}={folder} holds no delta-spark jar: point it at Delta Lake's JVM jars, or unset it to use "
+            "delta-rs"
         )
     return jars
 
@@ -93,7 +95,8 @@ def local_conf(extra: dict[str, str] | None = None, master: str = LOCAL) -> dict
 
 
 def quiet_conf(conf: dict[str, str]) -> dict[str, str]:
-    """``conf`` with its driver JVM logging only errors; Java options already there are kept, a log4j file named in them wins."""
+    """``conf`` with its driver JVM logging only errors; Java options already there are kept, a log4j file named in them
+    wins."""
     options = conf.get(JAVA_OPTIONS, "").strip()
     if (
         "log4j2.configurationFile=" in options
@@ -119,7 +122,8 @@ def check_java() -> None:
     major = 0 if match is None else int(match.group(1) if match.group(1) != "1" else match.group(2) or 0)
     if major < MIN_JAVA:
         raise LakejoinError(
-            f"Java {MIN_JAVA}+ is required by Spark, found {banner.splitlines()[0] if banner else java}: install openjdk-{MIN_JAVA}-jre-headless"
+            f"Java {MIN_JAVA}+ is required by Spark, found {banner.splitlines()[0] if banner else java}: install "
+            f"openjdk-{MIN_JAVA}-jre-headless"
         )
 
 
@@ -140,10 +144,11 @@ def get_spark(
     remote: str | None = None,
 ) -> SparkSession:
     """The active session if there is one (Databricks, tests), else a Spark Connect session when ``remote`` or
-    ``SPARK_REMOTE`` names a server, else, on Databricks, the runtime's session, else one lakejoin starts on ``master`` (default ``LAKEJOIN_MASTER``, else
-    local[2]) tuned for small batches.
+    ``SPARK_REMOTE`` names a server, else, on Databricks, the runtime's session, else one lakejoin starts on ``master``
+    (default ``LAKEJOIN_MASTER``, else local[2]) tuned for small batches.
 
-    A local session's JVM logs only errors unless ``verbose``, which leaves Spark's default logging (its start-up lines).
+    A local session's JVM logs only errors unless ``verbose``, which leaves Spark's default logging (its start-up
+    lines).
     """
     if not verbose:
         _quiet_python_loggers()
@@ -233,12 +238,14 @@ def _require_listening(host: str, port: int, shown: str) -> None:
         socket.create_connection((host.strip("[]"), port), timeout=CONNECT_SECONDS).close()
     except TimeoutError:
         raise LakejoinError(
-            f"cannot reach the Spark Connect server at {shown}: no answer in {CONNECT_SECONDS:g} s; check the host and port"
+            f"cannot reach the Spark Connect server at {shown}: no answer in {CONNECT_SECONDS:g} s; check the host and "
+            "port"
         ) from None
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
         raise LakejoinError(
-            f"cannot reach the Spark Connect server at {shown}: {reason}; check the host and port, and that the server runs"
+            f"cannot reach the Spark Connect server at {shown}: {reason}; check the host and port, and that the server "
+            "runs"
         ) from None
 
 

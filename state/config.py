@@ -54,8 +54,8 @@ class Config:
     )
     max_batch_rows: int = setting(
         1_000_000,
-        doc="Arrivals per batch, every relation's together (a landing file's rows count whole: a batch takes at least one "
-        "file).",
+        doc="Arrivals per batch, every relation's together (a landing file's rows count whole: a batch takes at least "
+        "one file).",
     )
     max_batch_files: int = setting(1_000, doc="Landing files per batch.")
     max_batch_bytes: int = setting(
@@ -134,7 +134,8 @@ class Config:
         ):  # every member at one event time: the band window 0; in-order streams by default
             if self.window:
                 raise LakejoinError(
-                    f"config: a synchronized join joins records of equal event time and takes no 'window' (got {_span_text(self.window)}): remove it"
+                    "config: a synchronized join joins records of equal event time and takes no 'window' (got "
+                    f"{_span_text(self.window)}): remove it"
                 )  # type: ignore[arg-type]
             object.__setattr__(self, "window", 0)
             object.__setattr__(self, "allowed_lateness", self.allowed_lateness or dict.fromkeys(names, 0))
@@ -143,7 +144,8 @@ class Config:
         self._check_changes()
         if not isinstance(self.predicate, str) or not self.predicate.strip():
             raise LakejoinError(
-                f"config: 'predicate' must be a non-empty Spark SQL expression over {', '.join(f'{name}.*' for name in names)}"
+                "config: 'predicate' must be a non-empty Spark SQL expression over "
+                f"{', '.join(f'{name}.*' for name in names)}"
             )
         for name in ("max_batch_rows", "max_batch_files", "max_batch_bytes"):
             value = getattr(self, name)
@@ -154,7 +156,8 @@ class Config:
         object.__setattr__(self, "layers", _layers(self.layers))
         if not isinstance(self.gold_table, str) or not is_name(self.gold_table):
             raise LakejoinError(
-                f"config: 'gold_table' must be a name of letters, digits and _ (not starting with a digit), got {self.gold_table!r}"
+                "config: 'gold_table' must be a name of letters, digits and _ (not starting with a digit), got "
+                f"{self.gold_table!r}"
             )
 
     def _check_as_of(self) -> None:
@@ -162,11 +165,13 @@ class Config:
         as_of = self.join_kind.as_of
         if as_of and self.window is not None:
             raise LakejoinError(
-                f"config: join: {self.join} bounds a match's age with 'tolerance' (no match older than that), not 'window': rename it"
+                f"config: join: {self.join} bounds a match's age with 'tolerance' (no match older than that), not "
+                "'window': rename it"
             )
         if not as_of and self.tolerance is not None:
             raise LakejoinError(
-                f"config: 'tolerance' bounds an as-of join's match (join: asof | asof_left); join: {self.join} takes 'window'"
+                f"config: 'tolerance' bounds an as-of join's match (join: asof | asof_left); join: {self.join} takes "
+                "'window'"
             )
         if self.direction == "backward":
             return
@@ -176,7 +181,8 @@ class Config:
             )
         if self.direction in ("forward", "nearest"):
             raise LakejoinError(
-                f"config: direction: {self.direction} is not built: an as-of join takes the latest right record at or before the left's time (direction: backward)"
+                f"config: direction: {self.direction} is not built: an as-of join takes the latest right record at or "
+                "before the left's time (direction: backward)"
             )
         raise LakejoinError(f"config: 'direction' must be backward, got {self.direction!r}")
 
@@ -194,8 +200,8 @@ class Config:
         changing = [name for name, spec in self.relations.items() if spec.changes is not None]  # type: ignore[union-attr] - normalised
         if changing and self.join not in ("inner", "synchronized"):
             raise LakejoinError(
-                f"config: relations.{changing[0]}.changes: join: {self.join} over change feeds is not built (a change would retract rows "
-                "already final); change feeds join with join: inner or synchronized"
+                f"config: relations.{changing[0]}.changes: join: {self.join} over change feeds is not built (a change "
+                "would retract rows already final); change feeds join with join: inner or synchronized"
             )
 
     def _check_finality(self, names: list[str]) -> None:
@@ -205,20 +211,23 @@ class Config:
             return
         if len(names) != 2:
             raise LakejoinError(
-                f"config: join: {self.join} joins two relations (the first is left), got {len(names)}: {', '.join(names)}"
+                f"config: join: {self.join} joins two relations (the first is left), got {len(names)}: "
+                f"{', '.join(names)}"
             )
         kind = self.join_kind
         for rel in kind.waiting(self.joined):
             other = next(name for name in names if name != rel.name)
             if kind.as_of and self.lateness(other) is None:
                 raise LakejoinError(
-                    f"config: join: {self.join} emits each {rel.name} record once no {other} record at or before its time can still arrive, "
-                    f"which takes an 'allowed_lateness' for {other}: set it (without it that row is never final)"
+                    f"config: join: {self.join} emits each {rel.name} record once no {other} record at or before its "
+                    f"time can still arrive, which takes an 'allowed_lateness' for {other}: set it (without it that "
+                    "row is never final)"
                 )
             if not kind.as_of and (self.window is None or self.lateness(other) is None):
                 raise LakejoinError(
-                    f"config: join: {self.join} emits each {rel.name} record that never matches once no {other} record can still match it, "
-                    f"which takes a 'window' and an 'allowed_lateness' for {other}: set both (without them that row is never final)"
+                    f"config: join: {self.join} emits each {rel.name} record that never matches once no {other} record "
+                    f"can still match it, which takes a 'window' and an 'allowed_lateness' for {other}: set both "
+                    "(without them that row is never final)"
                 )
 
     @property
@@ -378,7 +387,10 @@ def _expectations(value: object) -> Expectations:
 # Settings lakejoin no longer has, each with what to do instead.
 RETIRED = {
     "driver_rows": "'driver_rows' is retired: a batch's rows stay in Spark whatever their number; remove it",
-    "expectations.engine": "'expectations.engine' is retired: a batch checks its rules in Spark, inside the jobs that write its rows; remove it",
+    "expectations.engine": (
+        "'expectations.engine' is retired: a batch checks its rules in Spark, inside the jobs that write its rows; "
+        "remove it"
+    ),
 }
 
 
@@ -404,7 +416,8 @@ def _relations(value: object) -> dict[str, RelationSpec]:
         value = {}
     if not isinstance(value, dict) or not all(isinstance(name, str) for name in value):
         raise LakejoinError(
-            f"config: 'relations' maps each relation's name to its columns (e.g. trades: {{id: trade_id, event_time: t}}), got {value!r}"
+            "config: 'relations' maps each relation's name to its columns (e.g. trades: {id: trade_id, event_time: "
+            f"t}}), got {value!r}"
         )
     given = {
         name: RelationSpec.default() if spec is None else RelationSpec.parse(name, spec) for name, spec in value.items()
@@ -435,13 +448,15 @@ def _select(value: object) -> list[str] | None:
         return None
     if not isinstance(value, list) or not value or not all(isinstance(item, str) and item.strip() for item in value):
         raise LakejoinError(
-            "config: 'select' must be a non-empty list of Spark SQL expressions over r.* and s.*, e.g. ['r.order_id', 's.amount AS paid']"
+            "config: 'select' must be a non-empty list of Spark SQL expressions over r.* and s.*, e.g. ['r.order_id', "
+            "'s.amount AS paid']"
         )
     return list(value)
 
 
 def on_warehouse_axis(config: Config, engine: DeltaEngine, warehouse: Warehouse) -> tuple[Config, str | None]:
-    """``config`` on the event-time axis of what the warehouse's bronze holds, and that kind (None before any ingest)."""
+    """``config`` on the event-time axis of what the warehouse's bronze holds, and that kind (None before any
+    ingest)."""
     kind = warehouse_kind(engine, warehouse, {rel.name: config.spec(rel.name).event_time for rel in config.joined})
     return config.on_axis(kind), kind
 

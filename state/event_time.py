@@ -51,7 +51,8 @@ def kind_of(data_type: DataType) -> str | None:
 
 
 def as_event_time(value: str, kind: str) -> str:
-    """``value`` (SQL, of any type; text as ISO-8601 or digits) as the kind's stored type; null where it does not parse."""
+    """``value`` (SQL, of any type; text as ISO-8601 or digits) as the kind's stored type; null where it does not
+    parse."""
     text = f"trim(CAST({value} AS STRING))"
     if kind == INTEGER:
         return f"CASE WHEN {text} RLIKE {literal(INTEGER_TEXT)} THEN try_cast({text} AS BIGINT) END"
@@ -83,7 +84,8 @@ def span_on_axis(span: int | timedelta, kind: str, setting: str) -> int:
         return 0
     if not isinstance(span, timedelta):
         raise LakejoinError(
-            f"config: {setting!r} is the integer {span} but the event time is a {kind}: give a duration such as '10 minutes'"
+            f"config: {setting!r} is the integer {span} but the event time is a {kind}: give a duration such as '10 "
+            "minutes'"
         )
     if kind == DATE:
         if span % timedelta(days=1):
@@ -123,7 +125,8 @@ def on_axis_value(value: object, kind: str | None, setting: str) -> int:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         raise LakejoinError(
-            f"{setting} {value!r} is not an event time: give an ISO-8601 timestamp or date, or an integer for integer event time"
+            f"{setting} {value!r} is not an event time: give an ISO-8601 timestamp or date, or an integer for integer "
+            "event time"
         ) from None
     if kind == INTEGER:
         raise LakejoinError(f"{setting} {value!r} is a time, but the event time is an integer: give an integer")

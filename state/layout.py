@@ -221,7 +221,8 @@ class Warehouse:
         return {f"{rel.name}_state": self.state(rel) for rel in self.relations}
 
     def derived_tables(self) -> list[str]:
-        """What the joiner builds from bronze (``lakejoin reset`` drops these): gold, then silver, the batch log last."""
+        """What the joiner builds from bronze (``lakejoin reset`` drops these): gold, then silver, the batch log
+        last."""
         return [
             self.gold,
             self.gold_changes,

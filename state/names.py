@@ -2,7 +2,8 @@
 
 lakejoin refers to every column through ``column``/``quoted``, so a name such as ``c.d`` or ``a:b`` is kept as
 it is (the predicate and ``select`` name it with backticks: ``r.`c.d```). Delta cannot store a few characters in
-a column name (whitespace, control characters and `` ,;{}()=``), so such a name is stored under one documented rule (``storable``).
+a column name (whitespace, control characters and `` ,;{}()=``), so such a name is stored under one documented rule
+(``storable``).
 """
 
 from __future__ import annotations

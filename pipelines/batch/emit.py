@@ -1,7 +1,7 @@
 """What a batch gives every table it writes, as DataFrames, once its measure has fixed the watermarks after it: the
-arrivals its rules keep split by lateness, the store/probe join of them against the state (state/join/joiner.py), the rows
-its kind of join emits once final (state/join/final.py), gold's rows, each state table's MERGE, the late arrivals, and the
-arrivals a quarantine rule took out. Nothing runs here: each frame is computed by the write that takes it.
+arrivals its rules keep split by lateness, the store/probe join of them against the state (state/join/joiner.py), the
+rows its kind of join emits once final (state/join/final.py), gold's rows, each state table's MERGE, the late arrivals,
+and the arrivals a quarantine rule took out. Nothing runs here: each frame is computed by the write that takes it.
 """
 
 from __future__ import annotations
@@ -154,9 +154,9 @@ def _rows_unique(arrived: dict[Relation, Arrived], measured: Measured, state_che
     """Whether the batch's gold rows and the rows it gives each state table are unique by what identifies them, without
     counting them: each relation's records that a batch joins are distinct when its arrivals the rules keep have
     distinct ids (bronze's rules, as measured), none held already (measured), and its state holds each id once (kept so
-    by the batches before: their arrivals new and distinct, or their state rows counted by a ``fail`` rule). The join gives
-    each tuple of distinct records once, from the store of its oldest member, and each final row and each mark of a
-    stored record comes from one stored record (docs/design.md, section 6.2). A change feed's rows name records held
+    by the batches before: their arrivals new and distinct, or their state rows counted by a ``fail`` rule). The join
+    gives each tuple of distinct records once, from the store of its oldest member, and each final row and each mark of
+    a stored record comes from one stored record (docs/design.md, section 6.2). A change feed's rows name records held
     already, so its batches count their rows instead."""
     return all(
         part.resolved is None

@@ -1,6 +1,6 @@
 """Landing a batch's files: every file the batch takes from a relation's landing folder landed through the one road
-into bronze (pipelines/bronze/write.py), relation by relation at once, under the batch's transaction; the batch then reads
-its arrivals back from bronze, as it reads those ``ingest`` landed before it.
+into bronze (pipelines/bronze/write.py), relation by relation at once, under the batch's transaction; the batch then
+reads its arrivals back from bronze, as it reads those ``ingest`` landed before it.
 
 Each file's places in the arrival order come from the plan (a file's first place, plus the line), and its rows are
 checked against the records the state holds and those ingested before the batch. A file that cannot be read as a whole

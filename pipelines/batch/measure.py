@@ -100,7 +100,10 @@ def measure(
             return f"SELECT {literal(label)} AS {PART}, {listed} FROM {{{name}}}"
         frames[f"{name}_ids"] = semi_join
         hint = "/*+ BROADCAST(ids) */ " if broadcast else ""
-        return f"SELECT {hint}{literal(label)} AS {PART}, {listed} FROM {{{name}}} AS held LEFT SEMI JOIN {{{name}_ids}} AS ids ON held.{ID} = ids.{ID}"
+        return (
+            f"SELECT {hint}{literal(label)} AS {PART}, {listed} FROM {{{name}}} AS held LEFT SEMI JOIN {{{name}_ids}} "
+            f"AS ids ON held.{ID} = ids.{ID}"
+        )
 
     parts = []
     for rel, part in arrived.items():
@@ -130,7 +133,8 @@ def _counts(flags: list[str]) -> list[str]:
 
 def _signals(checks: TableChecks, watermark: int | None, upsert: str = "true", changes: bool = False) -> dict[str, str]:
     """What the counts read of a relation's flagged rows, in Spark SQL: late, the event time of those on time, the
-    rules' flags, and (``changes``) a change feed's kind of change (``upsert``: a row that is a version of its record)."""
+    rules' flags, and (``changes``) a change feed's kind of change (``upsert``: a row that is a version of its
+    record)."""
     kept = f"NOT {set_aside([check.flag for check in checks.row_checks if check.policy == 'quarantine'])}"
     on_time = f"({upsert}) AND NOT ({late(watermark)}) AND {kept}"
     columns = {

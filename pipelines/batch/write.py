@@ -115,7 +115,8 @@ def _gold(batch: Batch, outputs: Outputs, checking: Checking) -> tuple[int, int]
 
 
 def _late(batch: Batch, outputs: Outputs) -> None:
-    """Late arrivals (and changes ignored as older) kept in ``quarantine/late_arrivals``, never joined, never dropped."""
+    """Late arrivals (and changes ignored as older) kept in ``quarantine/late_arrivals``, never joined, never
+    dropped."""
     with step("late_arrivals"):
         if outputs.late is not None:
             batch.engine.append(batch.warehouse.late_arrivals, outputs.late, batch.txn(batch.warehouse.late_arrivals))

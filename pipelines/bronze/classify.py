@@ -88,7 +88,8 @@ def configured_types(rel: Relation, spec: RelationSpec) -> dict[str, DataType]:
         return {name: DataType.fromDDL(ddl) for name, ddl in spec.columns.items()}
     except Exception as exc:  # noqa: BLE001 - Spark's parse errors have many types; the message names the setting
         raise LakejoinError(
-            f"config: relations.{rel.name}.columns has a type Spark does not know ({spec.columns}): {str(exc).splitlines()[0]}"
+            f"config: relations.{rel.name}.columns has a type Spark does not know ({spec.columns}): "
+            f"{str(exc).splitlines()[0]}"
         ) from exc
 
 
@@ -121,8 +122,8 @@ def _layout(
         text_time = name == spec.event_time and isinstance(given, StringType)
         if given != wanted and not text_time and (type(given), type(wanted)) not in _WIDENS:
             raise FileRefused(
-                f"column {name} is {given.simpleString()} there but {wanted.simpleString()} in "
-                f"bronze/{rel.name} (or the config), and does not widen to it: convert it, or land it under another name"
+                f"column {name} is {given.simpleString()} there but {wanted.simpleString()} in bronze/{rel.name} (or "
+                "the config), and does not widen to it: convert it, or land it under another name"
             )
     return _Layout(spec, kind, types)
 
@@ -160,7 +161,8 @@ def _event_time_kind(
     ours = kind_of(settled[event_time]) if event_time in settled else None
     if event_time in settled and ours is None:
         raise LakejoinError(
-            f"event time {event_time} of {rel.name} is {settled[event_time].simpleString()}: use a timestamp, a date or an integer column"
+            f"event time {event_time} of {rel.name} is {settled[event_time].simpleString()}: use a timestamp, a date "
+            "or an integer column"
         )
     for other in others(rel, warehouse.relations):
         schema, theirs_column = engine.schema(warehouse.bronze(other)), specs[other.name].event_time
@@ -181,7 +183,8 @@ def _event_time_kind(
     if not parsed.text and not isinstance(given, StringType):
         if kind_of(given) is None:
             raise FileRefused(
-                f"event time {event_time} of {rel.name} is {given.simpleString()} there: use a timestamp, a date or an integer column"
+                f"event time {event_time} of {rel.name} is {given.simpleString()} there: use a timestamp, a date or an "
+                "integer column"
             )
         return kind_of(given)  # type: ignore[return-value]
     text = F.trim(column(event_time).cast("string"))
@@ -209,7 +212,10 @@ def _typed(parsed: Parsed, layout: _Layout) -> list[tuple[str, str, str | None]]
         else:
             converted, description = f"try_cast({value} AS {sql_type(wanted)})", wanted.simpleString()
         text = f"trim(CAST({value} AS STRING))"
-        misfit = f"CASE WHEN {value} IS NOT NULL AND {text} != '' AND ({converted}) IS NULL THEN concat({literal(f'{name} is not {description}: ')}, {text}) END"
+        misfit = (
+            f"CASE WHEN {value} IS NOT NULL AND {text} != '' AND ({converted}) IS NULL THEN "
+            f"concat({literal(f'{name} is not {description}: ')}, {text}) END"
+        )
         typed.append((name, converted, misfit))
     return typed
 
@@ -270,8 +276,12 @@ def _normalize(parsed: Parsed, layout: _Layout) -> DataFrame:
 
 def _feed_columns() -> dict[str, tuple[str, str]]:
     """A Change Data Feed's ``_op`` and ``_seq`` (its commit version), as ``_change_columns`` gives a file's
-    (pipelines/bronze/sources.py reads the feed; an update comes as its new version), each with the reason it fails (SQL)."""
-    op = f"CASE _change_type WHEN 'insert' THEN {literal(INSERT)} WHEN 'update_postimage' THEN {literal(UPDATE)} WHEN 'delete' THEN {literal(DELETE)} END"
+    (pipelines/bronze/sources.py reads the feed; an update comes as its new version), each with the reason it fails
+    (SQL)."""
+    op = (
+        f"CASE _change_type WHEN 'insert' THEN {literal(INSERT)} WHEN 'update_postimage' THEN {literal(UPDATE)} WHEN "
+        f"'delete' THEN {literal(DELETE)} END"
+    )
     return {
         OP: (op, f"CASE WHEN ({op}) IS NULL THEN concat('not a change: ', _change_type) END"),
         SEQ: ("CAST(_commit_version AS BIGINT)", "CAST(NULL AS STRING)"),
@@ -282,7 +292,8 @@ def _change_columns(
     changes: ChangeSpec, values: dict[str, str], types: dict[str, DataType]
 ) -> dict[str, tuple[str, str]]:
     """A change file's ``_op`` (insert, update or delete, from the operation column's configured values) and ``_seq``
-    (the sequence column as a number: an integer, or a timestamp's microseconds), each with the reason it fails (SQL)."""
+    (the sequence column as a number: an integer, or a timestamp's microseconds), each with the reason it fails
+    (SQL)."""
     given = f"trim(CAST({values[changes.op]} AS STRING))"  # type: ignore[index] - a change file names its op column
     whens = [
         f"WHEN {given} IN ({', '.join(map(literal, group))}) THEN {literal(name)}"
@@ -299,11 +310,14 @@ def _change_columns(
     return {
         OP: (
             op,
-            f"CASE WHEN ({op}) IS NULL THEN concat({literal(f'{changes.op} is not a change operation ({named}): ')}, {given}) END",
+            f"CASE WHEN ({op}) IS NULL THEN concat({literal(f'{changes.op} is not a change operation ({named}): ')}, "
+            f"{given}) END",
         ),
         SEQ: (
             seq,
-            f"CASE WHEN ({seq}) IS NULL THEN concat({literal(f'{changes.sequence_by} is not an integer or a timestamp: ')}, CAST({sequence} AS STRING)) END",
+            f"CASE WHEN ({seq}) IS NULL THEN "
+            f"concat({literal(f'{changes.sequence_by} is not an integer or a timestamp: ')}, CAST({sequence} AS "
+            "STRING)) END",
         ),
     }
 
@@ -415,14 +429,18 @@ def outcomes(normalized: DataFrame, known: DataFrame | None, changes: bool) -> D
             "*", "_held_id IS NOT NULL AS _held", f"{same} AS _same"
         )
     elsewhere = "CASE WHEN _first_file != _source_file THEN concat(' of ', _first_file) ELSE '' END" if files else "''"
-    reason = f"""coalesce(
+    reason = (
+        f"""coalesce(
         _reason,
         CASE WHEN _nth > 1 AND {DIGEST} != _first_hash
-            THEN concat('id conflict: same id with other content at line ', CAST(_first_line AS STRING), {elsewhere}) END,
+            THEN concat('id conflict: same id with other content at line ', """
+        f"""CAST(_first_line AS STRING), {elsewhere}) END,
         CASE WHEN _held AND NOT _same THEN 'id conflict: id already in bronze with other content' END)"""
+    )
     kept = [quoted(name) for name in [*normalized.columns, DIGEST] if name != "_reason"]
     return held.selectExpr("*", f"{reason} AS _why").selectExpr(
         *kept,
         "_why AS _reason",
-        "CASE WHEN _why IS NOT NULL THEN 'quarantined' WHEN _nth > 1 OR (_held AND _same) THEN 'duplicate' ELSE 'accepted' END AS _outcome",
+        "CASE WHEN _why IS NOT NULL THEN 'quarantined' WHEN _nth > 1 OR (_held AND _same) THEN 'duplicate' ELSE "
+        "'accepted' END AS _outcome",
     )

@@ -2,11 +2,11 @@
 ``Pipeline.ingest``, a landing folder's new files through ``ingest --landing``), and a DataFrame or a stream's
 micro-batch (``Pipeline.ingest``, ``foreach_batch``).
 
-A call is one landing of its relation (pipelines/bronze/write.py): its inputs placed after every place taken, parsed, typed
-and classified together and appended to bronze in one commit; the rows they set aside (and, from a landing folder, the
-files refused for good) in one quarantine commit; then one commit of the ingest log, a row per input with its content's
-SHA-256 and its places: last, so until it lands a run does not see these arrivals. An input whose content was ingested
-before adds nothing, and a file refused as a whole is reported alone while the others land.
+A call is one landing of its relation (pipelines/bronze/write.py): its inputs placed after every place taken, parsed,
+typed and classified together and appended to bronze in one commit; the rows they set aside (and, from a landing folder,
+the files refused for good) in one quarantine commit; then one commit of the ingest log, a row per input with its
+content's SHA-256 and its places: last, so until it lands a run does not see these arrivals. An input whose content was
+ingested before adds nothing, and a file refused as a whole is reported alone while the others land.
 
 A call that dies after its bronze commit and before its log is tried again whole: its rows in bronze are found as
 duplicates of records held (and the places its first try took stay covered by the retry's log row), and its

@@ -1,9 +1,10 @@
 """Files that land in folders: found by listing, each known by its path, then by its content.
 
 A relation's ``landing`` folder (config) is listed by every ``lakejoin run``, whose batches land the files new there
-(pipelines/batch/land.py); ``lakejoin ingest --landing`` ingests them in one call (pipelines/bronze/ingest.py; Auto Loader
-finds them on Databricks). Either way a file is read once on the driver first, for its digest and its places. A file is new when neither its path nor, once hashed, its content was landed or ingested before
-(the batch log and the ingest log say which), so a file is hashed once, and a copy under another name adds nothing.
+(pipelines/batch/land.py); ``lakejoin ingest --landing`` ingests them in one call (pipelines/bronze/ingest.py; Auto
+Loader finds them on Databricks). Either way a file is read once on the driver first, for its digest and its places. A
+file is new when neither its path nor, once hashed, its content was landed or ingested before (the batch log and the
+ingest log say which), so a file is hashed once, and a copy under another name adds nothing.
 """
 
 from __future__ import annotations
@@ -137,7 +138,8 @@ def require_landing(landing: str, relation: str) -> None:
     """Refuse a landing folder that is not there: a mistyped path would otherwise ingest nothing, run after run."""
     if not os.path.isdir(landing):
         raise LakejoinError(
-            f"{relation}'s landing folder {landing} does not exist: create it, or correct the path (config relations.{relation}.landing, or --landing)"
+            f"{relation}'s landing folder {landing} does not exist: create it, or correct the path (config "
+            f"relations.{relation}.landing, or --landing)"
         )
 
 

@@ -1,6 +1,6 @@
 """Parsing a landed file: each format becomes the same shape, ``Parsed`` — ``_source_line``, ``_raw``,
-``_unparsable`` and the data columns, as text (JSON, CSV: typed when classified, pipelines/bronze/classify.py) or typed as
-the file declares them (Parquet). A file that cannot be read as a whole is refused (``FileRefused``) here, before
+``_unparsable`` and the data columns, as text (JSON, CSV: typed when classified, pipelines/bronze/classify.py) or typed
+as the file declares them (Parquet). A file that cannot be read as a whole is refused (``FileRefused``) here, before
 anything of it is written.
 """
 
@@ -94,8 +94,8 @@ def _lines_by_block(spark: SparkSession, paths: Sequence[str]) -> DataFrame:
 
 
 def local_path(uri: str) -> str:
-    """A file's path as Spark names it (``file:/a%20b.jsonl``, the SQL ``uri``) as the file system does (``/a b.jsonl``):
-    percent-escapes decoded ('+' is a plus in a path, not a space) and the local scheme dropped."""
+    """A file's path as Spark names it (``file:/a%20b.jsonl``, the SQL ``uri``) as the file system does
+    (``/a b.jsonl``): percent-escapes decoded ('+' is a plus in a path, not a space) and the local scheme dropped."""
     return f"regexp_replace(url_decode(regexp_replace({uri}, {literal(chr(92) + '+')}, '%2B')), '^(file|dbfs):', '')"
 
 
@@ -103,7 +103,10 @@ def named_file(paths: Sequence[str], spark_path: str = "_spark_path") -> str:
     """``_source_file`` (SQL): the path given for each of ``paths`` (matched on the path Spark read, ``spark_path``),
     which every read row must have (a row of no file given stops the job rather than land under no name)."""
     given = ", ".join(f"{literal(os.path.abspath(path))}, {literal(path)}" for path in paths)
-    return f"coalesce(map({given})[{spark_path}], raise_error(concat('lakejoin: Spark read a file it was not given: ', {spark_path})))"
+    return (
+        f"coalesce(map({given})[{spark_path}], raise_error(concat('lakejoin: Spark read a file it was not given: ', "
+        f"{spark_path})))"
+    )
 
 
 def numbered(frame: DataFrame, name: str) -> DataFrame:

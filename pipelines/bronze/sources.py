@@ -105,7 +105,8 @@ class Pending:
 
 def ingest_sources(engine: DeltaEngine, warehouse: Warehouse, specs: dict[str, RelationSpec]) -> list[SourceResult]:
     """Ingest what every source table gained since its last ingest (a run does this before planning batches). Every
-    table's versions are listed and checked before any is ingested, so a refused commit leaves all of them as they were."""
+    table's versions are listed and checked before any is ingested, so a refused commit leaves all of them as they
+    were."""
     pending = [
         pending_versions(engine, warehouse, rel, specs[rel.name])
         for rel in warehouse.relations
@@ -126,8 +127,9 @@ def pending_versions(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, s
             raise no_change_feed(table, f"{CHANGE_FEED} is not set")
     elif change is not None and not spec.skip_change_commits:
         raise LakejoinError(
-            f"source table {table} version {change.version} is a {change.operation}, which removes or rewrites rows: lakejoin "
-            f"joins appends only and wrote nothing; set relations.{rel.name}.skip_change_commits: true to skip such commits"
+            f"source table {table} version {change.version} is a {change.operation}, which removes or rewrites rows: "
+            f"lakejoin joins appends only and wrote nothing; set relations.{rel.name}.skip_change_commits: true to "
+            "skip such commits"
         )
     return Pending(rel, table, identity, commits)
 
@@ -142,7 +144,8 @@ def _listed(
     found = engine.source_identity(table)
     if found is None:
         raise LakejoinError(
-            f"relation {rel.name} reads table {table}, which does not exist (or is not a Delta table): create it, or fix relations.{rel.name}.table"
+            f"relation {rel.name} reads table {table}, which does not exist (or is not a Delta table): create it, or "
+            f"fix relations.{rel.name}.table"
         )
     identity, latest = found
     last = logged if logged is not None else pointed
@@ -250,8 +253,8 @@ def _ingest_appends(
 def _ingest_changes(
     lander: Lander, rel: Relation, table: str, commits: list[Commit], source: Provenance, first: int
 ) -> tuple[Landed, Placed]:
-    """A change feed's new versions landed whole (bronze keeps every version of a record, state/join/changes.py): a first
-    ingest's snapshot as inserts at its version, then each later version's Change Data Feed, an update by its new
+    """A change feed's new versions landed whole (bronze keeps every version of a record, state/join/changes.py): a
+    first ingest's snapshot as inserts at its version, then each later version's Change Data Feed, an update by its new
     version (``update_postimage``), each change sequenced by its commit version."""
     engine = lander.engine
     schema = schema_at(engine, table, commits[-1].version)
@@ -378,7 +381,8 @@ def _check_readable(table: str, actions: Actions, whole: bool) -> None:
         mode = (action.get("metaData", {}).get("configuration") or {}).get(COLUMN_MAPPING, "none")
         if mode != "none":
             raise LakejoinError(
-                f"source table {table} maps its column names ({COLUMN_MAPPING} = {mode}), which lakejoin cannot read yet: join a table without column mapping"
+                f"source table {table} maps its column names ({COLUMN_MAPPING} = {mode}), which lakejoin cannot read "
+                "yet: join a table without column mapping"
             )
         deleted = whole and (
             "deletionVectors" in (action.get("protocol", {}).get("readerFeatures") or [])
@@ -409,8 +413,8 @@ def _last_ingested(
         tables = set(log.column("source_file").to_pylist())
         if tables - {table}:
             raise LakejoinError(
-                f"bronze/{rel.name} points into table {sorted(tables - {table})[0]}, not {table}: a relation keeps its source; "
-                "join the new table in a new warehouse"
+                f"bronze/{rel.name} points into table {sorted(tables - {table})[0]}, not {table}: a relation keeps its "
+                "source; join the new table in a new warehouse"
             )
         logged = max(log.column("source_version").to_pylist(), default=None)
         if "source_table_id" in log.column_names:

@@ -1,16 +1,16 @@
 """The one road into bronze: every way records reach ``bronze/<relation>`` lands them here, in one pass per relation.
 
-The roads are files given to ``ingest`` or found in a landing folder (pipelines/bronze/ingest.py, pipelines/bronze/landing.py), a
-DataFrame or a stream's micro-batch (pipelines/bronze/ingest.py), a source table's new versions (pipelines/bronze/sources.py) and
-the files a batch takes from a landing folder (pipelines/batch/land.py). Each gives this module its inputs already
-*placed* in the global arrival order: an input (a file, a frame, a table's new rows) holds the places ``first + 1`` to
-``first + bound``, and its n-th line or row takes ``first + n`` (``_arrival_seq``), so no job counts rows before they
-are written and a replay numbers them the same. A place an input leaves unused (a blank line, a row set aside) is
-never taken by anything else.
+The roads are files given to ``ingest`` or found in a landing folder (pipelines/bronze/ingest.py,
+pipelines/bronze/landing.py), a DataFrame or a stream's micro-batch (pipelines/bronze/ingest.py), a source table's new
+versions (pipelines/bronze/sources.py) and the files a batch takes from a landing folder (pipelines/batch/land.py). Each
+gives this module its inputs already *placed* in the global arrival order: an input (a file, a frame, a table's new
+rows) holds the places ``first + 1`` to ``first + bound``, and its n-th line or row takes ``first + n``
+(``_arrival_seq``), so no job counts rows before they are written and a replay numbers them the same. A place an input
+leaves unused (a blank line, a row set aside) is never taken by anything else.
 
 One landing of one relation: its files parsed kind by kind (pipelines/bronze/parse.py), every row typed and classified
-together (pipelines/bronze/classify.py) against the records already held, and appended to bronze in one commit. The job that
-writes them counts the rows by outcome as it writes (an observation), each input's or the landing's as the road
+together (pipelines/bronze/classify.py) against the records already held, and appended to bronze in one commit. The job
+that writes them counts the rows by outcome as it writes (an observation), each input's or the landing's as the road
 needs, so a road reports without a job of its own. The rows set aside come back as one frame, for the caller's one
 quarantine commit. A file whose form is wrong is refused before anything is written; a file Spark fails to read while
 the rows are written is left out (refused for now) and the rest written again without it.

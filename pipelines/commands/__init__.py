@@ -1,1 +1,2 @@
-"""The commands around the stages: the server, the demo, status, reset, follow, maintain, the workspace acceptance run, and the terminal's output."""
+"""The commands around the stages: the server, the demo, status, reset, follow, maintain, the workspace acceptance run,
+and the terminal's output."""

@@ -33,7 +33,10 @@ FIRST = (
 SECOND = [("u", 2, "r1", 14, "c", 5.0), ("d", 2, "r2", 15, "b", 2.0)], [("c", 2, "s3", 16, "a", 6.0)]
 # Gold after each ingest's batches: the current version of every record, joined on key
 GOLD = ([("r1", "s1", 1.0, 3.0)], [("r1", "s2", 5.0, 4.0)])
-FORCED = "a failure forced by 'lakejoin acceptance --fail': this run must end FAILED and send the job's on_failure notifications"
+FORCED = (
+    "a failure forced by 'lakejoin acceptance --fail': this run must end FAILED and send the job's on_failure "
+    "notifications"
+)
 
 
 @dataclass(frozen=True)

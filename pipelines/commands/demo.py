@@ -267,7 +267,8 @@ def run_demo(
         arrivals = options.rows * len(names)
         check = check_gold(engine, warehouse, on_warehouse_axis(config, engine, warehouse)[0])
         print(
-            f"arrivals: {arrivals}  batches: {batches}  results: {check.actual}  quarantined: {quarantined}  late: {late}"
+            f"arrivals: {arrivals}  batches: {batches}  results: {check.actual}  quarantined: {quarantined}  late: "
+            f"{late}"
         )
         print(f"seconds: {seconds:.1f}  rows per second: {arrivals / seconds:,.0f}")
         broken = (

@@ -83,7 +83,8 @@ def _landed_by_unfinished(
 
 
 def _log_row(batch_id: int, at: datetime, file: LandedFile) -> dict:
-    """A landed file as the ingest log names an ingested one: its rows are at places ``first + 1`` to ``first + bound``."""
+    """A landed file as the ingest log names an ingested one: its rows are at places ``first + 1`` to
+    ``first + bound``."""
     return dict(
         ingest_id=batch_tag(batch_id),
         relation=file.relation,

@@ -205,12 +205,14 @@ def attached(server: Server, verbose: bool = False) -> Iterator[SparkSession]:
     once the operations of killed commands are interrupted; its own operations tagged with this process."""
     if server.version != VERSION:
         raise LakejoinError(
-            f"the lakejoin server runs lakejoin {server.version} and this is {VERSION}: restart it ('lakejoin serve --stop', then 'lakejoin serve')"
+            f"the lakejoin server runs lakejoin {server.version} and this is {VERSION}: restart it ('lakejoin serve "
+            "--stop', then 'lakejoin serve')"
         )
     if (os.environ.get(DELTA_JARS) or None) != server.delta_jars:
         raise LakejoinError(
             f"the lakejoin server was started with {DELTA_JARS}={server.delta_jars or ''} and this command has "
-            f"{os.environ.get(DELTA_JARS, '')}: restart it ('lakejoin serve --stop', then 'lakejoin serve') or run with the same"
+            f"{os.environ.get(DELTA_JARS, '')}: restart it ('lakejoin serve --stop', then 'lakejoin serve') or run "
+            "with the same"
         )
     _wait_for_killed_commands()
     this = Process.this()
@@ -225,7 +227,8 @@ def attached(server: Server, verbose: bool = False) -> Iterator[SparkSession]:
         served = spark.conf.get(VERSION_CONF, None)
         if served != VERSION:
             raise LakejoinError(
-                f"the Spark Connect server on port {server.port} runs lakejoin {served or 'unknown'} and this is {VERSION}: restart it"
+                f"the Spark Connect server on port {server.port} runs lakejoin {served or 'unknown'} and this is "
+                f"{VERSION}: restart it"
             )
         spark.addTag(f"{CLIENT_TAG}{this.mark}")
         yield spark
@@ -247,8 +250,9 @@ def _wait_for_killed_commands() -> None:
     while dead := _dead_clients():
         if time.monotonic() > deadline:
             raise LakejoinError(
-                f"the lakejoin server is still stopping what killed commands (pid {', '.join(str(gone.pid) for gone in dead)}) left running: "
-                "try again, or restart it ('lakejoin serve --stop')"
+                "the lakejoin server is still stopping what killed commands (pid "
+                f"{', '.join(str(gone.pid) for gone in dead)}) left running: try again, or restart it ('lakejoin serve "
+                "--stop')"
             )
         time.sleep(0.1)
 
@@ -262,8 +266,8 @@ def _clients() -> list[Process]:
 
 
 def _start_of(pid: int) -> str | None:
-    """A digest of when process ``pid`` started (on Linux its start in clock ticks and the boot's id; elsewhere its start
-    time as ``ps`` gives it); None when no process has that id, or it ended and awaits its parent (a zombie)."""
+    """A digest of when process ``pid`` started (on Linux its start in clock ticks and the boot's id; elsewhere its
+    start time as ``ps`` gives it); None when no process has that id, or it ended and awaits its parent (a zombie)."""
     if os.path.isdir("/proc/self"):
         try:
             with open(f"/proc/{pid}/stat") as stat:

@@ -48,7 +48,8 @@ class WarehouseStatus:
     waiting: list[dict] = field(default_factory=list)
     # Change feeds (state/join/changes.py): what the last committed batch did with their rows, and every batch together
     changes: dict[str, dict[str, int]] = field(default_factory=dict)
-    # Idle relations (as the last batch decided) and declared progress (state/log/progress.py): relation -> since / up to
+    # Idle relations (as the last batch decided) and declared progress (state/log/progress.py):
+    # relation -> since / up to
     idle: dict[str, str] = field(default_factory=dict)
     declared: dict[str, str] = field(default_factory=dict)
 
@@ -71,7 +72,8 @@ class WarehouseStatus:
         marks = ", ".join(f"{name.upper()} {render(mark, self.event_time)}" for name, mark in self.watermarks.items())
         lines.append(f"watermarks: {marks or 'none (no allowed_lateness set)'}")
         lines += [
-            f"idle: {name.upper()} since {since} (for the others' rows and eviction its watermark is the lowest of theirs)"
+            f"idle: {name.upper()} since {since} (for the others' rows and eviction its watermark is the lowest of "
+            "theirs)"
             for name, since in self.idle.items()
         ]
         lines += [
@@ -80,7 +82,12 @@ class WarehouseStatus:
         ]
         lines.append(f"late arrivals: {self.late:,}")
         lines.append(
-            f"state: {'bounded by watermarks and window' if self.bounded else 'stores keep full history (set allowed_lateness and window to bound them)'}"
+            "state: "
+            + (
+                "bounded by watermarks and window"
+                if self.bounded
+                else "stores keep full history (set allowed_lateness and window to bound them)"
+            )
         )
         lines += [
             f"waiting to be final: {wait['records']:,} {wait['relation'].upper()} records"
@@ -96,10 +103,12 @@ class WarehouseStatus:
         if self.rules:
             failing = [rule for rule in self.rules if rule["failed"]]
             lines.append(
-                f"data quality, batch {self.rules[0]['batch_id']}: {len(self.rules) - len(failing)} of {len(self.rules)} rule checks passed"
+                f"data quality, batch {self.rules[0]['batch_id']}: {len(self.rules) - len(failing)} of "
+                f"{len(self.rules)} rule checks passed"
             )
             lines += [
-                f"  {rule['rule']} on {rule['table']}: {rule['failed']:,} of {rule['evaluated']:,} rows failed ({rule['policy']}), e.g. {rule['examples']}"
+                f"  {rule['rule']} on {rule['table']}: {rule['failed']:,} of {rule['evaluated']:,} rows failed "
+                f"({rule['policy']}), e.g. {rule['examples']}"
                 for rule in failing
             ]
         if self.running:
@@ -225,7 +234,10 @@ def _describe_source(source: dict) -> str:
     if "problem" in source:
         return f"{head}: {source['problem']}"
     if source["ingested_version"] is None:
-        return f"{head}: not read yet (the next run joins its snapshot at version {source['latest_version']}, and {source['pending_versions'] - 1} versions after it)"
+        return (
+            f"{head}: not read yet (the next run joins its snapshot at version {source['latest_version']}, and "
+            f"{source['pending_versions'] - 1} versions after it)"
+        )
     rows = "" if source["pending_rows"] is None else f", {source['pending_rows']:,} rows"
     return (
         f"{head}: read up to version {source['ingested_version']}, {source['pending_versions']} versions pending{rows}"

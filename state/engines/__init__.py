@@ -51,7 +51,8 @@ def _connect_knows_delta(spark: SparkSession) -> bool:
     except Exception as exc:  # noqa: BLE001 - a refusal of the probe's path (serverless limits DBFS) has many types
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise LakejoinError(
-            f"cannot tell whether the Spark Connect server has Delta ({first}): set engine: spark in the config if it does"
+            f"cannot tell whether the Spark Connect server has Delta ({first}): set engine: spark in the config if it "
+            "does"
         ) from None
     return True
 

@@ -238,8 +238,8 @@ class DeltaReader(Protocol):
     def append(
         self, path: str, df: Data, txn: Txn | None = None, properties: dict[str, str] | None = None
     ) -> int | None:
-        """Append ``df``, creating the table (with the Delta table ``properties`` given) or adding new columns as needed.
-        A reader appends rows already on the driver (Arrow); an engine also a Spark DataFrame.
+        """Append ``df``, creating the table (with the Delta table ``properties`` given) or adding new columns as
+        needed. A reader appends rows already on the driver (Arrow); an engine also a Spark DataFrame.
 
         Returns the rows written, or None when the table already records ``txn`` (nothing written).
         """
@@ -309,7 +309,8 @@ class DeltaEngine(DeltaReader, Protocol):
 
     def source_files(self, table: str, stored: StructType, files: Sequence[tuple[int, str]]) -> DataFrame:
         """The rows of the user's table in ``files`` (each a data file as the table's log names it, with a version that
-        holds it), in the columns ``stored``, each with its ``_file_name`` and ``_row_index``: what finds a row again."""
+        holds it), in the columns ``stored``, each with its ``_file_name`` and ``_row_index``: what finds a row
+        again."""
         ...
 
     def source_changes(self, table: str, first: int, last: int) -> DataFrame:
@@ -323,7 +324,8 @@ class DeltaEngine(DeltaReader, Protocol):
         ...
 
     def vacuum(self, path: str, retention_hours: int) -> None:
-        """Delete data files no version younger than ``retention_hours`` needs (time travel stays possible within it)."""
+        """Delete data files no version younger than ``retention_hours`` needs (time travel stays possible within
+        it)."""
         ...
 
     def checkpoint(self, path: str) -> None:
@@ -373,7 +375,8 @@ def no_change_feed(table: str, reason: str) -> LakejoinError:
     """The refusal of a change feed the table does not record."""
     return LakejoinError(
         f"source table {table} has no Change Data Feed for the versions lakejoin reads ({reason}): turn it on with "
-        f"ALTER TABLE {table} SET TBLPROPERTIES ({CHANGE_FEED} = true), then join it from a version after that in a new warehouse"
+        f"ALTER TABLE {table} SET TBLPROPERTIES ({CHANGE_FEED} = true), then join it from a version after that in a "
+        "new warehouse"
     )
 
 
@@ -387,7 +390,8 @@ def marker(txn: Txn, before_merge: bool = False) -> str:
     would cost too much (Delta on Spark checks one by reconstructing the table's state: docs/design.md section 3.4),
     and either engine finds it (``marked``) in the commits the log keeps; with the batch's plan when the write has one.
     ``before_merge``: the commit of no rows a session that refuses settings makes before a MERGE, which cannot carry
-    a marker there (``Recorded.before_merge``). The plan comes last, so a marker without it is a prefix of one with it."""
+    a marker there (``Recorded.before_merge``). The plan comes last, so a marker without it is a prefix of one with
+    it."""
     recorded = {"txn": {"appId": txn.app_id, "version": txn.version}} | ({"beforeMerge": True} if before_merge else {})
     return json.dumps(recorded | ({} if txn.plan is None else {"plan": txn.plan}), separators=(",", ":"))
 

@@ -122,7 +122,8 @@ class DeltaLogReader(Protocol):
         """Delete a path table's folder, so that a table created there again starts at version 0."""
 
     def checkpoint(self, table: str) -> None:
-        """Write the table's checkpoint at its latest version and clean up its expired log entries, where the reader can."""
+        """Write the table's checkpoint at its latest version and clean up its expired log entries, where the reader
+        can."""
 
 
 def is_connect(spark: SparkSession) -> bool:

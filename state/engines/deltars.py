@@ -225,7 +225,8 @@ class DeltaRsReader:
         return data.num_rows
 
     def pinned(self) -> AbstractContextManager[None]:
-        """Nothing to pin: a table held open is brought up to date by a listing of its log, milliseconds, no Spark job."""
+        """Nothing to pin: a table held open is brought up to date by a listing of its log, milliseconds, no Spark
+        job."""
         return nullcontext()
 
     def refresh(self) -> None:

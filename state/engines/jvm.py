@@ -35,7 +35,8 @@ from state.layout import is_table_name
 
 
 def classic_spark_running() -> bool:
-    """A classic SparkContext is up in this process, whichever thread started it (``getActiveSession`` is per thread)."""
+    """A classic SparkContext is up in this process, whichever thread started it (``getActiveSession`` is per
+    thread)."""
     from pyspark import SparkContext
 
     return SparkContext._active_spark_context is not None
@@ -193,7 +194,8 @@ class JvmLog:
         snapshot = (
             head.handle if version is None else self._log(table).getSnapshotAt(version, self._none, self._none, False)
         )
-        # A snapshot's files are what it holds, each to be read: the state marks them dataChange = false, so that is left out.
+        # A snapshot's files are what it holds, each to be read: the state marks them dataChange = false, so that
+        # is left out.
         files = DataFrame(snapshot.allFiles().toDF(), self.spark).select(
             "path", "partitionValues", "modificationTime", F.col("deletionVector").isNotNull().alias("deletionVector")
         )
@@ -275,8 +277,8 @@ CONNECT_DONE = frozenset({"Finished", "Failed", "Canceled", "Closed"})
 
 def connect_executions(spark: SparkSession) -> list[tuple[str, str, frozenset[str]]] | int:
     """What this process's Spark Connect server is running: each running operation's user, session and tags, or, when
-    it holds none, the time (epoch milliseconds) its last one ended (pipelines/commands/server.py, which hosts the server, reads
-    both)."""
+    it holds none, the time (epoch milliseconds) its last one ended (pipelines/commands/server.py, which hosts the
+    server, reads both)."""
     found = spark._jvm.org.apache.spark.sql.connect.service.SparkConnectService.listActiveExecutions()  # type: ignore[union-attr]
     if found.isLeft():
         return int(found.left().get())

@@ -119,7 +119,8 @@ class PublicLog:
         versions = [int(row["version"]) for row in entries]
         if versions != list(range(after + 1, after + 1 + len(versions))):
             raise LakejoinError(
-                f"source table {table} no longer has the versions after {after} in its history (cleaned up after its retention)"
+                f"source table {table} no longer has the versions after {after} in its history (cleaned up after its "
+                "retention)"
             )
         before = None
         for entry in entries:
@@ -157,8 +158,8 @@ class PublicLog:
             shutil.rmtree(local, ignore_errors=not os.path.exists(local))
         if self.head(path) is not None:
             raise LakejoinError(
-                f"cannot delete {path} over Spark Connect: this machine does not see it; delete the folder where the server "
-                "sees it, or keep the warehouse in a catalog schema"
+                f"cannot delete {path} over Spark Connect: this machine does not see it; delete the folder where the "
+                "server sees it, or keep the warehouse in a catalog schema"
             )
 
     def _read(self, table: str, version: int | None = None):  # noqa: ANN202 - a DataFrame

@@ -78,7 +78,8 @@ NEW_TABLE = {"delta.enableDeletionVectors": "false"} | NEW_TABLE_LOG
 # The settings one command may need: a session lent to it has each either set for it or unset.
 COMMAND_CONFS = (TXN_APP_ID, TXN_VERSION, USER_METADATA, SORT_WITHIN_FILES, MATERIALIZE_SOURCE)
 GLOBAL_VIEWS = "spark.sql.globalTempDatabase"
-# The Delta line lakejoin is tested with (pyproject.toml's delta-spark pin): the one whose internals the JVM reader knows.
+# The Delta line lakejoin is tested with (pyproject.toml's delta-spark pin): the one whose internals the JVM
+# reader knows.
 PINNED_DELTA = "4.4."
 # Sessions for commands with settings of their own (a MERGE's app transaction is a session setting), so that commands
 # on different tables run at once without seeing each other's settings: per session lakejoin computes with.
@@ -359,7 +360,8 @@ class SparkDeltaEngine:
         with self._committing(path):
             if head is None and is_table_name(path):
                 # A write that creates a catalog table runs as CREATE TABLE AS SELECT, which reports none of the metrics
-                # observed on ``frame`` (ingest counts its rows that way): the table is made empty first, then appended to.
+                # observed on ``frame`` (ingest counts its rows that way): the table is made empty first, then
+                # appended to.
                 _append_to(path, self.spark.createDataFrame([], frame.schema), creating)
                 creating = {}
             _append_to(path, frame, _recording(txn, recorded, WRITER_OPTIONS) | creating)
@@ -412,7 +414,10 @@ class SparkDeltaEngine:
         if self._written(path, recorded, txn):
             return None
         condition, kept = changes_merge(keys, retraction)
-        clauses = f"WHEN MATCHED AND {retraction} THEN DELETE WHEN MATCHED AND {kept} THEN UPDATE SET * WHEN NOT MATCHED AND {kept} THEN INSERT *"
+        clauses = (
+            f"WHEN MATCHED AND {retraction} THEN DELETE WHEN MATCHED AND {kept} THEN UPDATE SET * WHEN NOT MATCHED AND "
+            f"{kept} THEN INSERT *"
+        )
         with self._committing(path):
             counts = self._merge(
                 path,
@@ -420,7 +425,8 @@ class SparkDeltaEngine:
                 txn,
                 recorded,
                 lambda source: (
-                    f"MERGE WITH SCHEMA EVOLUTION INTO {sql_name(path)} AS target USING {source} AS source ON {condition} {clauses}"
+                    f"MERGE WITH SCHEMA EVOLUTION INTO {sql_name(path)} AS target USING {source} AS source ON "
+                    f"{condition} {clauses}"
                 ),
             )
         changed = int(counts["num_affected_rows"])

@@ -115,7 +115,8 @@ def read_sides(
 
 def held_versions(state: DataFrame | None, changes: DataFrame) -> DataFrame | None:
     """The version the state table holds before the batch of each id ``changes`` names: its sequence, and whether it
-    is a tombstone (state/join/changes.py). One scan, the batch's ids broadcast; None when the table holds nothing yet."""
+    is a tombstone (state/join/changes.py). One scan, the batch's ids broadcast; None when the table holds nothing
+    yet."""
     if state is None:
         return None
     return latest_held(state).join(F.broadcast(changes.select(ID).distinct()), ID, "left_semi")
@@ -126,7 +127,8 @@ class BufferUpdate:
     """What one batch does to one state table: the rows its MERGE inserts and what leaves its buffers."""
 
     table: StateTable
-    rows: DataFrame  # the batch's arrivals of the relation the table keeps, with their membership columns (and a store's marks)
+    # the batch's arrivals of the relation the table keeps, with their membership columns (and a store's marks)
+    rows: DataFrame
     eviction: Memberships  # each buffer's cutoff after the batch, and how long a row in none stays
     moved: bool  # some cutoff moved since before the batch
     exists: bool  # the table existed before the batch
@@ -189,7 +191,8 @@ def _memberships(table: StateTable, rule: EvictionRule, marks: Watermarks) -> Me
 
 
 def store_probe_rule(relations: Sequence[Relation], window: int | None) -> EvictionRule:
-    """The store/probe model's eviction (state/join/bounds.py): a store's rule for its own records, else a probe buffer's."""
+    """The store/probe model's eviction (state/join/bounds.py): a store's rule for its own records, else a probe
+    buffer's."""
 
     def rule(buffer: Buffer, marks: Watermarks) -> Eviction | None:
         if buffer.kind == "store":
@@ -276,8 +279,8 @@ def stored_rows(arrivals: DataFrame, state: DataFrame | None) -> DataFrame:
 def kept_by_buffers(arrivals: DataFrame, eviction: Memberships) -> DataFrame:
     """The arrivals, each with a column per buffer saying whether it keeps them (at or above its cutoff), less those the
     table keeps no more (``Memberships.gone``): they can meet no future arrival, and no copy of them can arrive on time.
-    A change feed's rows (state/join/changes.py) are all stored, tombstones in no buffer: each holds its id's version, which
-    an older change must not undo."""
+    A change feed's rows (state/join/changes.py) are all stored, tombstones in no buffer: each holds its id's version,
+    which an older change must not undo."""
     changes = DELETED in arrivals.columns
     live = f"NOT coalesce({DELETED}, false)" if changes else "true"
     flags = {

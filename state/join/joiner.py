@@ -69,7 +69,8 @@ def data_columns(columns: Iterable[str]) -> tuple[str, ...]:
 @dataclass(frozen=True)
 class Projection:
     """Gold's columns for a tuple: each member's id and event time as lakejoin derives them, then every column of
-    each record prefixed by its relation (``r_amount``) or, when configured, the ``select`` expressions; the owner last."""
+    each record prefixed by its relation (``r_amount``) or, when configured, the ``select`` expressions; the owner
+    last."""
 
     columns: dict[str, tuple[str, ...]]  # relation name -> the record columns gold carries (default projection)
     select: tuple[str, ...] | None = None  # Spark SQL expressions over the relations' aliases (r.*, s.*), with aliases

@@ -50,7 +50,8 @@ class ChangeSpec:
     )
     sequence_by: str | None = setting(
         None,
-        doc="Files: the column ordering an id's changes (an integer or a timestamp); the latest wins, whatever the arrival order.",
+        doc="Files: the column ordering an id's changes (an integer or a timestamp); the latest wins, whatever the "
+        "arrival order.",
         unset="a source table's commit version",
     )
     values: dict[str, tuple[str, ...]] = setting(
@@ -73,7 +74,8 @@ class ChangeSpec:
         if raw == "cdf":
             if table is None:
                 raise LakejoinError(
-                    f"{where}: cdf reads a source table's Change Data Feed: set relations.{name}.table, or give files' columns ({{op: <column>, sequence_by: <column>}})"
+                    f"{where}: cdf reads a source table's Change Data Feed: set relations.{name}.table, or give files' "
+                    "columns ({op: <column>, sequence_by: <column>})"
                 )
             return cls()
         known = ("op", "sequence_by", *cls().values)  # the values' keys: insert, update, delete
@@ -84,7 +86,8 @@ class ChangeSpec:
             or not _is_name(raw.get("sequence_by"))
         ):
             raise LakejoinError(
-                f"{where} must be cdf (a source table's Change Data Feed) or {{op: <column>, sequence_by: <column>}} (files), got {raw!r}"
+                f"{where} must be cdf (a source table's Change Data Feed) or {{op: <column>, sequence_by: <column>}} "
+                f"(files), got {raw!r}"
             )
         if table is not None:
             raise LakejoinError(
@@ -146,12 +149,13 @@ class RelationSpec:
     )
     skip_change_commits: bool = setting(
         False,
-        doc="With a `table`: skip its commits that remove or rewrite rows (DELETE, UPDATE, MERGE, overwrite) instead of refusing them.",
+        doc="With a `table`: skip its commits that remove or rewrite rows (DELETE, UPDATE, MERGE, overwrite) instead "
+        "of refusing them.",
     )
     changes: ChangeSpec | None = setting(
         None,
-        doc="The rows are changes of records, not new records: `cdf` for a table's Change Data Feed, or the `changes.*` "
-        "settings below for files. Inner and synchronized joins only.",
+        doc="The rows are changes of records, not new records: `cdf` for a table's Change Data Feed, or the "
+        "`changes.*` settings below for files. Inner and synchronized joins only.",
         unset="new records only",
         example="{op: op, sequence_by: lsn}",
     )
@@ -200,7 +204,8 @@ class RelationSpec:
             raise LakejoinError(f"config: relations.{name}.required must be a list of column names, got {required!r}")
         if not isinstance(columns, dict) or not all(_is_name(k) and isinstance(v, str) for k, v in columns.items()):
             raise LakejoinError(
-                f"config: relations.{name}.columns must map column names to Spark SQL types (e.g. amount: double), got {columns!r}"
+                f"config: relations.{name}.columns must map column names to Spark SQL types (e.g. amount: double), got "
+                f"{columns!r}"
             )
         table, skip = raw.get("table"), raw.get("skip_change_commits", False)
         if table is not None and (not isinstance(table, str) or not table.strip()):
@@ -209,16 +214,19 @@ class RelationSpec:
             )
         if table is not None and columns:
             raise LakejoinError(
-                f"config: relations.{name}.columns types the columns of text files; table {table} declares its own types: remove it"
+                f"config: relations.{name}.columns types the columns of text files; table {table} declares its own "
+                "types: remove it"
             )
         if not isinstance(skip, bool) or (skip and table is None):
             raise LakejoinError(
-                f"config: relations.{name}.skip_change_commits must be true or false, and only with a table, got {skip!r}"
+                f"config: relations.{name}.skip_change_commits must be true or false, and only with a table, got "
+                f"{skip!r}"
             )
         changes = ChangeSpec.parse(name, raw.get("changes"), table)
         if changes is not None and skip:
             raise LakejoinError(
-                f"config: relations.{name}: a change feed applies a source table's updates and deletes; skip_change_commits would drop them: remove it"
+                f"config: relations.{name}: a change feed applies a source table's updates and deletes; "
+                "skip_change_commits would drop them: remove it"
             )
         followed = [] if changes is None or changes.cdf else [changes.op, changes.sequence_by]
         for key, names in (
@@ -231,8 +239,9 @@ class RelationSpec:
             for column in names:
                 if storable(column, 0) != column:
                     raise LakejoinError(
-                        f"config: relations.{name}.{key} names {column!r}, which bronze stores as {storable(column, 0)!r} "
-                        f"(Delta cannot store whitespace or ' ,;{{}}()=' in a name): use {storable(column, 0)!r}"
+                        f"config: relations.{name}.{key} names {column!r}, which bronze stores as "
+                        f"{storable(column, 0)!r} (Delta cannot store whitespace or ' ,;{{}}()=' in a name): use "
+                        f"{storable(column, 0)!r}"
                     )
         idle = None if raw.get("idle_after") is None else _seconds(raw["idle_after"], f"relations.{name}.idle_after")
         landing = raw.get("landing")
@@ -240,7 +249,8 @@ class RelationSpec:
             raise LakejoinError(f"config: relations.{name}.landing must be a folder's path, got {landing!r}")
         if landing is not None and table is not None:
             raise LakejoinError(
-                f"config: relations.{name} reads table {table} in place and takes no files: remove its landing or its table"
+                f"config: relations.{name} reads table {table} in place and takes no files: remove its landing or its "
+                "table"
             )
         return cls(
             tuple(ids), raw.get("event_time", "ts"), dict(columns), tuple(required), table, skip, changes, idle, landing

@@ -119,7 +119,10 @@ class BatchPlan:
     @property
     def ingested(self) -> str:
         """The batch's arrivals ingested before it, as a predicate on bronze's ``_arrival_seq``."""
-        return f"(_arrival_seq > {self.seq_from} AND _arrival_seq <= {self.ingested_to if self.ingested_to is not None else self.seq_to})"
+        return (
+            f"(_arrival_seq > {self.seq_from} AND _arrival_seq <= "
+            f"{self.ingested_to if self.ingested_to is not None else self.seq_to})"
+        )
 
     @property
     def slice(self) -> str:
@@ -127,7 +130,10 @@ class BatchPlan:
         places a crashed ingest may have left between them)."""
         if not self.files:
             return self.ingested
-        return f"({self.ingested} OR (_arrival_seq > {min(file.first for file in self.files)} AND _arrival_seq <= {self.seq_to}))"
+        return (
+            f"({self.ingested} OR (_arrival_seq > {min(file.first for file in self.files)} AND _arrival_seq <= "
+            f"{self.seq_to}))"
+        )
 
     @property
     def bound(self) -> int:

@@ -34,8 +34,8 @@ def require_engine_for(warehouse: Warehouse, engine: DeltaReader) -> None:
     in_catalog = next((table for table in warehouse.tables() if is_table_name(table)), None)
     if in_catalog is not None and engine.name != "spark":
         raise LakejoinError(
-            f"{in_catalog.rpartition('.')[0]} is a Unity Catalog schema: its tables need Delta on Spark (engine 'spark', "
-            "as on Databricks); delta-rs takes a folder path"
+            f"{in_catalog.rpartition('.')[0]} is a Unity Catalog schema: its tables need Delta on Spark (engine "
+            "'spark', as on Databricks); delta-rs takes a folder path"
         )
 
 
@@ -100,7 +100,8 @@ def check_consistency(engine: DeltaReader, warehouse: Warehouse, pipeline: str, 
     if found and unfinished is None:
         name = warehouse.name_of(next(iter(found)))
         raise LakejoinError(
-            f"{name} holds batch {tail.last_batch_id + 1}, which the batch log has not committed, without its plan: {_rebuild(warehouse)}"
+            f"{name} holds batch {tail.last_batch_id + 1}, which the batch log has not committed, without its plan: "
+            f"{_rebuild(warehouse)}"
         )
     newest = unfinished or (tail.last and _pinned(tail.last))
     batch = tail.last_batch_id + (unfinished is not None)  # the batch that read what ``newest`` pins
@@ -117,7 +118,8 @@ def check_consistency(engine: DeltaReader, warehouse: Warehouse, pipeline: str, 
         current = engine.version(path)
         if version is not None and current is None:
             raise LakejoinError(
-                f"{warehouse.name_of(path)} is missing, but batch {batch} read its version {version}: {_rebuild(warehouse)}"
+                f"{warehouse.name_of(path)} is missing, but batch {batch} read its version {version}: "
+                f"{_rebuild(warehouse)}"
             )
         if version is not None and current < version:  # type: ignore[operator] - present
             raise LakejoinError(
@@ -201,7 +203,8 @@ def _check_output(
         return {}
     if info.txn_version is None:
         raise LakejoinError(
-            f"{name} was not written by pipeline '{pipeline}' (no Delta transaction of {app_id!r}): move it away, or {fix}"
+            f"{name} was not written by pipeline '{pipeline}' (no Delta transaction of {app_id!r}): move it away, or "
+            f"{fix}"
         )
     if (
         written_every_batch

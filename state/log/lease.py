@@ -77,8 +77,9 @@ class Lease:
                     f"SELECT holder, expires_at FROM {self.table} WHERE job = {literal(self.job)}"
                 ).first()
                 raise WarehouseBusy(
-                    f"another 'lakejoin {self.job}' holds {self.table.rpartition('.')[0]} ({row.holder}, its lease runs to "
-                    f"{row.expires_at} UTC unless renewed); this one did nothing: retry when it is done, or pass --wait SECONDS"
+                    f"another 'lakejoin {self.job}' holds {self.table.rpartition('.')[0]} ({row.holder}, its lease "
+                    f"runs to {row.expires_at} UTC unless renewed); this one did nothing: retry when it is done, or "
+                    "pass --wait SECONDS"
                 )
             time.sleep(POLL_SECONDS)
         self._renewer = threading.Thread(target=self._renew_while_held, name=f"lakejoin-lease-{self.job}", daemon=True)
@@ -93,8 +94,8 @@ class Lease:
         if self._lost or not self._renewed():
             self._lost = True
             raise LeaseLost(
-                f"this run's lease on {self.table.rpartition('.')[0]} lapsed and another run took the warehouse: it stopped "
-                "before committing its batch, which the other run resumes"
+                f"this run's lease on {self.table.rpartition('.')[0]} lapsed and another run took the warehouse: it "
+                "stopped before committing its batch, which the other run resumes"
             )
 
     def release(self) -> None:
@@ -111,8 +112,9 @@ class Lease:
         rows = " UNION ALL ".join(f"SELECT {literal(job)} AS job" for job in JOBS)
         try:
             self.spark.sql(
-                f"CREATE TABLE IF NOT EXISTS {self.table} USING DELTA TBLPROPERTIES ('delta.enableDeletionVectors' = 'false') "
-                f"AS SELECT job, CAST(NULL AS STRING) AS holder, CAST(0 AS BIGINT) AS epoch, CAST(NULL AS TIMESTAMP) AS expires_at FROM ({rows})"
+                f"CREATE TABLE IF NOT EXISTS {self.table} USING DELTA TBLPROPERTIES ('delta.enableDeletionVectors' = "
+                "'false') AS SELECT job, CAST(NULL AS STRING) AS holder, CAST(0 AS BIGINT) AS epoch, CAST(NULL AS "
+                f"TIMESTAMP) AS expires_at FROM ({rows})"
             )
         except Exception as exc:  # noqa: BLE001 - a concurrent creation surfaces as the catalog's error or Delta's
             if not any(mark in str(exc) for mark in CREATED):
@@ -122,14 +124,16 @@ class Lease:
         """Take the lease if it is free or lapsed: whether this run now holds it."""
         started = time.monotonic()
         taken = self._update(
-            f"holder = {literal(self.holder)}, epoch = epoch + 1, expires_at = current_timestamp() + INTERVAL {LEASE_SECONDS} SECONDS",
+            f"holder = {literal(self.holder)}, epoch = epoch + 1, expires_at = current_timestamp() + INTERVAL "
+            f"{LEASE_SECONDS} SECONDS",
             "holder IS NULL OR expires_at < current_timestamp()",
         )
         if taken:
             self._renewed_at = started
             self.epoch = (
                 self.spark.sql(
-                    f"SELECT epoch FROM {self.table} WHERE job = {literal(self.job)} AND holder = {literal(self.holder)}"
+                    f"SELECT epoch FROM {self.table} WHERE job = {literal(self.job)} AND holder = "
+                    f"{literal(self.holder)}"
                 )
                 .first()
                 .epoch
@@ -162,7 +166,8 @@ class Lease:
                     raise
             time.sleep(random.uniform(0.1, 0.5) * (attempt + 1))
         raise LakejoinError(
-            f"{self.table} kept changing under this run for {CONFLICT_RETRIES} tries: another process rewrites it; retry"
+            f"{self.table} kept changing under this run for {CONFLICT_RETRIES} tries: another process rewrites it; "
+            "retry"
         )
 
     def _renew_while_held(self) -> None:

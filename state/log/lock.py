@@ -2,9 +2,9 @@
 
 On a folder the lock is an OS file lock (``flock``) on ``<warehouse>/_lakejoin_<job>.lock``: the kernel releases it
 when its holder exits or dies, even by ``kill -9``, so a crashed run never leaves a stale lock behind. A Unity
-Catalog schema has no file to lock: there it is a lease in a table of the schema (state/log/lease.py), which a run proves
-still held before each batch's writes and commit (``Held.check``). Object-store folders (``s3://``, ``abfss://``, …)
-have neither: there the scheduler must not overlap runs (the bundle's jobs set ``max_concurrent_runs: 1``).
+Catalog schema has no file to lock: there it is a lease in a table of the schema (state/log/lease.py), which a run
+proves still held before each batch's writes and commit (``Held.check``). Object-store folders (``s3://``, ``abfss://``,
+…) have neither: there the scheduler must not overlap runs (the bundle's jobs set ``max_concurrent_runs: 1``).
 """
 
 from __future__ import annotations

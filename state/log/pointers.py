@@ -1,6 +1,6 @@
 """A source table's rows found again by pointer: bronze keeps, for a Delta table read in place, each row's data file
-and row index (pipelines/bronze/sources.py ingests them), and the batches and audits that need the row's columns read them
-from the table's data files here."""
+and row index (pipelines/bronze/sources.py ingests them), and the batches and audits that need the row's columns read
+them from the table's data files here."""
 
 from __future__ import annotations
 
@@ -35,7 +35,8 @@ def with_source_columns(
     located = pointers.withColumn("_file_name", F.substring_index("_source_file", "/", -1))
     if files:
         read = engine.source_files(table, stored, [(version, path) for path, version in files])
-        # no broadcast hint: a batch's pointers are a local relation Spark broadcasts by size; a whole bronze (validate) is not
+        # no broadcast hint: a batch's pointers are a local relation Spark broadcasts by size; a whole bronze
+        # (validate) is not
         joined = read.join(
             located, (read["_file_name"] == located["_file_name"]) & (read["_row_index"] == located["_source_line"])
         )
@@ -100,8 +101,9 @@ def read_failure(table: str):  # noqa: ANN202 - the ``refuse`` of ``land``
         text = str(exc.java_exception.toString()) if isinstance(exc, Py4JJavaError) else str(exc)
         if "FileNotFound" in text or "PATH_NOT_FOUND" in text or "FILE_NOT_EXIST" in text or "does not exist" in text:
             return LakejoinError(
-                f"source table {table}: data files lakejoin has not joined yet were deleted (VACUUM): restore them, or join the "
-                "table's current snapshot in a new warehouse; keep VACUUM's retention above the time between runs"
+                f"source table {table}: data files lakejoin has not joined yet were deleted (VACUUM): restore them, or "
+                "join the table's current snapshot in a new warehouse; keep VACUUM's retention above the time between "
+                "runs"
             )
         return LakejoinError(
             f"cannot read source table {table}: {(text.strip().splitlines() or [type(exc).__name__])[0]}"
