@@ -1,11 +1,14 @@
-"""Every measured figure in the README and the docs comes from a results file named beside it.
+"""Every measured figure in the README and the docs comes from a named field of a results file of committed code.
 
-A figure is a time (``12.3 s``, ``450 ms``, ``14.5 min``) or a ratio (``1.68×``). The results files a paragraph names (its own, its
-footnotes', or else its section's: a ``name.json`` or a ``make bench-…`` target) must hold it, at the precision it is
-written: as a value, the median of a list of values, or for a ratio the quotient of two values whose places differ in
-one key (two systems, two steps of one system) or of one place in two files (the two engines), a list's elements
-left out of ratios. A figure that drifts
-from its file, or a file renamed, fails here. The changelog is exempt: it keeps earlier figures of earlier code.
+A figure is a time (``12.3 s``, ``450 ms``, ``14.5 min``) or a ratio (``1.68×``). Outside the benchmarks page, each is
+followed by a Markdown comment naming where it comes from: one field of one results file
+(``0.75×<!-- backlog.json: ratios.lakejoin_over_structured_streaming -->``) or the ratio of two fields, of one file or
+of two (``2.31×<!-- backlog_spark.json: systems.lakejoin.total_s / systems.by-hand.total_s -->``, ``1.98×<!--
+backlog_spark.json: systems.lakejoin.total_s / backlog.json: systems.lakejoin.total_s -->``); a list's field is read
+as its median. The figure must equal that value at the precision it is written, and the file must record the commit
+it measured, with no uncommitted change (``+changes``). The benchmarks page, which holds every table, is held to the
+looser rule of its results files named beside each paragraph until it is generated from them. The changelog is exempt:
+it keeps earlier figures of earlier code.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import pytest
 from tests.helpers import REPO
 
 RESULTS = os.path.join(REPO, "benchmarks", "results")
+BENCHMARKS_PAGE = "docs/benchmarks.md"
 PAGES = [
     "README.md",
     *(
@@ -31,6 +35,7 @@ PAGES = [
         if name.endswith(".md") and name != "changelog.md"
     ),
 ]
+QUOTING_PAGES = [page for page in PAGES if page != BENCHMARKS_PAGE]
 
 # What each make target writes (the scripts' default names, both engines where the target runs both).
 TARGET_FILES = {
@@ -39,7 +44,7 @@ TARGET_FILES = {
     "bench-history": ("history.json", "history_spark.json"),
     "bench-demo": ("demo.json",),
     "sizing-day": ("day.json",),
-    "bench-suite": ("suite.json", "suite_before.json"),
+    "bench-suite": ("suite.json",),
     "bench-cli": ("cli_deltars.json", "cli_spark.json"),
     "bench-commit": ("delta_commit.json",),
     "bench-sizing": ("sizing.json", "sizing_spark.json"),
@@ -166,9 +171,8 @@ def unsourced(text: str) -> list[str]:
     return missing
 
 
-@pytest.mark.parametrize("page", PAGES)
-def test_every_figure_is_held_by_a_results_file_named_beside_it(page: str) -> None:
-    with open(os.path.join(REPO, page), encoding="utf-8") as text:
+def test_every_figure_of_the_benchmarks_page_is_held_by_a_results_file_named_beside_it() -> None:
+    with open(os.path.join(REPO, BENCHMARKS_PAGE), encoding="utf-8") as text:
         assert unsourced(text.read()) == []
 
 
@@ -192,3 +196,106 @@ def test_a_figure_that_drifts_from_its_file_or_names_none_is_found() -> None:
         )
         == []
     )
+
+
+SOURCE = re.compile(r"\s*<!--(.*?)-->", re.S)
+FIELD = re.compile(r"^\s*(?:([\w.-]+\.json)\s*:)?\s*(.+?)\s*$", re.S)
+COMMITTED = re.compile(r"^[0-9a-f]{7,40}$")
+
+
+def field_value(document: object, path: str) -> float:
+    """The number at ``path`` (keys joined by dots) of a results document; a list's ``median`` is its median."""
+    node = document
+    for key in path.split("."):
+        if key == "median" and isinstance(node, list):
+            node = statistics.median(node)
+        elif isinstance(node, dict) and key in node:
+            node = node[key]
+        elif isinstance(node, list) and key.isdigit() and int(key) < len(node):
+            node = node[int(key)]
+        else:
+            raise KeyError(f"no field {path}")
+    if isinstance(node, bool) or not isinstance(node, (int, float)):
+        raise KeyError(f"{path} is not a number")
+    return float(node)
+
+
+def sourced_value(source: str, load=results) -> float:
+    """The value a figure's source names: ``file.json: field`` or a ratio of two fields (``/``), of one file or two."""
+    parts = [FIELD.match(part) for part in source.split(" / ")]
+    if not 1 <= len(parts) <= 2 or any(part is None for part in parts) or parts[0].group(1) is None:
+        raise ValueError(f"<!--{source}--> names no results file and field")
+    file = parts[0].group(1)
+    value = []
+    for part in parts:
+        file = part.group(1) or file
+        document = load(file)
+        commit = str(document.get("commit", "")) if isinstance(document, dict) else ""
+        if not COMMITTED.match(commit):
+            raise ValueError(f"{file} records commit {commit or 'none'}: measure it again on committed code")
+        value.append(field_value(document, part.group(2)))
+    return value[0] if len(value) == 1 else value[0] / value[1]
+
+
+def unquoted(text: str, load=results) -> list[str]:
+    """The figures of a quoting page's ``text`` without a source comment, or that differ from what it names."""
+    text = CODE.sub("", re.sub(r"```.*?```", "", text, flags=re.S))
+    wrong = []
+    for match in FIGURE.finditer(text):
+        figure, unit, where = (
+            match.group(1),
+            match.group(3).strip(),
+            " ".join(text[match.start() : match.end() + 60].split()),
+        )
+        source = SOURCE.match(text, match.end())
+        if match.group(2) is not None:
+            wrong.append(f"“{where}”: a range; write each end as a figure with its source")
+        elif source is None:
+            wrong.append(f"“{where}”: no <!-- file.json: field --> after it")
+        else:
+            try:
+                value = sourced_value(source.group(1).strip(), load)
+            except (OSError, KeyError, ValueError) as exc:
+                wrong.append(f"“{where}”: {exc}")
+                continue
+            scaled = {"ms": [value * 1000, value], "min": [value, value / 60]}.get(unit, [value])
+            written = float(figure.replace(",", ""))
+            tolerance = 0.5 * 10 ** -len(figure.partition(".")[2]) + 1e-9
+            if all(abs(each - written) > tolerance for each in scaled):
+                wrong.append(f"“{where}”: {value:.4g} in {source.group(1).strip()}")
+    return wrong
+
+
+@pytest.mark.parametrize("page", QUOTING_PAGES)
+def test_every_figure_outside_the_benchmarks_page_names_its_field_of_a_committed_results_file(page: str) -> None:
+    with open(os.path.join(REPO, page), encoding="utf-8") as text:
+        assert unquoted(text.read()) == []
+
+
+def test_a_figure_that_differs_from_its_field_or_names_none_or_uncommitted_code_is_found() -> None:
+    files = {
+        "run.json": {"commit": "0123abc", "systems": {"lakejoin": {"total_s": 46.0}, "stream": {"total_s": 50.0}}},
+        "dirty.json": {"commit": "0123abc+changes", "total_s": 46.0},
+        "nameless.json": {"total_s": 46.0},
+        "rounds.json": {"commit": "0123abc", "rounds": [3.0, 1.0, 2.0]},
+    }
+    quoted = "took 0.92×<!-- run.json: systems.lakejoin.total_s / systems.stream.total_s --> its time"
+    assert unquoted(quoted, files.__getitem__) == []
+    assert (
+        unquoted(
+            "46.0 s<!-- run.json: systems.lakejoin.total_s -->, 2.0 s<!-- rounds.json: rounds.median -->",
+            files.__getitem__,
+        )
+        == []
+    )
+    for wrong in (
+        quoted.replace("0.92×", "0.87×"),
+        quoted.replace("lakejoin.total_s", "lakejoin.rows"),
+        "took 0.92× its time",
+        "took 0.92×<!-- systems.lakejoin.total_s / systems.stream.total_s --> its time",
+        "took 46.0 s<!-- dirty.json: total_s -->",
+        "took 46.0 s<!-- nameless.json: total_s -->",
+        "took 46.0 s<!-- absent.json: total_s -->",
+        "took 40–46.0 s<!-- run.json: systems.lakejoin.total_s -->",
+    ):
+        assert len(unquoted(wrong, lambda name: files[name] if name in files else results(name))) == 1, wrong
