@@ -1,5 +1,5 @@
 """The documentation site builds in strict mode (a broken link, a missing anchor or a stale API reference fails it),
-and its config reference comes from the settings' own definitions."""
+and its config reference comes from the settings' own definitions; no page outgrows an evening's reading."""
 
 from __future__ import annotations
 
@@ -46,3 +46,15 @@ def test_the_reference_names_every_key_a_config_may_hold():
     assert all(f"`relations.NAME.{field.name}`" in text for field in fields(RelationSpec))
     assert all(f"`relations.NAME.changes.{key}`" in text for key in ("op", "sequence_by", *ChangeSpec().values))
     assert all(f"`expectations.{field.name}`" in text for field in fields(Expectations))
+
+
+DOCS = os.path.join(REPO, "docs")
+LONGEST = {"docs/design.md": 40_000, "docs/benchmarks.md": 60_000, "docs/changelog.md": 60_000}
+
+
+@pytest.mark.parametrize(
+    "page", ["README.md", *(f"docs/{name}" for name in sorted(os.listdir(DOCS)) if name.endswith(".md"))]
+)
+def test_a_page_is_short_enough_to_read_in_one_sitting(page):
+    """No page over 30 KB: the design 40 KB, the benchmarks page and the changelog (tables and history) 60 KB."""
+    assert os.path.getsize(os.path.join(REPO, page)) <= LONGEST.get(page, 30_000)
