@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 FLINK_VENV := .venv-flink
 FLINK_STAMP := $(FLINK_VENV)/.installed
 
-.PHONY: demo test bench-state bench-dq bench-peers bench-peers-bounded bench-engines bench-memory bench-commit bench-sources bench-nway bench-final bench-cli bench-changes bench-idle bench-sizing bench-backlog bench-history bench-small bench-costs bench-demo sizing-day bench-suite
+.PHONY: demo test bench-state bench-dq bench-peers bench-peers-bounded bench-engines bench-memory bench-commit bench-sources bench-nway bench-final bench-cli bench-changes bench-idle bench-sizing bench-backlog bench-history bench-small bench-costs bench-demo sizing-day bench-suite bench-report
 
 $(STAMP): pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is required: install it, or pass PYTHON=/path/to/python3.11"; exit 1; }
@@ -126,7 +126,8 @@ bench-small: $(STAMP)
 # delta-rs, then Delta on Spark when LAKEJOIN_DELTA_JARS names Delta's jars (tests/test_costs.py holds the budgets)
 bench-costs: $(STAMP)
 	env -u LAKEJOIN_DELTA_JARS $(VENV)/bin/python -m benchmarks.costs
-	if [ -n "$$LAKEJOIN_DELTA_JARS" ]; then $(VENV)/bin/python -m benchmarks.costs --engine spark; \
+	if [ -n "$$LAKEJOIN_DELTA_JARS" ]; then $(VENV)/bin/python -m benchmarks.costs --engine spark && \
+		$(VENV)/bin/python -m benchmarks.costs --engine spark --log-reader public --out benchmarks/results/costs_spark_public_reader.json; \
 	else echo "bench-costs: Delta on Spark skipped: set LAKEJOIN_DELTA_JARS to a folder of Delta's JVM jars"; fi
 
 # What `make test` costs (its wall time, the ten slowest tests); LOG=FILE reads a finished run's output instead
@@ -140,3 +141,8 @@ sizing-day: $(STAMP)
 # What `make demo` costs, 3 runs each in a process of its own: delta-rs (the demo's engine on a fresh machine)
 bench-demo: $(STAMP)
 	env -u LAKEJOIN_DELTA_JARS $(VENV)/bin/python -m benchmarks.demo
+
+# docs/benchmarks.md from the results files, each table with its run's commit, day and machine and an age mark where
+# the measured code has moved past it (tests/test_figures.py fails when the page and the files disagree); no Spark
+bench-report:
+	$(PYTHON) -m benchmarks.page

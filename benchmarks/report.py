@@ -2,18 +2,28 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
+import platform
 import statistics
 import subprocess
 
 
 def write_json(path: str, figures: dict) -> None:
     """``figures`` as indented JSON at ``path``, creating its folder (``benchmarks/results`` by default), with the commit
-    of the code that measured them."""
+    of the code that measured them, the day and the machine: the generated benchmarks page (``make bench-report``)
+    names all three beside each table."""
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    measured = {"commit": MEASURED_ON, "day": datetime.date.today().isoformat(), "machine": machine()}
     with open(path, "w", encoding="utf-8") as handle:
-        json.dump({"commit": MEASURED_ON, **figures}, handle, indent=2)
+        json.dump({**measured, **figures}, handle, indent=2)
+
+
+def machine() -> str:
+    """Where a figure was measured: timings only compare within one machine (and one sitting)."""
+    memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{os.cpu_count()} cores, {memory_gib:.0f} GiB, {platform.system()}, Python {platform.python_version()}"
 
 
 def measured_on() -> str:

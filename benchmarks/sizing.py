@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import shutil
 import statistics
 import tempfile
@@ -35,7 +34,7 @@ import numpy as np
 from pyspark.sql import SparkSession
 
 from benchmarks.peers import landed_batches, phase_medians, same_pairs
-from benchmarks.report import write_json
+from benchmarks.report import machine, write_json
 from pipelines import Pipeline
 from pipelines.commands.demo import DemoOptions
 from pipelines.spark import DELTA_JARS, get_spark
@@ -134,14 +133,14 @@ def main() -> None:
         "runs": runs,
         "fit": fitted,
     }
-    machine = (
-        f"{os.cpu_count()} cores, {platform.platform()}, Python {platform.python_version()}, Spark {spark.version}, local[2]; "
+    where = (
+        f"{machine()}, Spark {spark.version}, local[2]; "
         f"load average {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
     )
 
     print(
         f"\nlakejoin on {args.engine}; {args.rows:,} records per relation, {args.keys:,} keys, disorder {args.disorder}, "
-        f"{args.files} Parquet files per relation, unbounded state; {machine}"
+        f"{args.files} Parquet files per relation, unbounded state; {where}"
     )
     print(
         f"ingest: {len(ingest_s)} files, {rows:,} rows: median {figures['ingest']['per_file_p50_s']:.2f} s a file, "
@@ -165,7 +164,7 @@ def main() -> None:
             + ", ".join(f"{phase} {s:.2f}" for phase, s in list(run["batch_phase_p50_s"].items())[:6])
         )
     wall_s = time.perf_counter() - began
-    write_json(args.out, {"config": vars(args), "machine": machine, "wall_s": wall_s, **figures})
+    write_json(args.out, {"config": vars(args), "machine": where, "wall_s": wall_s, **figures})
     print(f"written: {args.out} ({wall_s:.0f} s in all)")
     spark.stop()
     shutil.rmtree(root, ignore_errors=True)

@@ -1,120 +1,46 @@
 """Every measured figure in the README and the docs comes from a named field of a results file of committed code.
 
-A figure is a time (``12.3 s``, ``450 ms``, ``14.5 min``) or a ratio (``1.68×``). Outside the benchmarks page, each is
-followed by a Markdown comment naming where it comes from: one field of one results file
+The benchmarks page is generated from the results files (``make bench-report``, ``benchmarks/page.py``): it must be
+what they render, age marks aside, and the results folder holds each make target's current run and nothing else.
+Elsewhere a figure is a time (``12.3 s``, ``450 ms``, ``14.5 min``) or a ratio (``1.68×``), followed by a Markdown
+comment naming where it comes from: one field of one results file
 (``0.75×<!-- backlog.json: ratios.lakejoin_over_structured_streaming -->``) or the ratio of two fields, of one file or
-of two (``2.31×<!-- backlog_spark.json: systems.lakejoin.total_s / systems.by-hand.total_s -->``, ``1.98×<!--
-backlog_spark.json: systems.lakejoin.total_s / backlog.json: systems.lakejoin.total_s -->``); a list's field is read
-as its median. The figure must equal that value at the precision it is written, and the file must record the commit
-it measured, with no uncommitted change (``+changes``). The benchmarks page, which holds every table, is held to the
-looser rule of its results files named beside each paragraph until it is generated from them. The changelog is exempt:
-it keeps earlier figures of earlier code.
+of two (``2.31×<!-- backlog_spark.json: systems.lakejoin.total_s / systems.by-hand.total_s -->``); a list's field is
+read as its median. The figure must equal that value at the precision it is written, and the file must record the
+commit it measured, with no uncommitted change (``+changes``). The changelog is exempt: it keeps earlier figures of
+earlier code.
 """
 
 from __future__ import annotations
 
-import itertools
+import copy
 import json
 import os
 import re
 import statistics
-from collections import defaultdict
-from collections.abc import Iterator
 
 import pytest
 
+from benchmarks import page
 from tests.helpers import REPO
 
 RESULTS = os.path.join(REPO, "benchmarks", "results")
 BENCHMARKS_PAGE = "docs/benchmarks.md"
-PAGES = [
+QUOTING_PAGES = [
     "README.md",
     *(
         f"docs/{name}"
         for name in sorted(os.listdir(os.path.join(REPO, "docs")))
-        if name.endswith(".md") and name != "changelog.md"
+        if name.endswith(".md") and name not in ("changelog.md", "benchmarks.md")
     ),
 ]
-QUOTING_PAGES = [page for page in PAGES if page != BENCHMARKS_PAGE]
-
-# What each make target writes (the scripts' default names, both engines where the target runs both).
-TARGET_FILES = {
-    "bench-backlog": ("backlog.json", "backlog_spark.json", "backlog_ingest.json", "backlog_ingest_spark.json"),
-    "bench-small": ("small.json", "small_spark.json"),
-    "bench-history": ("history.json", "history_spark.json"),
-    "bench-demo": ("demo.json",),
-    "sizing-day": ("day.json",),
-    "bench-suite": ("suite.json",),
-    "bench-cli": ("cli_deltars.json", "cli_spark.json"),
-    "bench-commit": ("delta_commit.json",),
-    "bench-sizing": ("sizing.json", "sizing_spark.json"),
-    "bench-changes": ("changes.json", "changes-spark.json"),
-    "bench-idle": ("idle.json",),
-    "bench-nway": ("nway.json",),
-    "bench-final": ("final.json",),
-    "bench-dq": ("expectations_cost.json",),
-    "bench-engines": ("engines.json",),
-    "bench-sources": ("table_sources.json", "table_sources_wide.json"),
-    "bench-state": ("bounded_state.json", "unbounded_state.json"),
-    "bench-memory": ("driver_memory_512m.json", "driver_memory_large_file_1g.json"),
-    "bench-peers": ("peers.json", "peers_spark.json"),
-    "bench-peers-bounded": ("peers_bounded.json",),
-}
+RESULTS_FILES = [file for section in page.SECTIONS for file in section.files]
 
 NUMBER = r"\d[\d,]*(?:\.\d+)?"
 FIGURE = re.compile(
     rf"(?<![\w.,\-/])({NUMBER})(?:\s?[–-]\s?({NUMBER}))?(\s(?:ms|s|min)|×)(?![\w/])"
 )  # 1.5× a ratio, 2 × 3 a product
-NAMED_FILE = re.compile(r"([\w-]+\.json)")
-NAMED_TARGET = re.compile(r"make (bench-[\w-]+)")
-FOOTNOTE = re.compile(r"\[\^([\w-]+)\]")
 CODE = re.compile(r"`[^`]*`")
-
-
-def paragraphs(text: str) -> Iterator[tuple[str, list[str], dict[str, str]]]:
-    """Each paragraph (or table row) of a page with the texts of the sections it is in (innermost first), code blocks
-    left out, and the page's footnotes."""
-    text = re.sub(r"```.*?```", "", text, flags=re.S)
-    notes = {
-        match.group(1): match.group(2)
-        for match in re.finditer(r"^\[\^([\w-]+)\]:(.*(?:\n(?: {4}.*|\s*$))*)", text, re.M)
-    }
-    parents = re.split(r"^(?=## )", text, flags=re.M)
-    for parent in parents:
-        for section in re.split(r"^(?=### )", parent, flags=re.M):
-            for block in re.split(r"\n\s*\n", section):
-                rows = block.splitlines() if block.lstrip().startswith("|") else [block]
-                for row in rows:
-                    if not row.startswith("[^"):
-                        yield row, [section, parent], notes
-
-
-def sources(paragraph: str, sections: list[str], notes: dict[str, str]) -> list[str]:
-    """The results files a paragraph names (its footnotes' too), or else those of the innermost section that names any."""
-
-    def named(text: str) -> list[str]:
-        targets = [file for target in NAMED_TARGET.findall(text) for file in TARGET_FILES.get(target, ())]
-        return [*NAMED_FILE.findall(text), *targets]
-
-    own = named(paragraph + "".join(notes.get(note, "") for note in FOOTNOTE.findall(paragraph)))
-    return own or next((found for found in map(named, sections) if found), [])
-
-
-def values(node: object, place: tuple = ()) -> Iterator[tuple[tuple, float]]:
-    """Every number of a results file with its place; a list of numbers also gives its median."""
-    if isinstance(node, bool):
-        return
-    if isinstance(node, (int, float)):
-        yield place, float(node)
-    elif isinstance(node, dict):
-        for key, child in node.items():
-            yield from values(child, (*place, key))
-    elif isinstance(node, list):
-        numbers = [each for each in node if isinstance(each, (int, float)) and not isinstance(each, bool)]
-        if numbers:
-            yield (*place, "median"), statistics.median(numbers)
-        for index, child in enumerate(node):
-            yield from values(child, (*place, index))
 
 
 def results(name: str) -> object:
@@ -122,80 +48,32 @@ def results(name: str) -> object:
         return json.load(handle)
 
 
-def candidates(files: list[str]) -> tuple[list[float], list[float]]:
-    """The times and the ratios the named files hold."""
-    held = {name: list(values(results(name))) for name in files}
-    times = [value for each in held.values() for _, value in each]
-    ratios = []
-    for each in held.values():
-        for position in range(max((len(place) for place, _ in each), default=0)):
-            groups = defaultdict(list)
-            for place, value in each:
-                if len(place) > position and not isinstance(place[-1], int):
-                    groups[place[:position] + place[position + 1 :]].append(value)
-            ratios += [a / b for group in groups.values() for a, b in itertools.permutations(group, 2) if b]
-    by_place = defaultdict(list)
-    for each in held.values():
-        for place, value in each:
-            if not isinstance(place[-1], int):
-                by_place[place].append(value)
-    ratios += [a / b for group in by_place.values() for a, b in itertools.permutations(group, 2) if b]
-    return times, ratios
-
-
-def holds(figure: str, unit: str, times: list[float], ratios: list[float]) -> bool:
-    written = float(figure.replace(",", ""))
-    tolerance = 0.5 * 10 ** -len(figure.partition(".")[2]) + 1e-9
-    pool = ratios if unit == "×" else [value * (1000 if unit == "ms" else 1) for value in times]
-    return any(abs(value - written) <= tolerance for value in pool)
-
-
-def unsourced(text: str) -> list[str]:
-    """The figures of a page's ``text`` that no results file named beside them holds, each with its paragraph."""
-    missing = []
-    for paragraph, sections, notes in paragraphs(text):
-        figures = list(FIGURE.finditer(CODE.sub("", paragraph)))
-        if not figures:
-            continue
-        files = list(dict.fromkeys(sources(paragraph, sections, notes)))
-        absent = [name for name in files if not os.path.isfile(os.path.join(RESULTS, name))]
-        times, ratios = candidates([name for name in files if name not in absent])
-        for match in figures:
-            low, high, unit = match.group(1), match.group(2), match.group(3).strip()
-            for figure in filter(None, (low, high)):
-                if absent or not holds(figure, unit, times, ratios):
-                    where = f"{' '.join(paragraph.split())[:90]}…"
-                    missing.append(
-                        f"{figure} {unit} in “{where}” ({', '.join(files) or 'no results file named'}{'; missing: ' + ', '.join(absent) if absent else ''})"
-                    )
-    return missing
-
-
-def test_every_figure_of_the_benchmarks_page_is_held_by_a_results_file_named_beside_it() -> None:
+def test_the_benchmarks_page_is_what_make_bench_report_renders_from_the_results_files() -> None:
     with open(os.path.join(REPO, BENCHMARKS_PAGE), encoding="utf-8") as text:
-        assert unsourced(text.read()) == []
+        written = page.AGE_MARK.sub("", text.read())
+    rendered = page.render(page.load(RESULTS_FILES), age=lambda commit: None)
+    assert written == rendered, f"{BENCHMARKS_PAGE} is not what the results files render: run `make bench-report`"
 
 
-def test_a_figure_that_drifts_from_its_file_or_names_none_is_found() -> None:
-    with open(os.path.join(RESULTS, "backlog.json"), encoding="utf-8") as results:
-        backlog = json.load(results)
-    took, ratio = (
-        f"{backlog['systems']['lakejoin']['total_s']:.1f} s",
-        f"{backlog['ratios']['lakejoin_over_structured_streaming']:.2f}×",
-    )
-    drifted = f"{float(took.split()[0]) + 1:.1f} s"
-    held = f"A backlog took {took} on delta-rs, {ratio} Structured Streaming (`backlog.json`)."
-    assert unsourced(held) == []
-    assert len(unsourced(held.replace(took, drifted))) == 1
-    assert len(unsourced(held.replace(ratio, "123.45×"))) == 1
-    assert len(unsourced(f"A backlog took {took} on delta-rs.")) == 1
-    assert len(unsourced(f"A backlog took {took} (`no_such_file.json`).")) == 1
-    assert (
-        unsourced(
-            f"## A section (`make bench-backlog`)\n\nIt took {took}.\n\nA product: 3 × 4, a window of 60 seconds."
-        )
-        == []
-    )
+def test_the_results_folder_holds_each_make_targets_current_run_and_nothing_else() -> None:
+    held = sorted(name for name in os.listdir(RESULTS) if name.endswith(".json"))
+    assert held == sorted(RESULTS_FILES), "a results file no make target writes, or a target's file missing"
+    with open(os.path.join(REPO, "Makefile"), encoding="utf-8") as makefile:
+        targets = set(re.findall(r"^([\w-]+):", makefile.read(), re.M))
+    assert {section.target for section in page.SECTIONS} <= targets
+
+
+def test_a_results_file_that_changes_changes_the_page_and_old_or_uncommitted_runs_are_marked() -> None:
+    measured = page.load(RESULTS_FILES)
+    fresh = page.render(measured, age=lambda commit: 0)
+    drifted = copy.deepcopy(measured)
+    drifted["backlog.json"]["systems"]["lakejoin"]["total_s"] += 1
+    assert page.render(drifted, age=lambda commit: 0) != fresh
+    aged = page.render(measured, age=lambda commit: 3)
+    assert "3 code commits ago: run `make bench-backlog` again" in aged
+    assert page.AGE_MARK.sub("", aged) == fresh
+    drifted["backlog.json"]["commit"] += "+changes"
+    assert "not measured on committed code: run `make bench-backlog` again" in page.render(drifted, age=lambda c: 0)
 
 
 SOURCE = re.compile(r"\s*<!--(.*?)-->", re.S)
