@@ -58,3 +58,10 @@ LONGEST = {"docs/design.md": 40_000, "docs/benchmarks.md": 60_000, "docs/changel
 def test_a_page_is_short_enough_to_read_in_one_sitting(page):
     """No page over 30 KB: the design 40 KB, the benchmarks page and the changelog (tables and history) 60 KB."""
     assert os.path.getsize(os.path.join(REPO, page)) <= LONGEST.get(page, 30_000)
+
+
+def test_the_whole_of_the_docs_reads_in_an_evening():
+    """220 KB in all, the generated benchmarks page and the changelog included: one place for each fact, linked from
+    the others, the design's history in the changelog."""
+    total = sum(os.path.getsize(os.path.join(DOCS, name)) for name in os.listdir(DOCS) if name.endswith(".md"))
+    assert total <= 220_000, f"docs/ holds {total:,} bytes of Markdown"
