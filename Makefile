@@ -101,7 +101,8 @@ bench-sizing: $(STAMP)
 
 # A day's backlog drained by one scheduled run, against Structured Streaming, 3 rounds each, medians: delta-rs, then Delta
 # on Spark when LAKEJOIN_DELTA_JARS names Delta's jars. ROUTE=ingest gives lakejoin the files through ingest, then runs;
-# BATCH=all (or a number) sets lakejoin's max_batch_rows instead of its default.
+# BATCH=all (or a number) sets lakejoin's max_batch_rows instead of its default. A variant writes to
+# benchmarks/experiments/, never over the run docs/benchmarks.md shows.
 BACKLOG = $(VENV)/bin/python -m benchmarks.backlog $(if $(ROUTE),--route $(ROUTE)) $(if $(BATCH),--max-batch-rows $(BATCH))
 bench-backlog: $(STAMP)
 	env -u LAKEJOIN_DELTA_JARS $(BACKLOG)

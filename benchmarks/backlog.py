@@ -184,12 +184,24 @@ def main() -> None:
         default="auto",
         help="Delta on Spark's log reader (default: the one lakejoin picks)",
     )
-    parser.add_argument("--out", help="default benchmarks/results/backlog[_ingest][_spark].json")
+    parser.add_argument(
+        "--out",
+        help="default benchmarks/results/backlog[_spark].json; a variant (--route ingest, --max-batch-rows) goes to "
+        "benchmarks/experiments/ (not kept in git), so it never replaces the run the benchmarks page shows",
+    )
     args = parser.parse_args()
     use_log_reader(args.log_reader)
-    args.out = (
-        args.out
-        or f"benchmarks/results/backlog{'' if args.route == 'landing' else '_ingest'}{'' if args.engine == 'delta-rs' else '_spark'}.json"
+    variant = "".join(
+        [
+            f"_{args.route}" if args.route != "landing" else "",
+            f"_batch_{args.max_batch_rows}" if args.max_batch_rows else "",
+        ]
+    )
+    engine = "" if args.engine == "delta-rs" else "_spark"
+    args.out = args.out or (
+        f"benchmarks/experiments/backlog{variant}{engine}.json"
+        if variant
+        else f"benchmarks/results/backlog{engine}.json"
     )
 
     root = tempfile.mkdtemp(prefix="lakejoin-backlog-")
