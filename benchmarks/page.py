@@ -39,6 +39,11 @@ def table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join("| " + " | ".join(cells) + " |" for cells in lines)
 
 
+def per_engine(runs: list[tuple[str, dict]], *columns: str) -> list[str]:
+    """The headers of a table with ``columns`` for each engine's run, side by side."""
+    return [f"{name}: {column}" for name, _ in runs for column in columns]
+
+
 def over(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
@@ -149,7 +154,7 @@ def backlog(results: Results) -> str:
         f"{n(runs[0][1]['pairs'])} pairs; {config['rounds']} rounds, medians.\n\n"
         + table(["system", *(name for name, _ in runs)], rows)
         + "\n\nEach step of lakejoin's batch beside the floor's write of the same table (lakejoin's steps overlap):\n\n"
-        + table(["step", *(f"{name}: {what}" for name, _ in runs for what in ("lakejoin", "by hand", "over"))], steps)
+        + table(["step", *per_engine(runs, "lakejoin", "by hand", "over")], steps)
     )
 
 
@@ -170,7 +175,7 @@ def small(results: Results) -> str:
     return (
         f"2 records per relation a run; medians of {config['runs']} runs (a, c) and {config['rounds']} drains (b), "
         "each beside the same work by hand in the same session.\n\n"
-        + table(["", *(f"{name}: {what}" for name, _ in runs for what in ("lakejoin", "by hand", "over"))], rows)
+        + table(["", *per_engine(runs, "lakejoin", "by hand", "over")], rows)
     )
 
 
@@ -212,7 +217,7 @@ def history(results: Results) -> str:
         f"A batch of {config['batch_files']} files of {n(config['file_rows'])} records per relation, on an empty "
         f"warehouse and after {n(runs[0][1]['history_rows_per_relation'])} records per relation joined; bounded "
         f"state; {config['rounds']} rounds, medians.\n\n"
-        + table(["", *(f"{name}: {what}" for name, _ in runs for what in ("empty", "after history", "over"))], rows)
+        + table(["", *per_engine(runs, "empty", "after history", "over")], rows)
     )
 
 
@@ -238,7 +243,7 @@ def changes(results: Results) -> str:
                 "gold rows",
                 "changes",
                 "check",
-                *(f"{name}: {what}" for name, _ in runs for what in ("median batch", "× append-only")),
+                *per_engine(runs, "median batch", "× append-only"),
             ],
             rows,
         )
