@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from benchmarks.report import write_json
 from pipelines.spark import DELTA_JARS, get_spark
-from state.engines import Txn, session_has_delta
+from state.engines import Commit, session_has_delta
 from state.engines.spark_delta import SparkDeltaEngine
 from state.errors import LakejoinError
 
@@ -38,7 +38,7 @@ def appends(engine: SparkDeltaEngine, commits: int, kind: str) -> list[float]:
         started = time.perf_counter()
         rows = pa.table({"id": [version], "note": ["x"]})
         if kind == "lakejoin":
-            engine.append(path, rows, Txn("benchmark", version))
+            engine.append(path, rows, commit=Commit("benchmark", version))
         else:
             writer = engine.spark.createDataFrame(rows).write.format("delta").mode("append")
             if kind == "with_txn":

@@ -5,7 +5,7 @@ change; with change feeds, ``gold/changes`` also lists each batch's ``+`` and ``
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pyspark.sql import DataFrame
@@ -13,12 +13,11 @@ from pyspark.sql import functions as F
 
 from pipelines.spark import held
 from state.clock import now
-from state.engines import DeltaEngine, Txn
+from state.engines.table import Writer
 from state.faults import step
 from state.frames import union_by_name
 from state.join.joiner import identity_column
 from state.join.relations import ID, Relation
-from state.layout import Warehouse
 from state.log.batch_log import BatchPlan
 from state.names import quoted
 
@@ -39,14 +38,12 @@ class Retraction:
     tracked: bool
 
     @classmethod
-    def of(
-        cls, engine: DeltaEngine, gold: str, plan: BatchPlan, ids: dict[Relation, DataFrame], keys: Sequence[str]
-    ) -> Retraction:
-        """``ids``: per relation, the ``_id``s whose results the batch retracts from the gold table at ``gold``."""
-        version = plan.state_versions.get(GOLD)
-        if version is None or not ids:
+    def of(cls, gold: DataFrame | None, ids: dict[Relation, DataFrame], keys: Sequence[str]) -> Retraction:
+        """``ids``: per relation, the ``_id``s whose results the batch retracts from ``gold`` (as the plan pinned it;
+        None before its first write)."""
+        if gold is None or not ids:
             return cls(None, keys, bool(ids))
-        rows = engine.read(gold, version)
+        rows = gold
         parts = [
             rows.join(
                 F.broadcast(changed.select(F.col(ID).alias(identity_column(rel, ID)))),
@@ -59,44 +56,27 @@ class Retraction:
 
 
 def write_gold(
-    engine: DeltaEngine,
-    warehouse: Warehouse,
-    plan: BatchPlan,
-    rows: DataFrame,
-    retraction: Retraction,
-    txn: Callable[[str], Txn],
+    gold: Writer, changes: Writer, plan: BatchPlan, rows: DataFrame, retraction: Retraction
 ) -> tuple[int, int] | None:
-    """Write the batch's rows (and take out what it retracts) in one commit: the rows it added and retracted, or None
-    when the run this one resumes had written them."""
+    """Write the batch's rows (and take out what it retracts) in one commit to gold, logging them in gold/changes
+    when change feeds are tracked: the rows it added and retracted, or None when the run this one resumes had written
+    them."""
     if retraction.rows is None:
         with step("gold"):
-            written = engine.append(
-                warehouse.gold, rows, txn(warehouse.gold), CHANGE_FEED if retraction.tracked else None
-            )
+            written = gold.append(rows, properties=CHANGE_FEED if retraction.tracked else None)
         if retraction.tracked:
-            _log_changes(engine, warehouse, [rows], txn)
+            _log_changes(changes, [rows])
         return None if written is None else (written, 0)
     # The MERGE, its counts and gold/changes each read the batch's rows and its retractions: their plans (the change
     # feeds resolved against state, the stores' join terms) cost seconds to evaluate whatever their size, so once.
     with held(rows) as added, held(retraction.rows) as retracted:
         with step("gold"):
-            changed = engine.apply_changes(
-                warehouse.gold,
-                merge_source(added, retracted, retraction.keys),
-                retraction.keys,
-                RETRACTION,
-                txn(warehouse.gold),
+            changed = gold.apply_changes(
+                merge_source(added, retracted, retraction.keys), keys=retraction.keys, retraction=RETRACTION
             )
             done = None if changed is None else _counted(added, retracted)
-        _log_changes(
-            engine,
-            warehouse,
-            [
-                added,
-                retracted.withColumns({"batch_id": F.lit(plan.batch_id).cast("long"), "produced_at": F.lit(now())}),
-            ],
-            txn,
-        )
+        stamped = retracted.withColumns({"batch_id": F.lit(plan.batch_id).cast("long"), "produced_at": F.lit(now())})
+        _log_changes(changes, [added, stamped])
     return done
 
 
@@ -121,11 +101,11 @@ def merge_source(added: DataFrame, retracted: DataFrame, keys: Sequence[str]) ->
     )
 
 
-def _log_changes(engine: DeltaEngine, warehouse: Warehouse, signed: list[DataFrame], txn: Callable[[str], Txn]) -> None:
+def _log_changes(changes: Writer, signed: list[DataFrame]) -> None:
     """``gold/changes``: the batch's added rows as ``+`` and (a second frame) the rows it took out as ``-``."""
     with step("gold_changes"):
         marked = [frame.withColumn(CHANGE, F.lit(sign)) for frame, sign in zip(signed, "+-")]
-        engine.append(warehouse.gold_changes, union_by_name(marked, allow_missing=True), txn(warehouse.gold_changes))
+        changes.append(union_by_name(marked, allow_missing=True))
 
 
 def _counted(added: DataFrame, retracted: DataFrame) -> tuple[int, int]:

@@ -23,7 +23,7 @@ from pipelines.batch.emit import emit
 from pipelines.batch.land import Landing, land
 from pipelines.batch.measure import measure, watch, watched
 from pipelines.batch.plan import plan_next
-from pipelines.batch.read import known_records, read, tables_at_plan
+from pipelines.batch.read import gold_at_plan, known_records, read, tables_at_plan
 from pipelines.batch.write import write
 from pipelines.bronze.ingest import IngestResult
 from pipelines.bronze.landing import Known, known_files
@@ -255,7 +255,7 @@ def _execute(
     )
     if broken is not None:
         raise broken
-    outputs = emit(batch, kind, arrived, measured)
+    outputs = emit(batch, kind, arrived, measured, gold_at_plan(batch))
     before_writing()
     written = write(batch, outputs)
     changes = measured.changed() | ({"retracted": written.retracted} if measured.changes else {})
@@ -276,7 +276,7 @@ def _execute(
     )
     fence()
     with step("commit"):
-        batch.run.log.record(batch.engine, plan, outcome)
+        batch.run.log.record(batch.writer(batch.tables.batches), plan, outcome)
     failures = {rule.rule: rule.failed for rule in outcome.rules if rule.failed}
     report = BatchReport(
         plan.batch_id,

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, QueryBuilder
 
-from state.engines import Txn, make_engine
+from state.engines import Commit, make_engine
 from state.engines.base import marker
 from tests.helpers import Pipeline
 from tests.reference import Record, batch_join
@@ -60,21 +60,21 @@ def test_each_engine_finds_the_app_transactions_the_other_recorded_and_spark_pay
     path, app = str(tmp_path / "t"), "lakejoin:t"
     rows = pa.table({"id": ["a"]})
     for batch in (1, 2, 3):
-        spark_engine.append(path, rows, Txn(app, batch))
-    assert spark_engine.append(path, rows, Txn(app, 3)) is None  # recorded: skipped
+        spark_engine.append(path, rows, commit=Commit(app, batch))
+    assert spark_engine.append(path, rows, commit=Commit(app, 3)) is None  # recorded: skipped
     commits = [
         [json.loads(line) for line in (tmp_path / "t" / "_delta_log" / f"{v:020d}.json").read_text().splitlines()]
         for v in range(3)
     ]
     assert [sum("txn" in action for action in commit) for commit in commits] == [1, 0, 0]
     assert [next(a["commitInfo"]["userMetadata"] for a in commit if "commitInfo" in a) for commit in commits] == [
-        marker(Txn(app, b)) for b in (1, 2, 3)
+        marker(Commit(app, b)) for b in (1, 2, 3)
     ]
     assert deltars.txn_version(path, app) == spark_engine.txn_version(path, app) == 3
-    assert deltars.append(path, rows, Txn(app, 3)) is None
-    deltars.append(path, rows, Txn(app, 4))
+    assert deltars.append(path, rows, commit=Commit(app, 3)) is None
+    deltars.append(path, rows, commit=Commit(app, 4))
     assert spark_engine.txn_version(path, app) == deltars.txn_version(path, app) == 4
-    assert spark_engine.append(path, rows, Txn(app, 4)) is None
+    assert spark_engine.append(path, rows, commit=Commit(app, 4)) is None
     assert (
         deltars.txn_version(path, "lakejoin:other") is None and spark_engine.txn_version(path, "lakejoin:other") is None
     )

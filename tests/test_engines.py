@@ -14,9 +14,9 @@ from deltalake import DeltaTable
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from pipelines.bronze.sources import APPEND, Commit
+from pipelines.bronze.sources import APPEND, SourceCommit
 from pipelines.spark import DELTA_JARS, delta_jars
-from state.engines import Eviction, Memberships, Merged, OnMatch, Txn, make_engine
+from state.engines import Commit, Eviction, Memberships, Merged, OnMatch, make_engine
 from state.engines.base import Aligned, Recorded, applied
 from state.engines.delta_log import Listed, greatest_after
 from state.engines.public_log import PublicLog
@@ -53,7 +53,7 @@ def test_a_missing_table_has_no_version_and_reads_as_none(engine, tmp_path):
     assert engine.max_value(path, "ts") is None
     assert engine.schema(path) is None
     assert engine.txn_version(path, "app") is None
-    assert not applied(engine, path, Txn("app", 1))
+    assert not applied(engine, path, Commit("app", 1))
     engine.drop(path)
 
 
@@ -90,30 +90,32 @@ def test_append_adds_new_columns(engine, spark, tmp_path):
 
 def test_a_write_whose_transaction_the_table_records_is_skipped(engine, spark, tmp_path):
     path = str(tmp_path / "t")
-    assert engine.append(path, frame(spark, [("a", 1)]), Txn("pipe:t", 1)) == 1
+    assert engine.append(path, frame(spark, [("a", 1)]), commit=Commit("pipe:t", 1)) == 1
     version = engine.version(path)
     assert engine.txn_version(path, "pipe:t") == 1 and engine.txn_version(path, "other-app") is None
-    assert applied(engine, path, Txn("pipe:t", 1)) and not applied(engine, path, Txn("pipe:t", 2))
-    assert engine.append(path, frame(spark, [("a", 1)]), Txn("pipe:t", 1)) is None
-    assert engine.merge(path, frame(spark, [("z", 9)]), "id", txn=Txn("pipe:t", 1)) is None
+    assert applied(engine, path, Commit("pipe:t", 1)) and not applied(engine, path, Commit("pipe:t", 2))
+    assert engine.append(path, frame(spark, [("a", 1)]), commit=Commit("pipe:t", 1)) is None
+    assert engine.merge(path, frame(spark, [("z", 9)]), key="id", commit=Commit("pipe:t", 1)) is None
     assert engine.version(path) == version
-    assert engine.append(path, frame(spark, [("b", 2)]), Txn("other-app", 1)) == 1
+    assert engine.append(path, frame(spark, [("b", 2)]), commit=Commit("other-app", 1)) == 1
 
 
 def test_an_append_of_no_rows_still_records_its_transaction(engine, spark, tmp_path):
     """Gold is written every batch, rows or none, and the consistency check holds it to that record."""
     path = str(tmp_path / "t")
-    engine.append(path, frame(spark, [("a", 1)]), Txn("pipe:t", 1))
+    engine.append(path, frame(spark, [("a", 1)]), commit=Commit("pipe:t", 1))
     assert (
         engine.append(
-            path, pa.table({"id": pa.array([], pa.string()), "ts": pa.array([], pa.int64())}), Txn("pipe:t", 2)
+            path,
+            pa.table({"id": pa.array([], pa.string()), "ts": pa.array([], pa.int64())}),
+            commit=Commit("pipe:t", 2),
         )
         == 0
     )
     assert engine.txn_version(path, "pipe:t") == 2
-    assert engine.append(path, frame(spark, []), Txn("pipe:t", 3)) == 0
+    assert engine.append(path, frame(spark, []), commit=Commit("pipe:t", 3)) == 0
     assert engine.txn_version(path, "pipe:t") == 3
-    assert engine.append(path, frame(spark, []), Txn("pipe:t", 3)) is None
+    assert engine.append(path, frame(spark, []), commit=Commit("pipe:t", 3)) is None
     assert engine.read(path).count() == 1
 
 
@@ -122,18 +124,28 @@ def test_applying_changes_that_change_no_row_still_records_its_transaction(engin
     itself: the table records the batch all the same, and a replay is skipped."""
     path = str(tmp_path / "t")
     rows = spark.createDataFrame([("a", 1, 1)], "id string, ts bigint, batch_id bigint")
-    engine.append(path, rows, Txn("pipe:t", 1))
+    engine.append(path, rows, commit=Commit("pipe:t", 1))
     retraction = spark.createDataFrame([("z", 9, None)], "id string, ts bigint, batch_id bigint")
-    assert engine.apply_changes(path, retraction, ["id"], "source.batch_id IS NULL", Txn("pipe:t", 2)) == 0
+    assert (
+        engine.apply_changes(
+            path, retraction, keys=["id"], retraction="source.batch_id IS NULL", commit=Commit("pipe:t", 2)
+        )
+        == 0
+    )
     assert engine.txn_version(path, "pipe:t") == 2
-    assert engine.apply_changes(path, retraction, ["id"], "source.batch_id IS NULL", Txn("pipe:t", 2)) is None
+    assert (
+        engine.apply_changes(
+            path, retraction, keys=["id"], retraction="source.batch_id IS NULL", commit=Commit("pipe:t", 2)
+        )
+        is None
+    )
     assert (
         engine.apply_changes(
             path,
             spark.createDataFrame([("a", 1, None)], "id string, ts bigint, batch_id bigint"),
-            ["id"],
-            "source.batch_id IS NULL",
-            Txn("pipe:t", 3),
+            keys=["id"],
+            retraction="source.batch_id IS NULL",
+            commit=Commit("pipe:t", 3),
         )
         == 1
     )
@@ -152,18 +164,20 @@ def test_where_settings_are_refused_a_merge_is_marked_just_before_it_and_run_aga
     def operations() -> list[str]:
         return [row.operation for row in spark.sql(f"DESCRIBE HISTORY delta.`{path}`").orderBy("version").collect()]
 
-    restricted.append(path, frame(spark, [("a", 1)]), Txn("pipe:t", 1))
-    assert restricted.merge(path, frame(spark, [("b", 2)]), "id", txn=Txn("pipe:t", 2, "plan 2")) == Merged(1, 0)
+    restricted.append(path, frame(spark, [("a", 1)]), commit=Commit("pipe:t", 1))
+    assert restricted.merge(path, frame(spark, [("b", 2)]), key="id", commit=Commit("pipe:t", 2, "plan 2")) == Merged(
+        1, 0
+    )
     assert restricted.info(path, "pipe:t").recorded == Recorded(2, True, "plan 2", before_merge=True)
-    assert restricted.merge(path, frame(spark, [("b", 2)]), "id", txn=Txn("pipe:t", 2, "plan 2")) is None
+    assert restricted.merge(path, frame(spark, [("b", 2)]), key="id", commit=Commit("pipe:t", 2, "plan 2")) is None
     monkeypatch.setenv(CRASH_AT, f"marked:{path}")
     with pytest.raises(InjectedCrash):
-        restricted.merge(path, frame(spark, [("c", 3)]), "id", txn=Txn("pipe:t", 3))
+        restricted.merge(path, frame(spark, [("c", 3)]), key="id", commit=Commit("pipe:t", 3))
     monkeypatch.delenv(CRASH_AT)
     assert operations() == ["WRITE", "WRITE", "MERGE", "WRITE"]
-    assert restricted.merge(path, frame(spark, [("c", 3)]), "id", txn=Txn("pipe:t", 3)) == Merged(1, 0)
+    assert restricted.merge(path, frame(spark, [("c", 3)]), key="id", commit=Commit("pipe:t", 3)) == Merged(1, 0)
     assert (
-        make_engine(spark, "spark").merge(path, frame(spark, [("c", 3)]), "id", txn=Txn("pipe:t", 3)) is None
+        make_engine(spark, "spark").merge(path, frame(spark, [("c", 3)]), key="id", commit=Commit("pipe:t", 3)) is None
     )  # a classic session reads it alike
     assert operations() == ["WRITE", "WRITE", "MERGE", "WRITE", "MERGE"]
     assert sorted(row.id for row in restricted.read(path).collect()) == ["a", "b", "c"]
@@ -172,20 +186,22 @@ def test_where_settings_are_refused_a_merge_is_marked_just_before_it_and_run_aga
 
 def test_merge_inserts_only_unseen_keys_and_is_idempotent(engine, spark, tmp_path):
     path = str(tmp_path / "t")
-    assert engine.merge(path, frame(spark, [("a", 1), ("b", 2)]), "id", txn=Txn("pipe:t", 1)) == Merged(2, 0)
-    assert engine.merge(path, frame(spark, [("b", 2), ("c", 3)]), "id", txn=Txn("pipe:t", 2)) == Merged(1, 0)
-    assert engine.merge(path, frame(spark, [("b", 2), ("c", 3)]), "id", txn=Txn("pipe:t", 2)) is None
+    assert engine.merge(path, frame(spark, [("a", 1), ("b", 2)]), key="id", commit=Commit("pipe:t", 1)) == Merged(2, 0)
+    assert engine.merge(path, frame(spark, [("b", 2), ("c", 3)]), key="id", commit=Commit("pipe:t", 2)) == Merged(1, 0)
+    assert engine.merge(path, frame(spark, [("b", 2), ("c", 3)]), key="id", commit=Commit("pipe:t", 2)) is None
     assert sorted(row.id for row in engine.read(path).collect()) == ["a", "b", "c"]
 
 
 def test_an_aligned_merge_finds_every_match_within_the_source_range_and_still_evicts(engine, spark, tmp_path):
     path = str(tmp_path / "t")
-    engine.merge(path, stored(["a", "b", "c"], [1, 5, 9]), "id")
+    engine.merge(path, stored(["a", "b", "c"], [1, 5, 9]), key="id")
     rows = stored(["b", "c", "d"], [5, 9, 7])
-    assert engine.merge(path, rows, "id", aligned=Aligned("ts", 5, 9)) == Merged(1, 0)  # b and c matched inside ts 5..9
-    assert engine.merge(path, rows, "id", aligned=Aligned("ts", 5, 9)) == Merged(0, 0)
+    assert engine.merge(path, rows, key="id", aligned=Aligned("ts", 5, 9)) == Merged(
+        1, 0
+    )  # b and c matched inside ts 5..9
+    assert engine.merge(path, rows, key="id", aligned=Aligned("ts", 5, 9)) == Merged(0, 0)
     late = stored(["e"], [8])
-    assert engine.merge(path, late, "id", only(Eviction("ts", 6)), aligned=Aligned("ts", 8, 8)) == Merged(
+    assert engine.merge(path, late, key="id", evict=only(Eviction("ts", 6)), aligned=Aligned("ts", 8, 8)) == Merged(
         1, 2
     )  # a and b, outside the range
     assert sorted(row.id for row in engine.read(path).collect()) == ["c", "d", "e"]
@@ -195,10 +211,14 @@ def test_a_merge_flags_or_deletes_the_stored_rows_its_source_names_again_and_ins
     """A source row naming a stored key acts on it only where its ``when`` column is true; new keys are inserted."""
     path = str(tmp_path / "t")
     engine.merge(
-        path, pa.table({"id": ["a", "b", "c"], "ts": pa.array([1, 2, 3], pa.int64()), "_matched": [False] * 3}), "id"
+        path,
+        pa.table({"id": ["a", "b", "c"], "ts": pa.array([1, 2, 3], pa.int64()), "_matched": [False] * 3}),
+        key="id",
     )
     named = pa.table({"id": ["a", "b", "d"], "ts": pa.array([1, 2, 4], pa.int64()), "_matched": [True, False, False]})
-    assert engine.merge(path, named, "id", aligned=Aligned("ts", 1, 4), on_match=OnMatch("_matched")) == Merged(1, 0)
+    assert engine.merge(path, named, key="id", aligned=Aligned("ts", 1, 4), on_match=OnMatch("_matched")) == Merged(
+        1, 0
+    )
     assert {row.id: row._matched for row in engine.read(path).collect()} == {
         "a": True,
         "b": False,
@@ -207,19 +227,19 @@ def test_a_merge_flags_or_deletes_the_stored_rows_its_source_names_again_and_ins
     }
     dropped = pa.table({"id": ["b", "e"], "ts": pa.array([2, 5], pa.int64())})
     assert engine.merge(
-        path, dropped, "id", aligned=Aligned("ts", 2, 5), on_match=OnMatch(None, delete=True)
+        path, dropped, key="id", aligned=Aligned("ts", 2, 5), on_match=OnMatch(None, delete=True)
     ) == Merged(1, 1)
     assert sorted(row.id for row in engine.read(path).collect()) == ["a", "c", "d", "e"]
 
 
 def test_merge_evicts_rows_below_the_cutoff_in_the_same_commit(engine, spark, tmp_path):
     path = str(tmp_path / "t")
-    engine.merge(path, stored(["a", "b", "c"], [1, 5, 9]), "id")
+    engine.merge(path, stored(["a", "b", "c"], [1, 5, 9]), key="id")
     version = engine.version(path)
-    assert engine.merge(path, stored(["d"], [2]), "id", only(Eviction("ts", 6))) == Merged(1, 2)
+    assert engine.merge(path, stored(["d"], [2]), key="id", evict=only(Eviction("ts", 6))) == Merged(1, 2)
     assert engine.version(path) == version + 1
     assert sorted(row.id for row in engine.read(path).collect()) == ["c", "d"]
-    assert engine.merge(path, stored([], []), "id", only(Eviction("ts", 9))) == Merged(0, 1)
+    assert engine.merge(path, stored([], []), key="id", evict=only(Eviction("ts", 9))) == Merged(0, 1)
     assert [row.id for row in engine.read(path).collect()] == ["c"]
 
 
@@ -256,14 +276,14 @@ def test_a_merge_clears_the_buffers_a_row_leaves_and_deletes_the_rows_no_buffer_
     engine.merge(
         path,
         rows(["a", "b", "c", "d"], [1, 3, 5, 7], _in_store=[True] * 4, _in_s_probes=[True] * 4, _matched=[False] * 4),
-        "id",
+        key="id",
     )
     named = rows(["b", "e"], [3, 8], _in_store=[None, True], _in_s_probes=[None, True], _matched=[True, False])
     cutoffs = Memberships(
         {"_in_store": Eviction("ts", 2), "_in_s_probes": Eviction("ts", 6)}, held_until=Eviction("ts", 2)
     )
     assert engine.merge(
-        path, named, "id", cutoffs, aligned=Aligned("ts", 3, 8), on_match=OnMatch("_matched")
+        path, named, key="id", evict=cutoffs, aligned=Aligned("ts", 3, 8), on_match=OnMatch("_matched")
     ) == Merged(1, 1)
     stored = {row.id: (row._in_store, row._in_s_probes, row._matched) for row in engine.read(path).collect()}
     assert stored == {
@@ -273,9 +293,9 @@ def test_a_merge_clears_the_buffers_a_row_leaves_and_deletes_the_rows_no_buffer_
         "e": (True, True, False),
     }
     never = Memberships({"_in_store": None, "_in_s_probes": Eviction("ts", 8)})
-    assert engine.merge(path, rows([], [], _in_store=[], _in_s_probes=[], _matched=[]), "id", never) == Merged(
-        0, 0
-    )  # a store without a window keeps every row
+    assert engine.merge(
+        path, rows([], [], _in_store=[], _in_s_probes=[], _matched=[]), key="id", evict=never
+    ) == Merged(0, 0)  # a store without a window keeps every row
     assert {row.id for row in engine.read(path).collect() if row._in_s_probes} == {"e"}
 
 
@@ -378,7 +398,7 @@ def test_a_source_snapshot_lists_every_file_the_table_holds_past_a_checkpoint_an
     engine.optimize(path)
     engine.append(path, frame(spark, [("b", 99)]))
     version, actions = engine.source_snapshot(path)
-    snapshot = Commit.of(version, actions, "snapshot")
+    snapshot = SourceCommit.of(version, actions, "snapshot")
     live = {row[0] for row in engine.read(path).select(F.input_file_name()).collect()}
     assert snapshot.kind == APPEND and {add["path"].rsplit("/", 1)[-1] for add in snapshot.files} == {
         file.rsplit("/", 1)[-1] for file in live
@@ -413,7 +433,7 @@ def test_rows_is_read_on_the_driver_as_arrow(engine, spark, tmp_path):
 def test_info_is_version_schema_and_transaction_from_one_look_at_the_table(engine, spark, tmp_path):
     path = str(tmp_path / "t")
     assert engine.info(path, "pipe:t") is None
-    engine.append(path, frame(spark, [("a", 1)]), Txn("pipe:t", 4))
+    engine.append(path, frame(spark, [("a", 1)]), commit=Commit("pipe:t", 4))
     info = engine.info(path, "pipe:t")
     assert (info.version, info.schema.fieldNames(), info.txn_version) == (engine.version(path), ["id", "ts"], 4)
     assert engine.info(path, "other-app").txn_version is None
@@ -421,10 +441,10 @@ def test_info_is_version_schema_and_transaction_from_one_look_at_the_table(engin
 
 def test_drop_deletes_the_table(engine, spark, tmp_path):
     path = str(tmp_path / "t")
-    engine.append(path, frame(spark, [("a", 1)]), Txn("pipe:t", 1))
+    engine.append(path, frame(spark, [("a", 1)]), commit=Commit("pipe:t", 1))
     engine.drop(path)
     assert engine.version(path) is None and engine.txn_version(path, "pipe:t") is None
-    assert engine.append(path, frame(spark, [("b", 2)]), Txn("pipe:t", 1)) == 1
+    assert engine.append(path, frame(spark, [("b", 2)]), commit=Commit("pipe:t", 1)) == 1
     assert [row.id for row in engine.read(path).collect()] == ["b"]
 
 

@@ -87,10 +87,10 @@ def test_a_file_read_in_many_pieces_keeps_its_line_order_and_no_task_holds_all_o
     plans = []
     append = pipeline.engine.append
 
-    def recording_append(table, df, txn=None, properties=None):
+    def recording_append(table, df, *, commit=None, properties=None):
         if isinstance(df, DataFrame):
             plans.append(df._jdf.queryExecution().executedPlan().toString())
-        return append(table, df, txn, properties)
+        return append(table, df, commit=commit, properties=properties)
 
     monkeypatch.setattr(pipeline.engine, "append", recording_append)
     monkeypatch.setattr(parse, "WHOLE_FILE_BYTES", 0)

@@ -1,7 +1,7 @@
 """What a batch's steps take: the run they belong to, fixed once per run, and the batch itself, fixed by its plan.
 
-A step takes the ``Batch`` (or, before there is a plan, the ``Run``) and hands the state helpers only what they use:
-a table's path, the state tables, a transaction.
+The run builds a handle on every table a batch reads or writes once (``Tables``); a step takes the handles it uses, and
+a batch hands out the writer of its commit to each (``Batch.writer``), which carries its plan.
 """
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from dataclasses import dataclass, replace
 
 from pipelines.gold import GOLD
 from state.config import Config, on_warehouse_axis
-from state.engines import DeltaEngine, Txn
+from state.engines import DeltaEngine
+from state.engines.table import Table, Writer, table_in
 from state.join.buffers import StateTable
 from state.join.relations import Relation
 from state.layout import Warehouse
@@ -18,21 +19,52 @@ from state.log.batch_log import BatchLog, BatchPlan
 
 
 @dataclass(frozen=True)
+class Tables:
+    """Every table a run's batches read or write, each with its engine and the pipeline's application id."""
+
+    bronze: dict[Relation, Table]
+    state: dict[Relation, Table]
+    quarantine: Table
+    late_arrivals: Table
+    dq_quarantine: Table
+    gold: Table
+    gold_changes: Table
+    batches: Table
+
+    @classmethod
+    def of(cls, engine: DeltaEngine, warehouse: Warehouse) -> Tables:
+        def table(path: str) -> Table:
+            return table_in(engine, warehouse, path)
+
+        return cls(
+            bronze={rel: table(warehouse.bronze(rel)) for rel in warehouse.relations},
+            state={rel: table(warehouse.state(rel)) for rel in warehouse.relations},
+            quarantine=table(warehouse.quarantine),
+            late_arrivals=table(warehouse.late_arrivals),
+            dq_quarantine=table(warehouse.dq_quarantine),
+            gold=table(warehouse.gold),
+            gold_changes=table(warehouse.gold_changes),
+            batches=table(warehouse.batches),
+        )
+
+
+@dataclass(frozen=True)
 class Run:
-    """What every batch of a run works on: the engine, the warehouse's tables, the config in force, each relation's
-    state table and landing folder."""
+    """What every batch of a run works on: the engine, the warehouse, its tables, the config in force, each relation's
+    state table (its buffers) and landing folder."""
 
     engine: DeltaEngine
     warehouse: Warehouse
     config: Config
-    tables: dict[Relation, StateTable]
+    tables: Tables
+    state_tables: dict[Relation, StateTable]
     landings: dict[Relation, str]
 
     @classmethod
     def of(cls, engine: DeltaEngine, warehouse: Warehouse, config: Config) -> Run:
-        tables = {table.relation: table for table in config.join_spec.state_tables(warehouse)}
+        states = {table.relation: table for table in config.join_spec.state_tables(warehouse)}
         landings = {rel: config.landings[rel.name] for rel in warehouse.relations if rel.name in config.landings}
-        return cls(engine, warehouse, config, tables, landings)
+        return cls(engine, warehouse, config, Tables.of(engine, warehouse), states, landings)
 
     @property
     def relations(self) -> tuple[Relation, ...]:
@@ -40,59 +72,59 @@ class Run:
 
     @property
     def log(self) -> BatchLog:
-        return BatchLog(self.engine, self.warehouse.batches, self.app_id(self.warehouse.batches))
-
-    def app_id(self, path: str) -> str:
-        """The application id of this pipeline's writes to the table at ``path``."""
-        return self.warehouse.app_id(self.config.pipeline, path)
+        return BatchLog(self.engine, self.tables.batches.path, self.tables.batches.app_id)
 
     def state_versions(self) -> dict[str, int]:
         """The versions a plan pins of what a batch reads besides bronze: each state table, and gold when change feeds
         retract from it."""
         versions = {
             table.name: version
-            for table in self.tables.values()
-            if (version := self.engine.version(table.path)) is not None
+            for rel, table in self.state_tables.items()
+            if (version := self.tables.state[rel].version()) is not None
         }
-        if self.config.reads_changes and (gold := self.engine.version(self.warehouse.gold)) is not None:
+        if self.config.reads_changes and (gold := self.tables.gold.version()) is not None:
             versions[GOLD] = gold
         return versions
 
     def batch(self, plan: BatchPlan) -> Batch:
-        return Batch(self, plan, self.config)
+        return Batch(self, plan)
 
 
 @dataclass(frozen=True)
 class Batch:
-    """One batch: its run, its plan, and the config its joins are computed under (on the event-time axis, once bronze
-    holds event times)."""
+    """One batch: its run, its plan, and the config its joins are computed under (the run's, on the event-time axis
+    once bronze holds event times: ``on_axis``)."""
 
     run: Run
     plan: BatchPlan
-    config: Config
+    on_time_axis: Config | None = None
+
+    @property
+    def config(self) -> Config:
+        return self.on_time_axis or self.run.config
 
     @property
     def engine(self) -> DeltaEngine:
         return self.run.engine
 
     @property
-    def warehouse(self) -> Warehouse:
-        return self.run.warehouse
+    def tables(self) -> Tables:
+        return self.run.tables
 
     @property
     def relations(self) -> tuple[Relation, ...]:
         return self.run.relations
 
     @property
-    def tables(self) -> dict[Relation, StateTable]:
-        return self.run.tables
+    def state_tables(self) -> dict[Relation, StateTable]:
+        return self.run.state_tables
 
-    def txn(self, path: str) -> Txn:
-        """The application transaction of this batch's write to the table at ``path``, carrying the plan."""
-        return self.plan.txn(self.run.app_id(path))
+    def writer(self, table: Table) -> Writer:
+        """The writer of this batch's commit to ``table``, carrying its plan."""
+        return table.writer(table.commit(self.plan.batch_id, self.plan.encoded()))
 
     def on_axis(self) -> tuple[Batch, str | None]:
         """This batch with its config on the warehouse's event-time axis, and the axis's kind (None before anything
         landed)."""
-        config, kind = on_warehouse_axis(self.config, self.engine, self.warehouse)
-        return replace(self, config=config), kind
+        config, kind = on_warehouse_axis(self.run.config, self.engine, self.run.warehouse)
+        return replace(self, on_time_axis=config), kind

@@ -51,11 +51,12 @@ class Outputs:
     raised: dict[str, str]  # why a watermark stands above its relation's records, after the batch
 
 
-def emit(batch: Batch, kind: str | None, arrived: dict[Relation, Arrived], measured: Measured) -> Outputs:
-    """The batch's outputs. ``batch.config`` is on the event-time axis of ``kind``."""
-    engine, warehouse, config, plan = batch.engine, batch.warehouse, batch.config, batch.plan
-    relations = batch.relations
-    tables = batch.tables
+def emit(
+    batch: Batch, kind: str | None, arrived: dict[Relation, Arrived], measured: Measured, gold_before: DataFrame | None
+) -> Outputs:
+    """The batch's outputs, from what it read (``gold_before``: gold as the plan pinned it, for change feeds'
+    retractions); no I/O. ``batch.config`` is on the event-time axis of ``kind``."""
+    config, plan, relations, tables = batch.config, batch.plan, batch.relations, batch.tables
     spec = config.join_spec
     screened = {rel: _screened(part, measured.quarantined[rel.name]) for rel, part in arrived.items()}
     changes = {
@@ -72,7 +73,7 @@ def emit(batch: Batch, kind: str | None, arrived: dict[Relation, Arrived], measu
     on_time = {rel: parts[0] for rel, parts in split.items()}
     sides = read_sides(
         {rel: part.state for rel, part in arrived.items()},
-        [tables[rel] for rel in relations],
+        [batch.state_tables[rel] for rel in relations],
         on_time,
         {rel: c.replaced for rel, c in changes.items()},
     )
@@ -85,9 +86,7 @@ def emit(batch: Batch, kind: str | None, arrived: dict[Relation, Arrived], measu
         plan.raised,  # type: ignore[arg-type] - on the axis
         lambda value: render(value, kind) or str(value),
     )
-    every_one = all(
-        engine.version(warehouse.bronze(rel)) is not None for rel in relations
-    )  # else no tuples, and no record final yet
+    every_one = all(part.ever for part in arrived.values())  # else no tuple, nothing final
     tuples = _pairs(
         sides, config.join_condition, projection, every_one, max(measured.rows.values(), default=0) <= BROADCAST_ROWS
     )
@@ -112,7 +111,7 @@ def emit(batch: Batch, kind: str | None, arrived: dict[Relation, Arrived], measu
     }
     spans = {rel: measured.spans[rel.name] for rel in relations}
     updates = replacing(
-        state_updates(spec, list(tables.values()), plan, stored, (plan.watermarks, after), emitted, spans),
+        state_updates(spec, list(batch.state_tables.values()), plan, stored, (plan.watermarks, after), emitted, spans),
         list(changes),
     )
     late = {rel: parts[1] for rel, parts in split.items()}
@@ -126,12 +125,10 @@ def emit(batch: Batch, kind: str | None, arrived: dict[Relation, Arrived], measu
         for name, update in updates.items()
     }
     state_checks = {
-        name: TableChecks.of(config, "state", warehouse.name_of(update.table.path), [ID])
+        name: TableChecks.of(config, "state", tables.state[update.table.relation].name, [ID])
         for name, update in updates.items()
     }
-    gold_checks = TableChecks.of(
-        config, "gold", warehouse.name_of(warehouse.gold), [identity_column(rel, ID) for rel in members]
-    )
+    gold_checks = TableChecks.of(config, "gold", tables.gold.name, [identity_column(rel, ID) for rel in members])
     if _rows_unique(arrived, measured, state_checks.values()):
         gold_checks = gold_checks.proven_unique(spec.kind.row_keys(members))
         state_checks = {name: checks.proven_unique([ID]) for name, checks in state_checks.items()}
@@ -139,7 +136,7 @@ def emit(batch: Batch, kind: str | None, arrived: dict[Relation, Arrived], measu
         gold=gold,
         gold_checks=gold_checks,
         retraction=Retraction.of(
-            engine, warehouse.gold, plan, {rel: c.retracted for rel, c in changes.items()}, spec.kind.row_keys(members)
+            gold_before, {rel: c.retracted for rel, c in changes.items()}, spec.kind.row_keys(members)
         ),
         updates=checked,
         state_checks=state_checks,

@@ -18,15 +18,11 @@ from dataclasses import dataclass, replace
 from pyspark.sql import DataFrame
 
 from pipelines.batch.context import Batch
-from pipelines.bronze.write import Landed, Lander, Placed, Watch, land_files, refusal_rows
+from pipelines.bronze.write import Landed, Lander, Placed, Watch, land_files, quarantine, refusal_rows
 from state.clock import now
-from state.engines import Txn, as_frame
-from state.engines.base import DeltaReader
+from state.engines.table import Table
 from state.errors import FileRefused
-from state.faults import step
-from state.frames import union_by_name
 from state.join.relations import Relation
-from state.layout import Warehouse
 from state.log.batch_log import BatchPlan, LandedFile
 
 
@@ -64,19 +60,25 @@ def land(
     """Land the plan's files of every relation (the bronze commits at once), then set aside, in one commit, the rows
     they quarantine and the files refused. ``known``: a relation's records already held (``held_digests``); ``watch``:
     what else each bronze write counts."""
-    engine, warehouse, plan = batch.engine, batch.warehouse, batch.plan
-    retried = retried_files(engine, warehouse, plan.batch_id) if plan.files else {}
+    plan, table = batch.plan, batch.tables.quarantine
+    retried = retried_files(table, plan.batch_id) if plan.files else {}
 
     def left_out(rel: Relation, path: str, reason: str) -> None:
         """A file Spark failed to read, recorded before the rest is written: a resumed batch leaves it out too."""
         sha256 = next(file.sha256 for file in plan.landing(rel.name) if file.path == path)
         rows = refusal_rows([(rel.name, path, reason, False)], batch_tag(plan.batch_id), now())
-        engine.append(
-            warehouse.quarantine, rows, Txn(f"{batch.run.app_id(warehouse.quarantine)}:{sha256}", plan.batch_id)
-        )
+        quarantine(table.writer(table.commit(plan.batch_id, part=sha256)), [rows])
 
     lander = Lander(
-        engine, warehouse, batch.config.relations, batch_tag(plan.batch_id), now(), known, batch.txn, left_out, watch
+        batch.engine,
+        batch.run.warehouse,
+        batch.config.relations,
+        batch_tag(plan.batch_id),
+        now(),
+        known,
+        lambda rel: batch.writer(batch.tables.bronze[rel]),
+        left_out,
+        watch,
     )
     relations = [rel for rel in batch.relations if plan.landing(rel.name)]
     with ThreadPoolExecutor(max_workers=max(1, len(relations))) as pool:
@@ -87,15 +89,11 @@ def land(
     ]
     parts = [rows for _, rows in landed if rows is not None]
     if refused:
-        table = refusal_rows(
+        refused_rows = refusal_rows(
             [(file.relation, file.path, file.refused, True) for file in refused], batch_tag(plan.batch_id), now()
         )  # type: ignore[misc] - refused
-        parts.append(as_frame(engine.spark, table))
-    with step("quarantine"):
-        if parts:
-            engine.append(
-                warehouse.quarantine, union_by_name(parts, allow_missing=True), batch.txn(warehouse.quarantine)
-            )
+        parts.append(refused_rows)
+    quarantine(batch.writer(table), parts)
     outside = [file for file in plan.files if not file.lands]
     return [
         replace(landing, files=(*landing.files, *[file for file in outside if file.relation == landing.relation]))
@@ -140,10 +138,11 @@ def _land(lander: Lander, plan: BatchPlan, rel: Relation, retried: dict[str, str
     return landing, landed.quarantined
 
 
-def retried_files(engine: DeltaReader, warehouse: Warehouse, batch_id: int) -> dict[str, str]:
+def retried_files(quarantined: Table, batch_id: int) -> dict[str, str]:
     """The files batch ``batch_id`` refused for now in a run before this one (it died after): file -> why."""
-    schema = engine.schema(warehouse.quarantine)
+    engine, path = quarantined.engine, quarantined.path
+    schema = engine.schema(path)
     if schema is None or "lasting" not in schema.fieldNames():
         return {}
-    rows = engine.rows(warehouse.quarantine, where=f"ingest_id = '{batch_tag(batch_id)}' AND lasting = false")
+    rows = engine.rows(path, where=f"ingest_id = '{batch_tag(batch_id)}' AND lasting = false")
     return dict(zip(rows.column("source_file").to_pylist(), rows.column("reason").to_pylist()))  # type: ignore[union-attr] - the table exists

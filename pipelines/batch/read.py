@@ -13,8 +13,9 @@ from pyspark.sql import functions as F
 from expectations.batch import TableChecks
 from pipelines.batch.context import Batch
 from pipelines.bronze.classify import held_digests
+from pipelines.gold import GOLD
 from state.engines import as_frame
-from state.join.buffers import held_versions, snapshot
+from state.join.buffers import held_versions
 from state.join.changes import DELETED, Resolved, resolve
 from state.join.relations import DELETE, ID, OP, SEQ, TS, Relation
 from state.log.pointers import arrivals_with_source_columns
@@ -36,6 +37,7 @@ class Arrived:
     state: DataFrame | None  # the relation's state table at the plan's version (None before its first write)
     resolved: Resolved | None = None  # a change feed's rows against the versions held
     pointers: DataFrame | None = None  # a source table's bronze rows, each naming one row of the table
+    ever: bool = True  # something of the relation ever arrived (its bronze table exists)
 
     @property
     def upsert(self) -> str:
@@ -44,8 +46,15 @@ class Arrived:
 
 
 def tables_at_plan(batch: Batch) -> dict[Relation, DataFrame | None]:
-    """Each relation's state table as the plan pinned it, read once for the batch."""
-    return {rel: snapshot(batch.engine, batch.plan, table) for rel, table in batch.tables.items()}
+    """Each relation's state table as the plan pinned it (None before its first write), read once for the batch."""
+    pinned = {rel: batch.plan.state_versions.get(table.name) for rel, table in batch.state_tables.items()}
+    return {rel: None if version is None else batch.tables.state[rel].read(version) for rel, version in pinned.items()}
+
+
+def gold_at_plan(batch: Batch) -> DataFrame | None:
+    """Gold as the plan pinned it (with change feeds, which retract from it); else None."""
+    version = batch.plan.state_versions.get(GOLD)
+    return None if version is None else batch.tables.gold.read(version)
 
 
 def known_records(batch: Batch, rel: Relation, state: DataFrame | None) -> DataFrame | None:
@@ -53,7 +62,7 @@ def known_records(batch: Batch, rel: Relation, state: DataFrame | None) -> DataF
     holds, and those ingested before the batch that it joins."""
     plan = batch.plan
     ingested = (
-        batch.engine.read(batch.warehouse.bronze(rel), where=plan.ingested)
+        batch.tables.bronze[rel].read(where=plan.ingested)
         if rel.name in plan.bronze_versions and plan.ingested_to != plan.seq_from
         else None
     )
@@ -62,7 +71,7 @@ def known_records(batch: Batch, rel: Relation, state: DataFrame | None) -> DataF
 
 def bronze_checks(batch: Batch, rel: Relation) -> TableChecks:
     """The rules of ``rel``'s arrivals (its bronze rows) in a batch."""
-    return TableChecks.of(batch.config, "bronze", batch.warehouse.name_of(batch.warehouse.bronze(rel)), [ID], rel.name)
+    return TableChecks.of(batch.config, "bronze", batch.tables.bronze[rel].name, [ID], rel.name)
 
 
 def read(batch: Batch, states: dict[Relation, DataFrame | None]) -> dict[Relation, Arrived]:
@@ -71,13 +80,14 @@ def read(batch: Batch, states: dict[Relation, DataFrame | None]) -> dict[Relatio
 
 
 def _arrived(batch: Batch, rel: Relation, state: DataFrame | None) -> Arrived:
-    engine, warehouse, config, plan = batch.engine, batch.warehouse, batch.config, batch.plan
+    engine, config, plan, table = batch.engine, batch.config, batch.plan, batch.tables.bronze[rel]
     spec = config.spec(rel.name)
     small = plan.bound <= LOCAL_ROWS
     # A small batch's rows are read to the driver once (by delta-rs, without a Spark job) and joined from there: a
     # frame of rows the driver holds is scanned and broadcast where it is, with no job of its own.
-    held = engine.rows(warehouse.bronze(rel), where=plan.slice) if small else None
-    bronze = as_frame(engine.spark, held) if held is not None else engine.read(warehouse.bronze(rel), where=plan.slice)
+    held = engine.rows(table.path, where=plan.slice) if small else None
+    bronze = as_frame(engine.spark, held) if held is not None else table.read(where=plan.slice)
+    ever = bronze is not None
     if bronze is None:  # no arrival of the relation yet
         bronze = engine.spark.createDataFrame(
             [],
@@ -90,9 +100,8 @@ def _arrived(batch: Batch, rel: Relation, state: DataFrame | None) -> Arrived:
         rows = as_frame(engine.spark, rows.toArrow())
     checks = bronze_checks(batch, rel)
     if spec.changes is None:
-        return Arrived(
-            rel, rows, checks, rows, checks.flagged(rows), state, pointers=None if in_place is None else bronze
-        )
+        pointers = None if in_place is None else bronze
+        return Arrived(rel, rows, checks, rows, checks.flagged(rows), state, pointers=pointers, ever=ever)
     held = held_versions(state, rows)
     nothing_held = rows.limit(0).select(
         ID, F.lit(None).cast("long").alias(SEQ), F.lit(None).cast("boolean").alias(DELETED)
@@ -106,4 +115,4 @@ def _arrived(batch: Batch, rel: Relation, state: DataFrame | None) -> Arrived:
     candidates = resolved.candidates.join(current, ID, "left").withColumn(
         CURRENT, F.coalesce(F.col(CURRENT), F.lit(False))
     )
-    return Arrived(rel, rows, checks, candidates, checks.flagged(candidates), state, resolved)
+    return Arrived(rel, rows, checks, candidates, checks.flagged(candidates), state, resolved, ever=ever)

@@ -78,10 +78,9 @@ def write(batch: Batch, outputs: Outputs) -> Written:
         gold = pool.submit(_gold, batch, outputs, checking)
         late = pool.submit(_late, batch, outputs)
         evicted = update_buffers(
-            batch.engine,
-            batch.plan,
             outputs.updates,
-            batch.txn,
+            lambda table: batch.writer(batch.tables.state[table.relation]),
+            batch.plan.state_versions,
             lambda table, rows, merge: checking.write(outputs.state_checks[table.name], rows, merge),
         )
         late.result()
@@ -89,29 +88,24 @@ def write(batch: Batch, outputs: Outputs) -> Written:
     aside = [frame for frame in (outputs.set_aside, *checking.set_aside) if frame is not None]
     with step("dq_quarantine"):
         if aside:
-            batch.engine.append(
-                batch.warehouse.dq_quarantine, union_by_name(aside), batch.txn(batch.warehouse.dq_quarantine)
-            )
+            batch.writer(batch.tables.dq_quarantine).append(union_by_name(aside))
     return Written(pairs, retracted, evicted, checking.results)
 
 
 def _gold(batch: Batch, outputs: Outputs, checking: Checking) -> tuple[int, int]:
     """Gold's rows added and retracted (counted again when the run this one resumes wrote them)."""
-    engine, warehouse = batch.engine, batch.warehouse
+    gold, changes = batch.tables.gold, batch.tables.gold_changes
     done = checking.write(
         outputs.gold_checks,
         outputs.gold,
-        lambda rows: write_gold(engine, warehouse, batch.plan, rows, outputs.retraction, batch.txn),
+        lambda rows: write_gold(batch.writer(gold), batch.writer(changes), batch.plan, rows, outputs.retraction),
     )
     if done is not None:
         return done
-    added = engine.read(warehouse.gold, where=f"batch_id = {batch.plan.batch_id}").count()
-    changes = (
-        engine.read(warehouse.gold_changes, where=f"batch_id = {batch.plan.batch_id}")
-        if outputs.retraction.tracked
-        else None
-    )
-    return added, 0 if changes is None else changes.where(F.col(CHANGE) == "-").count()
+    this_batch = f"batch_id = {batch.plan.batch_id}"
+    added = gold.read(where=this_batch).count()
+    retracted = changes.read(where=this_batch) if outputs.retraction.tracked else None
+    return added, 0 if retracted is None else retracted.where(F.col(CHANGE) == "-").count()
 
 
 def _late(batch: Batch, outputs: Outputs) -> None:
@@ -119,4 +113,4 @@ def _late(batch: Batch, outputs: Outputs) -> None:
     dropped."""
     with step("late_arrivals"):
         if outputs.late is not None:
-            batch.engine.append(batch.warehouse.late_arrivals, outputs.late, batch.txn(batch.warehouse.late_arrivals))
+            batch.writer(batch.tables.late_arrivals).append(outputs.late)

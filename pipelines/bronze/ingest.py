@@ -35,15 +35,16 @@ from pipelines.bronze.write import (
     land_files,
     land_rows,
     last_arrival_seq,
+    quarantine,
     refusal,
     refusal_rows,
     require_files,
 )
 from pipelines.spark import held
-from state.engines import DeltaEngine, Txn, as_frame
+from state.engines import Commit, DeltaEngine, as_frame
+from state.engines.table import table_in
 from state.errors import FileRefused
 from state.faults import step
-from state.frames import union_by_name
 from state.join.relations import Relation, RelationSpec, default_specs
 from state.layout import Warehouse
 from state.names import column, literal
@@ -335,15 +336,9 @@ def set_aside(
 ) -> None:
     """One commit of what a call set aside, under an application transaction named by the call's inputs, which a
     retry of the call after a crash finds recorded."""
-    if not frames:
-        return
     name = digests[0] if len(digests) == 1 else hashlib.sha256(" ".join(sorted(digests)).encode()).hexdigest()
-    with step("quarantine"):
-        engine.append(
-            warehouse.quarantine,
-            union_by_name(frames, allow_missing=True),
-            Txn(f"lakejoin-ingest:{rel.name}:{name}", 1),
-        )
+    table = table_in(engine, warehouse, warehouse.quarantine)
+    quarantine(table.writer(Commit(f"lakejoin-ingest:{rel.name}:{name}", 1)), frames)
 
 
 def log_row(
@@ -374,11 +369,13 @@ def log_row(
     )
 
 
-def log_ingests(engine: DeltaEngine, warehouse: Warehouse, rows: list[dict]) -> None:
-    """The call's one commit of the ingest log: its arrivals become pending with it."""
+def log_ingests(engine: DeltaEngine, warehouse: Warehouse, rows: list[dict], commit: Commit | None = None) -> None:
+    """The ingest log's one write: a call's (its arrivals become pending with it), or ``reset``'s record of the files
+    batches landed (under its ``commit``)."""
     if rows:
         with step("ingest_log"):
-            engine.append(warehouse.ingest_log, pa.Table.from_pylist(rows, INGEST_LOG_SCHEMA))
+            log = table_in(engine, warehouse, warehouse.ingest_log)
+            log.writer(commit).append(pa.Table.from_pylist(rows, INGEST_LOG_SCHEMA))
 
 
 def _logged(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, digests: Sequence[str]) -> dict[str, bool]:

@@ -68,7 +68,7 @@ class SourceResult:
 
 
 @dataclass(frozen=True)
-class Commit:
+class SourceCommit:
     """What one version of a source table did, as far as joining it goes."""
 
     version: int
@@ -77,7 +77,7 @@ class Commit:
     files: tuple[dict, ...]  # the add actions of an append: the rows it brought
 
     @classmethod
-    def of(cls, version: int, actions: Actions, operation: str | None = None) -> Commit:
+    def of(cls, version: int, actions: Actions, operation: str | None = None) -> SourceCommit:
         """Classified by its actions, not its operation's name: any row removed (a ``remove`` with ``dataChange``,
         or an ``add`` carrying a deletion vector) is a change; rows added alone are an append."""
         adds = [action["add"] for action in actions if "add" in action]
@@ -100,7 +100,7 @@ class Pending:
     relation: Relation
     table: str
     identity: str | None  # the table's id, recorded with the ingest
-    commits: list[Commit]
+    commits: list[SourceCommit]
 
 
 def ingest_sources(engine: DeltaEngine, warehouse: Warehouse, specs: dict[str, RelationSpec]) -> list[SourceResult]:
@@ -136,7 +136,7 @@ def pending_versions(engine: DeltaEngine, warehouse: Warehouse, rel: Relation, s
 
 def _listed(
     engine: DeltaReader, warehouse: Warehouse, rel: Relation, table: str
-) -> tuple[int | None, str | None, list[Commit]]:
+) -> tuple[int | None, str | None, list[SourceCommit]]:
     """The last version of ``table`` logged as ingested, the table's id, and the versions after it, classified. Before
     the first logged ingest, the first is the table's snapshot: its latest, or the one an ingest that died before its
     log row had read (read again: its rows are found as duplicates, its quarantined rows recorded, nothing skipped)."""
@@ -159,10 +159,10 @@ def _listed(
     if logged is None:
         version, actions = engine.source_snapshot(table, pointed)  # type: ignore[misc] - the table exists
         _check_readable(table, actions, whole=True)
-        commits, after = [Commit.of(version, actions, "snapshot")], version
+        commits, after = [SourceCommit.of(version, actions, "snapshot")], version
     for version, actions in engine.source_commits(table, after):
         _check_readable(table, actions, whole=False)
-        commits.append(Commit.of(version, actions))
+        commits.append(SourceCommit.of(version, actions))
     return logged, identity, commits
 
 
@@ -238,7 +238,7 @@ def _ingest(
 
 
 def _ingest_appends(
-    lander: Lander, rel: Relation, table: str, appended: list[Commit], source: Provenance, newest: int, first: int
+    lander: Lander, rel: Relation, table: str, appended: list[SourceCommit], source: Provenance, newest: int, first: int
 ) -> tuple[Landed, Placed]:
     """The appended rows classified as a file's would be (ids, event times, duplicates, conflicts), then landed.
     Files in the order they were written (a snapshot holds the table's whole history), then by path."""
@@ -251,7 +251,7 @@ def _ingest_appends(
 
 
 def _ingest_changes(
-    lander: Lander, rel: Relation, table: str, commits: list[Commit], source: Provenance, first: int
+    lander: Lander, rel: Relation, table: str, commits: list[SourceCommit], source: Provenance, first: int
 ) -> tuple[Landed, Placed]:
     """A change feed's new versions landed whole (bronze keeps every version of a record, state/join/changes.py): a
     first ingest's snapshot as inserts at its version, then each later version's Change Data Feed, an update by its new
@@ -370,7 +370,7 @@ def _file_rows(engine: DeltaEngine, table: str, schema: StructType, files: list[
     return Parsed(frame, {field.name: field.dataType for field in kept}, text=False)
 
 
-def _partition_columns(appended: list[Commit]) -> list[str]:
+def _partition_columns(appended: list[SourceCommit]) -> list[str]:
     return sorted({name for commit in appended for add in commit.files for name in add.get("partitionValues") or {}})
 
 

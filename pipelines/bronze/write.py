@@ -37,8 +37,9 @@ from pyspark.sql.types import DataType
 from pipelines.bronze.classify import DIGEST, configured_types, held_digests, outcomes, typed
 from pipelines.bronze.parse import Parsed, csv_header, format_of, parse_files
 from state.clock import now
-from state.engines import DeltaEngine, Txn
+from state.engines import Data, DeltaEngine, as_frame
 from state.engines.base import DeltaReader
+from state.engines.table import Writer, table_in
 from state.errors import FileRefused, LakejoinError, first_line
 from state.faults import step
 from state.frames import union_by_name
@@ -141,10 +142,10 @@ class Landed:
 @dataclass(frozen=True)
 class Lander:
     """Where and as what a landing writes: the warehouse, its relations' columns, the ``_ingest_id`` its rows carry and
-    when they came; ``known`` gives a relation's records held already (``held_digests``), ``txn`` bronze's
-    application transaction (a batch's), ``left_out`` hears of a file refused for now while the rows are written
-    (a batch records it before it writes the rest, so a resumed batch leaves it out too), and ``watch`` what else the
-    write counts of a relation's rows (given the rows it writes)."""
+    when they came; ``known`` gives a relation's records held already (``held_digests``), ``bronze`` the writer of a
+    relation's bronze (under a batch's commit), ``left_out`` hears of a file refused for now while the rows are
+    written (a batch records it before it writes the rest, so a resumed batch leaves it out too), and ``watch`` what
+    else the write counts of a relation's rows (given the rows it writes)."""
 
     engine: DeltaEngine
     warehouse: Warehouse
@@ -152,7 +153,7 @@ class Lander:
     tag: str
     at: datetime
     known: Callable[[Relation], DataFrame | None]
-    txn: Callable[[str], Txn | None] = lambda _: None
+    bronze: Callable[[Relation], Writer] | None = None  # None: no commit of a batch's
     left_out: Callable[[Relation, str, str], None] = lambda *_: None
     watch: Callable[[Relation, DataFrame], Watch | None] = lambda *_: None
 
@@ -160,6 +161,12 @@ class Lander:
     def for_call(cls, engine: DeltaEngine, warehouse: Warehouse, specs: dict[str, RelationSpec]) -> Lander:
         """A call's landing (``ingest``, a frame, a source table): a new ingest id, checked against the records held."""
         return cls(engine, warehouse, specs, str(uuid.uuid4()), now(), lambda rel: held_records(engine, warehouse, rel))
+
+    def writer(self, rel: Relation) -> Writer:
+        """The writer of ``rel``'s bronze: the batch's, else one of no commit."""
+        if self.bronze is not None:
+            return self.bronze(rel)
+        return table_in(self.engine, self.warehouse, self.warehouse.bronze(rel)).writer(None)
 
     def provenance(self, rel: Relation) -> Provenance:
         """Where a landed file's rows come from: their file and line."""
@@ -253,10 +260,7 @@ def _land(
         rows = watch.signals(rows).observe(watching, *map(F.expr, watch.counts)).selectExpr(*map(quoted, rows.columns))
     try:
         with step(f"bronze_{rel.name}"):
-            bronze = lander.warehouse.bronze(rel)
-            written = lander.engine.append(
-                bronze, rows, lander.txn(bronze), statistics_of(rows.columns, BRONZE_STATISTICS)
-            )
+            written = lander.writer(rel).append(rows, properties=statistics_of(rows.columns, BRONZE_STATISTICS))
     except UNREADABLE as exc:
         if without is None:
             raise
@@ -417,6 +421,20 @@ def quarantine_rows(classified: DataFrame, source: Provenance) -> DataFrame:
         source.version.alias("source_version"),
         F.lit(None).cast("boolean").alias("lasting"),
     )
+
+
+def quarantine(writer: Writer, parts: Sequence[Data]) -> None:
+    """``quarantine/ingest``'s one write, whichever road lands: what a landing set aside (the rows it quarantined, the
+    files it refused) in one commit, ``writer``'s (a batch's, or a call's named by its inputs)."""
+    if not parts:
+        return
+    spark = writer.table.engine.spark
+    with step("quarantine"):
+        writer.append(
+            parts[0]
+            if len(parts) == 1
+            else union_by_name([as_frame(spark, part) for part in parts], allow_missing=True)
+        )
 
 
 def refusal_rows(refused: Sequence[tuple[str, str, str, bool]], ingest_id: str, ingested_at: datetime) -> pa.Table:

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 from datetime import datetime
 
-import pyarrow as pa
-
 from pipelines.batch.land import batch_tag, retried_files
-from pipelines.bronze.ingest import INGEST_LOG_SCHEMA
+from pipelines.bronze.ingest import log_ingests
 from state.clock import now
-from state.engines import Txn
+from state.engines import Commit
 from state.engines.base import DeltaReader
+from state.engines.table import table_in
 from state.layout import Warehouse
 from state.log.batch_log import BatchPlan, LandedFile
 from state.log.checks import require_warehouse
@@ -58,11 +57,7 @@ def _keep_landed(engine: DeltaReader, warehouse: Warehouse) -> None:
     if not files:
         return
     rows = [_log_row(batch, at, file) for batch, at, file in files]
-    engine.append(
-        warehouse.ingest_log,
-        pa.Table.from_pylist(rows, INGEST_LOG_SCHEMA),
-        Txn(f"lakejoin-reset:{found[0] if found else 'none'}", 1),
-    )
+    log_ingests(engine, warehouse, rows, Commit(f"lakejoin-reset:{found[0] if found else 'none'}", 1))
 
 
 def _landed_by_unfinished(
@@ -77,7 +72,7 @@ def _landed_by_unfinished(
         if info is None or info.recorded.version != last + 1 or info.recorded.plan is None:
             continue
         plan = BatchPlan.decoded(info.recorded.plan)
-        left_out = retried_files(engine, warehouse, plan.batch_id)
+        left_out = retried_files(table_in(engine, warehouse, warehouse.quarantine), plan.batch_id)
         landed += [(plan.batch_id, now(), file) for file in plan.landing(rel.name) if file.path not in left_out]
     return landed
 

@@ -12,7 +12,7 @@ import os
 from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 
-from state.engines.base import Actions, Data, DeltaEngine, Eviction, Memberships, Merged, OnMatch, Txn, as_frame
+from state.engines.base import Actions, Commit, Data, DeltaEngine, Eviction, Memberships, Merged, OnMatch, as_frame
 from state.engines.delta_log import is_connect
 from state.errors import LakejoinError
 
@@ -88,7 +88,7 @@ __all__ = [
     "Memberships",
     "Merged",
     "OnMatch",
-    "Txn",
+    "Commit",
     "make_engine",
     "on_databricks",
     "session_has_delta",

@@ -25,7 +25,7 @@ Data: TypeAlias = DataFrame | pa.Table
 
 
 @dataclass(frozen=True)
-class Txn:
+class Commit:
     """A Delta application transaction: the write of ``version`` (a batch id) by ``app_id``.
 
     A table that already records ``version`` (or a later one) for ``app_id`` has had this write,
@@ -119,7 +119,7 @@ class OnMatch:
 
 @dataclass(frozen=True)
 class Recorded:
-    """The last version of an app a table records, the plan that commit carries (``Txn.plan``), and whether a commit
+    """The last version of an app a table records, the plan that commit carries (``Commit.plan``), and whether a commit
     the log keeps says so (else the table's state, which keeps versions but no plans)."""
 
     version: int | None
@@ -133,12 +133,12 @@ class Recorded:
     # write then carries Delta's own app transaction, which Delta checks.
     unknown: bool = False
 
-    def covers(self, txn: Txn) -> bool:
-        return not self.before_merge and covers(self.version, txn)
+    def covers(self, commit: Commit) -> bool:
+        return not self.before_merge and covers(self.version, commit)
 
-    def marks_merge_of(self, txn: Txn) -> bool:
-        """A marker of ``txn`` (or a later write) made before its MERGE, which may or may not have followed."""
-        return self.before_merge and covers(self.version, txn)
+    def marks_merge_of(self, commit: Commit) -> bool:
+        """A marker of ``commit`` (or a later write) made before its MERGE, which may or may not have followed."""
+        return self.before_merge and covers(self.version, commit)
 
 
 @dataclass(frozen=True)
@@ -236,12 +236,12 @@ class DeltaReader(Protocol):
         ...
 
     def append(
-        self, path: str, df: Data, txn: Txn | None = None, properties: dict[str, str] | None = None
+        self, path: str, df: Data, *, commit: Commit | None = None, properties: dict[str, str] | None = None
     ) -> int | None:
         """Append ``df``, creating the table (with the Delta table ``properties`` given) or adding new columns as
         needed. A reader appends rows already on the driver (Arrow); an engine also a Spark DataFrame.
 
-        Returns the rows written, or None when the table already records ``txn`` (nothing written).
+        Returns the rows written, or None when the table already records ``commit`` (nothing written).
         """
         ...
 
@@ -277,12 +277,12 @@ class DeltaEngine(DeltaReader, Protocol):
         ...
 
     def apply_changes(
-        self, path: str, df: Data, keys: Sequence[str], retraction: str, txn: Txn | None = None
+        self, path: str, df: Data, *, keys: Sequence[str], retraction: str, commit: Commit | None = None
     ) -> int | None:
         """One MERGE on ``keys`` (one commit): a row of ``df`` for which ``retraction`` (a SQL predicate on ``source``)
         holds deletes the row it names; any other replaces it, or is inserted. The table must exist.
 
-        Returns the rows deleted, replaced or inserted, or None when the table already records ``txn``.
+        Returns the rows deleted, replaced or inserted, or None when the table already records ``commit``.
         """
         ...
 
@@ -290,9 +290,10 @@ class DeltaEngine(DeltaReader, Protocol):
         self,
         path: str,
         df: Data,
+        *,
         key: str,
         evict: Memberships | None = None,
-        txn: Txn | None = None,
+        commit: Commit | None = None,
         aligned: Aligned | None = None,
         on_match: OnMatch | None = None,
     ) -> Merged | None:
@@ -303,7 +304,7 @@ class DeltaEngine(DeltaReader, Protocol):
         ``aligned``: matches are looked for only within the range ``df`` spans of a column equal keys share, so the
         target scan skips the rest (see ``match_condition``).
 
-        Returns what it inserted and evicted, or None when the table already records ``txn``.
+        Returns what it inserted and evicted, or None when the table already records ``commit``.
         """
         ...
 
@@ -385,15 +386,17 @@ def changes_merge(keys: Sequence[str], retraction: str) -> tuple[str, str]:
     return " AND ".join(f"target.`{key}` = source.`{key}`" for key in keys), f"NOT ({retraction})"
 
 
-def marker(txn: Txn, before_merge: bool = False) -> str:
-    """The ``userMetadata`` of the commit that writes ``txn``: it records the write where Delta's own app transaction
+def marker(commit: Commit, before_merge: bool = False) -> str:
+    """The ``userMetadata`` of the commit that writes ``commit``: it records the write where Delta's own app transaction
     would cost too much (Delta on Spark checks one by reconstructing the table's state: docs/design.md section 3.4),
     and either engine finds it (``marked``) in the commits the log keeps; with the batch's plan when the write has one.
     ``before_merge``: the commit of no rows a session that refuses settings makes before a MERGE, which cannot carry
     a marker there (``Recorded.before_merge``). The plan comes last, so a marker without it is a prefix of one with
     it."""
-    recorded = {"txn": {"appId": txn.app_id, "version": txn.version}} | ({"beforeMerge": True} if before_merge else {})
-    return json.dumps(recorded | ({} if txn.plan is None else {"plan": txn.plan}), separators=(",", ":"))
+    recorded = {"txn": {"appId": commit.app_id, "version": commit.version}} | (
+        {"beforeMerge": True} if before_merge else {}
+    )
+    return json.dumps(recorded | ({} if commit.plan is None else {"plan": commit.plan}), separators=(",", ":"))
 
 
 def marked(user_metadata: object, app_id: str) -> Recorded | None:
@@ -410,11 +413,11 @@ def marked(user_metadata: object, app_id: str) -> Recorded | None:
         return None
 
 
-def covers(recorded: int | None, txn: Txn) -> bool:
-    """A table whose last version of ``txn.app_id`` is ``recorded`` already has the write ``txn``."""
-    return recorded is not None and recorded >= txn.version
+def covers(recorded: int | None, commit: Commit) -> bool:
+    """A table whose last version of ``commit.app_id`` is ``recorded`` already has the write ``commit``."""
+    return recorded is not None and recorded >= commit.version
 
 
-def applied(engine: DeltaEngine, path: str, txn: Txn | None) -> bool:
-    """True when the table already records ``txn`` (or a later version of its app id): skip the write."""
-    return txn is not None and covers(engine.txn_version(path, txn.app_id), txn)
+def applied(engine: DeltaEngine, path: str, commit: Commit | None) -> bool:
+    """True when the table already records ``commit`` (or a later version of its app id): skip the write."""
+    return commit is not None and covers(engine.txn_version(path, commit.app_id), commit)

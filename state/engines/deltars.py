@@ -26,13 +26,13 @@ from pyspark.sql.types import StructType
 from state.engines.base import (
     Actions,
     Aligned,
+    Commit,
     Data,
     Memberships,
     Merged,
     OnMatch,
     Recorded,
     TableInfo,
-    Txn,
     as_frame,
     changes_merge,
     marked,
@@ -205,10 +205,10 @@ class DeltaRsReader:
             yield version, [json.loads(line) for line in text.splitlines() if line.strip()]
 
     def append(
-        self, path: str, df: Data, txn: Txn | None = None, properties: dict[str, str] | None = None
+        self, path: str, df: Data, *, commit: Commit | None = None, properties: dict[str, str] | None = None
     ) -> int | None:
         table = self._table(path)  # opened once: the transaction check and the write share it
-        if table is not None and _covered(table, txn):
+        if table is not None and _covered(table, commit):
             return None
         data = to_arrow(df)
         try:
@@ -217,7 +217,7 @@ class DeltaRsReader:
                 data,
                 mode="append",
                 schema_mode="merge",
-                commit_properties=_commit(txn),
+                commit_properties=_properties(commit),
                 configuration=None if table else NEW_TABLE_LOG | (properties or {}),
             )
         except DeltaError as exc:
@@ -307,10 +307,10 @@ class DeltaRsEngine(DeltaRsReader):
                 table.cleanup_metadata()
 
     def apply_changes(
-        self, path: str, df: Data, keys: Sequence[str], retraction: str, txn: Txn | None = None
+        self, path: str, df: Data, *, keys: Sequence[str], retraction: str, commit: Commit | None = None
     ) -> int | None:
         table = _opened(self._table(path), path)
-        if _covered(table, txn):
+        if _covered(table, commit):
             return None
         condition, kept = changes_merge(keys, retraction)
         data = to_arrow(df)
@@ -322,7 +322,7 @@ class DeltaRsEngine(DeltaRsReader):
                     source_alias="source",
                     target_alias="target",
                     merge_schema=True,
-                    commit_properties=_commit(txn),
+                    commit_properties=_properties(commit),
                 )
                 .when_matched_delete(predicate=retraction)
                 .when_matched_update_all(predicate=kept)
@@ -336,24 +336,25 @@ class DeltaRsEngine(DeltaRsReader):
             for name in ("num_target_rows_deleted", "num_target_rows_updated", "num_target_rows_inserted")
         )
         if changed == 0:  # a MERGE that changes nothing commits nothing: the write is recorded by a commit of no rows
-            self.append(path, data.slice(0, 0), txn)
+            self.append(path, data.slice(0, 0), commit=commit)
         return changed
 
     def merge(
         self,
         path: str,
         df: Data,
+        *,
         key: str,
         evict: Memberships | None = None,
-        txn: Txn | None = None,
+        commit: Commit | None = None,
         aligned: Aligned | None = None,
         on_match: OnMatch | None = None,
     ) -> Merged | None:
         table = self._table(path)
         if table is None:
-            written = self.append(path, df, txn)
+            written = self.append(path, df, commit=commit)
             return None if written is None else Merged(written, 0)
-        if _covered(table, txn):
+        if _covered(table, commit):
             return None
         try:
             merger = table.merge(
@@ -362,7 +363,7 @@ class DeltaRsEngine(DeltaRsReader):
                 source_alias="source",
                 target_alias="target",
                 merge_schema=True,
-                commit_properties=_commit(txn),
+                commit_properties=_properties(commit),
             ).when_not_matched_insert_all()
             if on_match is not None and on_match.delete:
                 merger = merger.when_matched_delete(predicate=on_match.condition)
@@ -400,9 +401,9 @@ def _opened(table: DeltaTable | None, path: str) -> DeltaTable:
     return table
 
 
-def _covered(table: DeltaTable, txn: Txn | None) -> bool:
+def _covered(table: DeltaTable, commit: Commit | None) -> bool:
     """``applied`` on a table already open (each open reads the log)."""
-    return txn is not None and _recorded(table, txn.app_id).covers(txn)
+    return commit is not None and _recorded(table, commit.app_id).covers(commit)
 
 
 def _recorded(table: DeltaTable, app_id: str) -> Recorded:
@@ -422,10 +423,10 @@ def _recorded(table: DeltaTable, app_id: str) -> Recorded:
         limit *= 8
 
 
-def _commit(txn: Txn | None) -> CommitProperties | None:
-    if txn is None:
+def _properties(commit: Commit | None) -> CommitProperties | None:
+    if commit is None:
         return None
     return CommitProperties(
-        app_transactions=[Transaction(app_id=txn.app_id, version=txn.version)],
-        custom_metadata={"userMetadata": marker(txn)},
+        app_transactions=[Transaction(app_id=commit.app_id, version=commit.version)],
+        custom_metadata={"userMetadata": marker(commit)},
     )

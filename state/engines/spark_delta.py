@@ -35,13 +35,13 @@ from pyspark.sql.window import Window
 from state.engines.base import (
     Actions,
     Aligned,
+    Commit,
     Data,
     Memberships,
     Merged,
     OnMatch,
     Recorded,
     TableInfo,
-    Txn,
     as_frame,
     changes_merge,
     marker,
@@ -267,9 +267,9 @@ class SparkDeltaEngine:
         head = self._head(path)
         return None if head is None else self._log.recorded(path, head, app_id).version
 
-    def _check(self, table: str, head: Head | None, txn: Txn | None) -> Recorded | None:
-        """What ``table`` records of ``txn``'s app before a write; None without a txn, or without a table yet."""
-        return None if txn is None or head is None else self._log.recorded(table, head, txn.app_id)
+    def _check(self, table: str, head: Head | None, commit: Commit | None) -> Recorded | None:
+        """What ``table`` records of ``commit``'s app before a write; None without a commit, or without a table yet."""
+        return None if commit is None or head is None else self._log.recorded(table, head, commit.app_id)
 
     def source_identity(self, table: str) -> tuple[str, int] | None:
         head = self._log.head(table)
@@ -345,11 +345,11 @@ class SparkDeltaEngine:
                 self._log.remove(path)
 
     def append(
-        self, path: str, df: Data, txn: Txn | None = None, properties: dict[str, str] | None = None
+        self, path: str, df: Data, *, commit: Commit | None = None, properties: dict[str, str] | None = None
     ) -> int | None:
         head = self._head(path)  # one look at the log: the transaction check and the version to compare
-        recorded = self._check(path, head, txn)
-        if recorded is not None and recorded.covers(txn):  # type: ignore[arg-type] - a record needs a txn
+        recorded = self._check(path, head, commit)
+        if recorded is not None and recorded.covers(commit):  # type: ignore[arg-type] - a record needs a commit
             return None
         frame = as_frame(self.spark, df)
         creating = (
@@ -364,54 +364,55 @@ class SparkDeltaEngine:
                 # appended to.
                 _append_to(path, self.spark.createDataFrame([], frame.schema), creating)
                 creating = {}
-            _append_to(path, frame, _recording(txn, recorded, WRITER_OPTIONS) | creating)
+            _append_to(path, frame, _recording(commit, recorded, WRITER_OPTIONS) | creating)
         after = self._seen(path)
         if head is None or after.version != head.version:  # type: ignore[union-attr] - the append made the table
             if isinstance(df, pa.Table):
                 return df.num_rows
             committed = self._log.rows_committed(path, after)  # type: ignore[arg-type]
             return frame.count() if committed is None else committed  # metrics off: history.metricsEnabled=false
-        if txn is None or recorded is None or not recorded.in_commits:  # Delta found its app transaction recorded
+        if commit is None or recorded is None or not recorded.in_commits:  # Delta found its app transaction recorded
             return None
         # Delta commits nothing for a write of no rows, marker or not: record the batch by an app transaction,
         # an action of its own, so the table says it was written (gold is, every batch).
         with self._committing(path):
-            _append_to(path, frame.limit(0), _recording(txn, None, WRITER_OPTIONS))
+            _append_to(path, frame.limit(0), _recording(commit, None, WRITER_OPTIONS))
         return 0
 
     def merge(
         self,
         path: str,
         df: Data,
+        *,
         key: str,
         evict: Memberships | None = None,
-        txn: Txn | None = None,
+        commit: Commit | None = None,
         aligned: Aligned | None = None,
         on_match: OnMatch | None = None,
     ) -> Merged | None:
         head = self._head(path)
         if head is None:
-            written = self.append(path, df, txn)
+            written = self.append(path, df, commit=commit)
             return None if written is None else Merged(written, 0)
-        recorded = self._check(path, head, txn)
-        if self._written(path, recorded, txn):
+        recorded = self._check(path, head, commit)
+        if self._written(path, recorded, commit):
             return None
         with self._committing(path):
             counts = self._merge(
                 path,
                 df,
-                txn,
+                commit,
                 recorded,
                 lambda source: merge_statement(sql_name(path), source, match_condition(key, aligned), evict, on_match),
             )
         return Merged(int(counts["num_inserted_rows"]), int(counts["num_deleted_rows"]))
 
     def apply_changes(
-        self, path: str, df: Data, keys: Sequence[str], retraction: str, txn: Txn | None = None
+        self, path: str, df: Data, *, keys: Sequence[str], retraction: str, commit: Commit | None = None
     ) -> int | None:
         head = self._head(path)
-        recorded = self._check(path, head, txn)
-        if self._written(path, recorded, txn):
+        recorded = self._check(path, head, commit)
+        if self._written(path, recorded, commit):
             return None
         condition, kept = changes_merge(keys, retraction)
         clauses = (
@@ -422,7 +423,7 @@ class SparkDeltaEngine:
             counts = self._merge(
                 path,
                 df,
-                txn,
+                commit,
                 recorded,
                 lambda source: (
                     f"MERGE WITH SCHEMA EVOLUTION INTO {sql_name(path)} AS target USING {source} AS source ON "
@@ -431,20 +432,22 @@ class SparkDeltaEngine:
             )
         changed = int(counts["num_affected_rows"])
         if changed == 0:  # a MERGE that changes nothing commits nothing: the write is recorded by a commit of no rows
-            self.append(path, pa.Table.from_pylist([], to_arrow_schema(as_frame(self.spark, df).schema)), txn)
+            self.append(path, pa.Table.from_pylist([], to_arrow_schema(as_frame(self.spark, df).schema)), commit=commit)
         return changed
 
-    def _written(self, path: str, recorded: Recorded | None, txn: Txn | None) -> bool:
-        """Whether the table already has the MERGE ``txn``: its marker's commit, or, where the marker went in a
+    def _written(self, path: str, recorded: Recorded | None, commit: Commit | None) -> bool:
+        """Whether the table already has the MERGE ``commit``: its marker's commit, or, where the marker went in a
         commit before the MERGE (``before_merge``), a MERGE commit after that one."""
-        if recorded is None or txn is None:
+        if recorded is None or commit is None:
             return False
-        return recorded.covers(txn) or (recorded.marks_merge_of(txn) and self._merged_after_marker(path, txn))
+        return recorded.covers(commit) or (recorded.marks_merge_of(commit) and self._merged_after_marker(path, commit))
 
-    def _merged_after_marker(self, path: str, txn: Txn) -> bool:
-        """A MERGE committed after the newest commit of no rows that marks ``txn`` before its MERGE: one look at the
+    def _merged_after_marker(self, path: str, commit: Commit) -> bool:
+        """A MERGE committed after the newest commit of no rows that marks ``commit`` before its MERGE: one look at the
         table's history, made only when a batch is resumed."""
-        prefix = marker(Txn(txn.app_id, txn.version), before_merge=True)[:-1]  # the plan, when there is one, follows
+        prefix = marker(Commit(commit.app_id, commit.version), before_merge=True)[
+            :-1
+        ]  # the plan, when there is one, follows
         history = self.spark.sql(f"DESCRIBE HISTORY {sql_name(path)}")
         last = history.agg(
             F.max(F.when(F.col("userMetadata").startswith(prefix), F.col("version"))).alias("marked"),
@@ -452,16 +455,18 @@ class SparkDeltaEngine:
         ).first()
         return last["marked"] is not None and last["merged"] is not None and last["merged"] > last["marked"]
 
-    def _merge(self, path: str, df: Data, txn: Txn | None, recorded: Recorded | None, statement: Callable[[str], str]):  # noqa: ANN202 - a Row
-        """Run the MERGE ``statement`` names for a source view of ``df``, recording ``txn``: on a session of its own
+    def _merge(
+        self, path: str, df: Data, commit: Commit | None, recorded: Recorded | None, statement: Callable[[str], str]
+    ):  # noqa: ANN202 - a Row
+        """Run the MERGE ``statement`` names for a source view of ``df``, recording ``commit``: on a session of its own
         with the marker as its setting, or, where settings are refused, after a commit of no rows that carries it;
         the MERGE's own counts (a MERGE that changes nothing commits nothing, so the history's latest entry would
         be an earlier commit's)."""
         if self._restricted:
-            return self._merge_after_marker(path, df, txn, recorded, statement)
+            return self._merge_after_marker(path, df, commit, recorded, statement)
         # A source built from rows on the driver is an immutable local relation: MERGE need not copy it first.
         confs = ({MATERIALIZE_SOURCE: "none"} if isinstance(df, pa.Table) else {}) | _recording(
-            txn, recorded, SESSION_CONFS
+            commit, recorded, SESSION_CONFS
         )
         view = f"lakejoin_merge_{uuid.uuid4().hex}"
         with self._session(confs) as session:
@@ -482,15 +487,17 @@ class SparkDeltaEngine:
                 drop()
 
     def _merge_after_marker(
-        self, path: str, df: Data, txn: Txn | None, recorded: Recorded | None, statement: Callable[[str], str]
+        self, path: str, df: Data, commit: Commit | None, recorded: Recorded | None, statement: Callable[[str], str]
     ):  # noqa: ANN202 - a Row
         """The MERGE on a session that refuses settings: the marker first, in a commit of no rows with the table's own
         schema (unless a run this one resumes made it), then the MERGE, on the source's own session."""
-        if txn is not None and not (recorded is not None and recorded.marks_merge_of(txn)):
+        if commit is not None and not (recorded is not None and recorded.marks_merge_of(commit)):
             schema = self._log.schema(path, self._head(path))  # type: ignore[arg-type] - a MERGE's table exists
             # Delta commits nothing for no rows without an app transaction of its own
             _append_to(
-                path, self.spark.createDataFrame([], schema), _recording(txn, None, WRITER_OPTIONS, before_merge=True)
+                path,
+                self.spark.createDataFrame([], schema),
+                _recording(commit, None, WRITER_OPTIONS, before_merge=True),
             )
         reached(f"marked:{path}")
         frame = as_frame(self.spark, df)
@@ -592,13 +599,13 @@ def _append_to(table: str, frame: DataFrame, options: dict[str, str]) -> None:
 
 
 def _recording(
-    txn: Txn | None, recorded: Recorded | None, names: dict[str, str], before_merge: bool = False
+    commit: Commit | None, recorded: Recorded | None, names: dict[str, str], before_merge: bool = False
 ) -> dict[str, str]:
-    """The writer options (or session confs) that record ``txn``, named by ``names``: always its marker, and Delta's
+    """The writer options (or session confs) that record ``commit``, named by ``names``: always its marker, and Delta's
     app transaction too where no kept commit records the app (see the module's docstring)."""
-    if txn is None:
+    if commit is None:
         return {}
-    settings = {names["marker"]: marker(txn, before_merge)}
+    settings = {names["marker"]: marker(commit, before_merge)}
     if recorded is None or not recorded.in_commits:
-        settings |= {names["app_id"]: txn.app_id, names["version"]: str(txn.version)}
+        settings |= {names["app_id"]: commit.app_id, names["version"]: str(commit.version)}
     return settings

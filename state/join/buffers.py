@@ -17,8 +17,9 @@ from dataclasses import dataclass, replace
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from state.engines import DeltaEngine, Eviction, Memberships, Merged, OnMatch, Txn
+from state.engines import Eviction, Memberships, Merged, OnMatch
 from state.engines.base import Aligned
+from state.engines.table import Writer
 from state.faults import step
 from state.join.bounds import Watermarks, probe_eviction, store_eviction
 from state.join.changes import DELETED, latest_held
@@ -61,12 +62,6 @@ def state_tables(warehouse: Warehouse, probes: bool = True) -> list[StateTable]:
         )
         for rel in warehouse.relations
     ]
-
-
-def snapshot(engine: DeltaEngine, plan: BatchPlan, table: StateTable) -> DataFrame | None:
-    """The state table as the batch's plan pinned it; None before its first write."""
-    version = plan.state_versions.get(table.name)
-    return None if version is None else engine.read(table.path, version)
 
 
 def read_sides(
@@ -207,50 +202,42 @@ Checked = Callable[[StateTable, DataFrame, Callable[[DataFrame], "Merged | None"
 
 
 def update_buffers(
-    engine: DeltaEngine,
-    plan: BatchPlan,
     updates: dict[str, BufferUpdate],
-    txn_for: Callable[[str], Txn],
+    writer: Callable[[StateTable], Writer],
+    versions: dict[str, int],
     checked: Checked,
 ) -> dict[str, int]:
-    """Apply each update by one MERGE on ``id`` that inserts and evicts, its rows checked by ``checked``; returns the
-    rows evicted per table.
+    """Apply each update by one MERGE on ``id`` that inserts and evicts, by ``writer`` (its table's commit of the
+    batch), its rows checked by ``checked``; returns the rows evicted per table. ``versions``: each table's version
+    the batch read (its plan's).
 
     The tables are independent and each MERGE is idempotent under its own transaction, so they run at once:
     a MERGE is mostly waiting (on the log, the scheduler, the commit), not computing."""
     with ThreadPoolExecutor(max_workers=max(1, len(updates))) as pool:
         evicted = {
-            name: pool.submit(_update_buffer, engine, plan, name, update, txn_for, checked)
+            name: pool.submit(_update_buffer, name, update, writer(update.table), versions.get(name), checked)
             for name, update in updates.items()
         }
     return {name: count for name, future in evicted.items() if (count := future.result()) is not None}
 
 
 def _update_buffer(
-    engine: DeltaEngine,
-    plan: BatchPlan,
-    name: str,
-    update: BufferUpdate,
-    txn_for: Callable[[str], Txn],
-    checked: Checked,
+    name: str, update: BufferUpdate, writer: Writer, version: int | None, checked: Checked
 ) -> int | None:
     """One table's MERGE; the rows it evicted (counted again when the run this one resumes committed it, so a
     resumed batch logs what an uninterrupted one would)."""
     with step(name):
         if not update.needed:
             return None
-        txn = txn_for(update.table.path)
         # The arrivals' ids are new: a MERGE looks for them only within their span of ``_ts``. Rows that name stored
         # records (marks, deletes, a change feed's new versions) may lie anywhere.
         aligned = update.span if update.on_match is None else None
 
         def write(rows: DataFrame) -> Merged | None:
-            if (
-                update.inserts_only or not update.exists
-            ):  # an append: one write, where a MERGE also scans the table for the keys
-                written = engine.append(update.table.path, rows, txn, statistics_of(rows.columns, STATE_STATISTICS))
+            if update.inserts_only or not update.exists:  # an append: where a MERGE also scans the table for the keys
+                written = writer.append(rows, properties=statistics_of(rows.columns, STATE_STATISTICS))
                 return None if written is None else Merged(written, 0)
-            return engine.merge(update.table.path, rows, BUFFER_KEY, update.eviction, txn, aligned, update.on_match)
+            return writer.merge(rows, key=BUFFER_KEY, evict=update.eviction, aligned=aligned, on_match=update.on_match)
 
         done = checked(update.table, update.rows, write)
     if done is not None:
@@ -258,7 +245,7 @@ def _update_buffer(
     gone = update.eviction.gone()
     if not update.exists or gone is None:
         return 0  # the committed MERGE created the table or could delete nothing: it evicted nothing
-    return engine.read(update.table.path, plan.state_versions[name], gone).count()
+    return writer.table.read(version, gone).count()
 
 
 def replacing(updates: dict[str, BufferUpdate], relations: Sequence[Relation]) -> dict[str, BufferUpdate]:

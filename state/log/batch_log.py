@@ -2,7 +2,7 @@
 
 A batch's **plan** pins everything it reads: the slice of the global arrival order, the bronze and state versions
 before it, the watermarks, the landed files it takes (each with its places in the arrival order). Every write of the
-batch carries the plan in its commit (``Txn.plan``), so a batch that died after any write is resumed with exactly its
+batch carries the plan in its commit (``Commit.plan``), so a batch that died after any write is resumed with exactly its
 plan (docs/design.md section 3), and the log row, its one bookkeeping commit, records the plan with what the batch
 did: counts, watermarks after it, the rules' results.
 """
@@ -18,8 +18,8 @@ from typing import Any
 import pyarrow as pa
 
 from state.clock import now
-from state.engines import DeltaEngine, Txn
 from state.engines.base import DeltaReader
+from state.engines.table import Writer
 from state.log.progress import Progress
 
 VERSIONS = pa.map_(pa.string(), pa.int64())
@@ -155,10 +155,6 @@ class BatchPlan:
         fields["files"] = tuple(LandedFile(**file) for file in fields["files"])
         return cls(**fields)
 
-    def txn(self, app_id: str) -> Txn:
-        """The application transaction of this batch's write under ``app_id``, carrying the plan."""
-        return Txn(app_id, self.batch_id, self.encoded())
-
 
 @dataclass(frozen=True)
 class RuleCount:
@@ -213,8 +209,8 @@ class BatchLog:
         (row,) = self.engine.rows(self.path, where=f"batch_id = {last_id}").to_pylist()  # type: ignore[union-attr] - the log exists
         return LogTail(last_id, row["seq_to"], dict(row["watermarks"] or {}), dict(row["raised"] or {}), row)
 
-    def record(self, engine: DeltaEngine, plan: BatchPlan, outcome: BatchOutcome) -> None:
-        """The batch's log row: its last write, which commits it."""
+    def record(self, writer: Writer, plan: BatchPlan, outcome: BatchOutcome) -> None:
+        """The batch's log row, by ``writer`` (the batch's commit to the log): its last write, which commits it."""
         row = {
             "batch_id": plan.batch_id,
             "seq_from": plan.seq_from,
@@ -239,4 +235,4 @@ class BatchLog:
             "recorded_at": now(),
             "seconds": outcome.seconds,
         }
-        engine.append(self.path, pa.Table.from_pylist([row], SCHEMA), plan.txn(self.app_id))
+        writer.append(pa.Table.from_pylist([row], SCHEMA))
