@@ -48,7 +48,7 @@ def main() -> None:
         max_batch_rows=args.max_batch_rows,
     )
     bounds = {} if args.unbounded else {"allowed_lateness": args.disorder, "window": args.window}
-    config = Config(max_batch_rows=args.max_batch_rows, engine="delta-rs", **bounds)
+    config = Config.of(max_batch_rows=args.max_batch_rows, engine="delta-rs", **bounds)
     workdir = tempfile.mkdtemp(prefix="lakejoin-bench-state-")
     warehouse = Warehouse(os.path.join(workdir, "warehouse"))
     chunks = write_chunks(generate_stream(options), workdir, args.chunk_rows)

@@ -73,13 +73,13 @@ def main() -> None:
     stream = generate_stream(options)
     inserts = as_changes(stream, 0.0, 0.0, args.chunk_rows, args.keys, options.seed)
     changed = as_changes(stream, args.updates, args.deletes, args.chunk_rows, args.keys, options.seed)
-    feed = Config(
+    feed = Config.of(
         relations={"r": {"changes": CHANGES}, "s": {"changes": CHANGES}},
         max_batch_rows=args.max_batch_rows,
         engine=args.engine,
     )
     variants = {
-        "append-only": (Config(max_batch_rows=args.max_batch_rows, engine=args.engine), stream),
+        "append-only": (Config.of(max_batch_rows=args.max_batch_rows, engine=args.engine), stream),
         "change feed, inserts only": (feed, inserts),
         f"change feed, {args.updates:.0%} updated and {args.deletes:.0%} deleted later": (feed, changed),
     }

@@ -64,7 +64,7 @@ def phase(name: str, files: dict[str, str], driver_memory: str, max_batch_rows: 
         for rel_name, path in files.items():
             ingest_files(engine, warehouse, relations[rel_name], [path])
         if name == "pairs":
-            reports = silver.run(engine, warehouse, Config(engine="spark", max_batch_rows=max_batch_rows))
+            reports = silver.run(engine, warehouse, Config.of(engine="spark", max_batch_rows=max_batch_rows))
             pairs = sum(report.pairs for report in reports)
     except Exception as exc:  # noqa: BLE001 - an out-of-memory driver is a result to report, not a crash
         cause = str(getattr(exc, "java_exception", exc)).strip()  # a Py4JJavaError's own first line names no cause

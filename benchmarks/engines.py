@@ -47,7 +47,7 @@ def measure(spark, name: str, chunks: list[list[tuple[str, str]]], max_batch_row
     reports = replay(
         engine,
         warehouse,
-        Config(engine=name, max_batch_rows=max_batch_rows),
+        Config.of(engine=name, max_batch_rows=max_batch_rows),
         chunks,
         after_ingest=measured.ingest_s.append,
     )

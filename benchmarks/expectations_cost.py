@@ -41,7 +41,7 @@ def main() -> None:
     chunks = write_chunks(generate_stream(options), workdir, options.chunk_rows)
     spark = get_spark()
     engine = make_engine(spark, args.engine)
-    config = Config(max_batch_rows=args.max_batch_rows, engine=args.engine)
+    config = Config.of(max_batch_rows=args.max_batch_rows, engine=args.engine)
 
     def batches(name: str, number: int) -> list[float]:
         warehouse = Warehouse(os.path.join(workdir, f"warehouse-{name}-{number}"))

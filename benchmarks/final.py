@@ -148,7 +148,7 @@ def main() -> None:
             base, chunks = streams[stream]
             bound = "tolerance" if kind == "asof" else "window"
             settings = {**without_window(base), "join": kind, bound: args.window, "allowed_lateness": args.lateness}
-            config = Config(**settings, max_batch_rows=args.max_batch_rows, engine="delta-rs")  # type: ignore[arg-type]
+            config = Config.of(**settings, max_batch_rows=args.max_batch_rows, engine="delta-rs")  # type: ignore[arg-type]
             warehouse = Warehouse(os.path.join(workdir, f"{run}-{round_number}".replace(" ", "-")), config.joined)
             reports = replay(engine, warehouse, config, chunks)
             seconds[run] += [report.seconds for report in reports][args.warmup :]

@@ -87,7 +87,7 @@ def main() -> None:
     engine = make_engine(spark, "delta-rs")
     results = {}
     for name, idle in (("idle_after", {"idle_after": f"{args.idle_after} seconds"}), ("without", {})):
-        config = Config(relations={"r": {"required": ["key"]}, "s": {"required": ["key"], **idle}}, **bounds)
+        config = Config.of(relations={"r": {"required": ["key"]}, "s": {"required": ["key"], **idle}}, **bounds)
         results[name] = replay(
             engine, config, chunks, args.trigger, patience=args.idle_after * 4 if idle else args.idle_after * 2
         )

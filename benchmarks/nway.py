@@ -44,7 +44,7 @@ def main() -> None:
     measured = {}
     for n in (2, 3, 4):
         settings = {**market_settings(n), "window": args.window, "allowed_lateness": f"{args.disorder} seconds"}
-        config = Config(**settings, max_batch_rows=args.max_batch_rows, engine="delta-rs")  # type: ignore[arg-type]
+        config = Config.of(**settings, max_batch_rows=args.max_batch_rows, engine="delta-rs")  # type: ignore[arg-type]
         options = DemoOptions(
             rows=args.arrivals // n, keys=args.keys, disorder=args.disorder, chunk_rows=args.chunk_rows, seed=7
         )

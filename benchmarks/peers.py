@@ -146,7 +146,7 @@ def run_lakejoin(
     """With a band ``window`` and an allowed ``lateness``, bounded state: lakejoin evicts what they leave behind."""
     engine = make_engine(spark, engine_name)
     warehouse = Warehouse(os.path.join(workdir, "lakejoin"))
-    config = Config(engine=engine_name, max_batch_rows=2 * batch, window=window, allowed_lateness=lateness)
+    config = Config.of(engine=engine_name, max_batch_rows=2 * batch, window=window, allowed_lateness=lateness)
     measured = Measured(0.0, late_rows=0)
     for files in batches:
         started = time.perf_counter()
@@ -413,7 +413,7 @@ def main() -> None:
     batches = landed_batches(options, args.batch, os.path.join(root, "landing"))
     spark = get_spark()
     window, delay = (args.window, args.disorder) if args.bounded else (None, None)
-    predicate, stream_predicate = predicates(Config().predicate, window)  # type: ignore[arg-type] - normalised to a str
+    predicate, stream_predicate = predicates(Config.of().predicate, window)  # type: ignore[arg-type] - normalised to a str
     systems: dict[str, Callable[[list[dict[str, str]], str], Measured]] = {
         "lakejoin": lambda chosen, workdir: run_lakejoin(
             spark, chosen, workdir, args.batch, args.engine, window, delay

@@ -65,12 +65,12 @@ def measure(spark, way: str, chunks: list[list[tuple[str, str]]], max_batch_rows
     if way == "files":
         ingest_chunk: list[float] = []
         reports = replay(
-            engine, warehouse, Config(max_batch_rows=max_batch_rows), chunks, after_ingest=ingest_chunk.append
+            engine, warehouse, Config.of(max_batch_rows=max_batch_rows), chunks, after_ingest=ingest_chunk.append
         )
         measured.ingest_s = [sum(ingest_chunk[i : i + 2]) for i in range(0, len(ingest_chunk), 2)]
     else:
         tables = {rel.name: os.path.join(root, "raw", rel.name) for rel in RELATIONS}
-        config = Config(
+        config = Config.of(
             relations={name: {"table": path, "required": ["key"]} for name, path in tables.items()},
             max_batch_rows=max_batch_rows,
         )

@@ -18,8 +18,9 @@ from expectations.batch import bound_rules
 from expectations.frames import with_pair_checks, with_state_checks
 from expectations.reconcile import Reconciliation, check_gold
 from expectations.runner import RuleResult, Validator
-from state.config import Config, on_warehouse_axis
+from state.config import Config
 from state.engines import DeltaEngine, Memberships
+from state.event_time import warehouse_kind
 from state.join.joiner import Projection, data_columns, identity_column
 from state.join.relations import ID, Relation
 from state.layout import Warehouse
@@ -69,7 +70,7 @@ class Audit:
 def audit(engine: DeltaEngine, warehouse: Warehouse, config: Config, docs_root: str) -> Audit:
     """Validate every table of ``warehouse`` and reconcile gold; Data Docs go under ``docs_root``."""
     require_warehouse(engine, warehouse)
-    config = on_warehouse_axis(config, engine, warehouse)[0]
+    config = config.on_axis(warehouse_kind(engine, warehouse, config.event_times))
     context = gx.get_context(mode="file", project_root_dir=docs_root)
     validator = Validator(engine.spark, context)
     results: list[RuleResult] = []

@@ -17,7 +17,8 @@ from datetime import date, datetime
 from typing import TYPE_CHECKING, TypeVar
 
 from pipelines.commands.maintain import SAFE_RETENTION_HOURS
-from state.config import Config, config_from, load_config
+from state.config import Config, config_from
+from state.config_file import load_config
 from state.errors import LakejoinError
 
 if TYPE_CHECKING:  # Spark loads when a Pipeline is made, not when the CLI parses its arguments
@@ -395,7 +396,7 @@ class Pipeline:
         from state.log.checks import check_ingest_target, require_engine_for, require_warehouse
         from state.log.lock import is_local
 
-        given = self._given or Config()
+        given = self._given or Config.of()
         creates = _creates(command, given)
         if reader is not None and not _names_catalog_tables(given):
             warehouse, engine = given.placed(Warehouse(self.root)), reader
@@ -426,7 +427,7 @@ class Pipeline:
     def _require_folder(self, command: str) -> None:
         from state.log.lock import is_local
 
-        if not _creates(command, self._given or Config()) and is_local(self.root) and not os.path.isdir(self.root):
+        if not _creates(command, self._given or Config.of()) and is_local(self.root) and not os.path.isdir(self.root):
             raise LakejoinError(f"no warehouse at {self.root}: land files there first with 'lakejoin ingest'")
 
     @contextmanager
@@ -444,7 +445,7 @@ def _names_catalog_tables(config: Config) -> bool:
     """A relation reads a Unity Catalog table, which only Spark can open."""
     from state.layout import is_table_name
 
-    return any(spec.table is not None and is_table_name(spec.table) for spec in config.relations.values())  # type: ignore[union-attr] - normalised
+    return any(spec.table is not None and is_table_name(spec.table) for spec in config.relations.values())
 
 
 def _path_of(warehouse: Warehouse, name: str) -> str:

@@ -11,7 +11,8 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, NoReturn
 
 from pipelines.commands.terminal import without_native_panics
-from state.config import Config, load_config
+from state.config import Config
+from state.config_file import load_config
 from state.errors import LakejoinError
 
 if TYPE_CHECKING:  # Spark loads only for the commands that need it, so --help and argument errors stay fast

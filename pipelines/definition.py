@@ -77,8 +77,8 @@ def _without_retired(settings: dict) -> dict:
 def in_force(current: Recorded | None) -> Config:
     """The config a recorded definition says, or the defaults before any."""
     if current is None:
-        return Config()
-    config = Config(**current.settings)  # type: ignore[arg-type]
+        return Config.of()
+    config = Config.of(**current.settings)
     check_policies(config.quality)  # a rule the suites no longer have is refused, not silently skipped
     return config
 
@@ -101,7 +101,7 @@ def settle(engine: DeltaReader, warehouse: Warehouse, given: Config | None, comm
     settings = given.settings()
     # A warehouse that has data but no recorded definition was built under the defaults.
     # A setting added to lakejoin after a definition was recorded reads as its default there.
-    defaults = _plain(Config().settings())
+    defaults = _plain(Config.of().settings())
     baseline = (
         {**defaults, **current.settings}
         if current is not None

@@ -6,11 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from datetime import timedelta
 
-import yaml
-
-from state.engines import ENGINE_NAMES, DeltaEngine
+from state.engines import ENGINE_NAMES
 from state.errors import LakejoinError
-from state.event_time import span_on_axis, warehouse_kind
+from state.event_time import span_on_axis
 from state.join.asof import backward
 from state.join.final import JOIN_KINDS, JoinKind, JoinSpec
 from state.join.relations import RELATIONS, Relation, RelationSpec, default_specs, relations_named
@@ -22,19 +20,41 @@ Span = int | timedelta  # an integer (integer event time) or a duration (timesta
 
 
 @dataclass(frozen=True)
-class Config:
-    """A pipeline's definition: what is joined and how. Every setting is optional; its reference (docs/config.md) is
-    generated from the fields below."""
+class Expectations:
+    """The ``expectations`` section: the plausible ts range, per-rule policies."""
 
-    relations: dict[str, RelationSpec] | None = setting(
-        None,
+    ts_min: int | None = setting(
+        0,
+        doc="`bronze_ts_plausible`: an event time below this is implausible, on the event-time axis (microseconds "
+        "since 1970 for timestamps); null: no lower bound.",
+    )
+    ts_max: int | None = setting(None, doc="And above this; null: no upper bound.")
+    policies: dict[str, str] = setting(
+        doc="Per rule (by name): `warn`, `quarantine` (row rules only) or `fail`.",
+        unset="each rule's own policy (the table of rules below)",
+        example="{bronze_ts_plausible: quarantine}",
+        factory=dict,
+    )
+
+    def policy(self, rule: str, default: str) -> str:
+        """The policy of the rule named ``rule``: the config's, else the rule's own ``default``."""
+        return self.policies.get(rule, default)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Config:
+    """A pipeline's definition, valid once built: what is joined and how. ``Config.of(**settings)`` (or
+    ``config_from``) builds it from the settings as written, each optional; its fields hold them as the join uses
+    them (relations with their columns, spans parsed, the default predicate filled in). Its reference (docs/config.md)
+    is generated from the fields below."""
+
+    relations: dict[str, RelationSpec] = setting(
         doc="The relations joined, in rank order (the rank breaks event-time ties), each mapped to its settings "
         "(below). Two or more names of your own; a mapping naming only `r` and/or `s` keeps the other's defaults.",
         unset="`r` and `s`, each with `id`, `ts` and a required `key`",
         example="{orders: {id: order_id, event_time: order_time}, payments: {id: payment_id, event_time: paid_at}}",
     )
-    predicate: str | None = setting(
-        None,
+    predicate: str = setting(
         doc="What joins: any Spark SQL boolean expression over the relations' aliases (`r.*`, `s.*`, or the names "
         "you gave). Columns whose names need it are written with backticks (``r.`c.d` ``).",
         unset="equal `key` along the relations (`r.key = s.key`); a synchronized join: none (time alone)",
@@ -67,35 +87,35 @@ class Config:
         "runtime), or `auto`: Delta on Spark when the session has it, else delta-rs.",
     )
     pipeline: str = setting("lakejoin", doc="Names the Delta application transactions of this pipeline's writes.")
-    layers: dict[str, str] | None = setting(
-        None,
+    layers: dict[str, str] = setting(
         doc="Where a layer's tables live when not under the warehouse: `bronze`, `silver` (state, batch log), `gold`, "
         "`quarantine`, each a folder or a Unity Catalog schema of its own, its tables named without the layer "
         "(`main.silver.orders_state`). The definition stays at the warehouse. Fixed once the warehouse has one.",
         unset="every layer under the warehouse (`WAREHOUSE/silver/orders_state`; in a schema, `silver_orders_state`)",
         example="{bronze: main.raw, silver: main.silver, gold: main.analytics}",
+        factory=dict,
     )
     gold_table: str = setting(
         GOLD_TABLE,
         doc="Gold's name within its layer. Fixed once the warehouse has a definition.",
         example="orders_payments",
     )
-    allowed_lateness: Span | str | dict[str, Span | str] | None = setting(
-        None,
+    allowed_lateness: dict[str, Span] = setting(
         doc="How far below the newest event time seen a record may still arrive: a duration (`10 minutes`) for "
         "timestamps and dates, an integer for integer event times; one value for every relation, or one per "
         "relation. A record below its relation's watermark is late: set aside, not joined.",
         unset="no watermarks: nothing is late, and stores keep full history",
         example="{r: 10 minutes, s: 2 minutes}",
+        factory=dict,
     )
-    window: Span | str | None = setting(
+    window: Span | None = setting(
         None,
         doc="A band: every two members of a tuple within this much event time of each other. With "
         "`allowed_lateness`, stores evict what the band leaves behind.",
         unset="no band",
         example="1 hour",
     )
-    tolerance: Span | str | None = setting(
+    tolerance: Span | None = setting(
         None,
         doc="As-of joins only, instead of `window`: no match older than this before the left record.",
         unset="a match of any age",
@@ -106,46 +126,21 @@ class Config:
         doc="As-of joins: which way the match looks. Only `backward` is built (the latest right record at or before "
         "the left's time); `forward` and `nearest` are refused.",
     )
-    expectations: Expectations | dict | None = setting(
-        None,
+    expectations: Expectations = setting(
         doc="Data-quality settings: the `expectations.*` settings below.",
         unset="every rule at its default policy",
+        factory=Expectations,
     )
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "relations", _relations(self.relations))
-        names = list(self.relations)  # type: ignore[arg-type] - normalised just above
-        if self.join not in JOINS:
-            raise LakejoinError(f"config: 'join' must be one of {', '.join(JOINS)}, got {self.join!r}")
-        if self.predicate is None:
-            default = (
-                "true"
-                if self.join == "synchronized"
-                else " AND ".join(f"{a}.key = {b}.key" for a, b in zip(names, names[1:]))
-            )
-            object.__setattr__(self, "predicate", default)
-        object.__setattr__(self, "select", _select(self.select))
-        object.__setattr__(self, "allowed_lateness", _lateness(self.allowed_lateness, names))
-        object.__setattr__(self, "window", None if self.window is None else duration(self.window, "window"))
-        object.__setattr__(self, "tolerance", None if self.tolerance is None else duration(self.tolerance, "tolerance"))
+        """Refuse a definition that cannot join: each check names the setting and what to do."""
         self._check_as_of()
-        if (
-            self.join == "synchronized"
-        ):  # every member at one event time: the band window 0; in-order streams by default
-            if self.window:
-                raise LakejoinError(
-                    "config: a synchronized join joins records of equal event time and takes no 'window' (got "
-                    f"{_span_text(self.window)}): remove it"
-                )  # type: ignore[arg-type]
-            object.__setattr__(self, "window", 0)
-            object.__setattr__(self, "allowed_lateness", self.allowed_lateness or dict.fromkeys(names, 0))
-        object.__setattr__(self, "expectations", _expectations(self.expectations))
-        self._check_finality(names)
+        self._check_finality(list(self.relations))
         self._check_changes()
         if not isinstance(self.predicate, str) or not self.predicate.strip():
             raise LakejoinError(
                 "config: 'predicate' must be a non-empty Spark SQL expression over "
-                f"{', '.join(f'{name}.*' for name in names)}"
+                f"{', '.join(f'{name}.*' for name in self.relations)}"
             )
         for name in ("max_batch_rows", "max_batch_files", "max_batch_bytes"):
             value = getattr(self, name)
@@ -153,12 +148,16 @@ class Config:
                 raise LakejoinError(f"config: '{name}' must be a positive integer, got {value!r}")
         if self.engine not in ENGINE_NAMES:
             raise LakejoinError(f"config: 'engine' must be one of {', '.join(ENGINE_NAMES)}, got {self.engine!r}")
-        object.__setattr__(self, "layers", _layers(self.layers))
         if not isinstance(self.gold_table, str) or not is_name(self.gold_table):
             raise LakejoinError(
                 "config: 'gold_table' must be a name of letters, digits and _ (not starting with a digit), got "
                 f"{self.gold_table!r}"
             )
+
+    @classmethod
+    def of(cls, **settings: object) -> Config:
+        """The definition the settings give, as a YAML file would write them (``window="1 hour"``)."""
+        return config_from(settings)
 
     def _check_as_of(self) -> None:
         """``tolerance`` and ``direction`` are an as-of join's, which bounds a match's age by its tolerance only."""
@@ -189,15 +188,15 @@ class Config:
     @property
     def reach(self) -> Span | None:
         """How far apart in event time a row's members may be: the window, or an as-of join's tolerance."""
-        return self.tolerance if self.join_kind.as_of else self.window  # type: ignore[return-value] - normalised
+        return self.tolerance if self.join_kind.as_of else self.window
 
     @property
     def reads_changes(self) -> bool:
         """Some relation is a change feed (state/join/changes.py)."""
-        return any(spec.changes is not None for spec in self.relations.values())  # type: ignore[union-attr] - normalised
+        return any(spec.changes is not None for spec in self.relations.values())
 
     def _check_changes(self) -> None:
-        changing = [name for name, spec in self.relations.items() if spec.changes is not None]  # type: ignore[union-attr] - normalised
+        changing = [name for name, spec in self.relations.items() if spec.changes is not None]
         if changing and self.join not in ("inner", "synchronized"):
             raise LakejoinError(
                 f"config: relations.{changing[0]}.changes: join: {self.join} over change feeds is not built (a change "
@@ -238,34 +237,39 @@ class Config:
     @property
     def join_spec(self) -> JoinSpec:
         """The join as a batch computes it (on the event-time axis: ``on_axis`` first)."""
-        return JoinSpec(self.join_kind, self.predicate, self.join_condition, self.reach)  # type: ignore[arg-type] - normalised
+        return JoinSpec(self.join_kind, self.predicate, self.join_condition, self.reach)
+
+    @property
+    def event_times(self) -> dict[str, str]:
+        """Each relation's event-time column, by relation: what tells the warehouse's event-time axis."""
+        return {rel.name: self.spec(rel.name).event_time for rel in self.joined}
 
     @property
     def joined(self) -> tuple[Relation, ...]:
         """The relations the join takes, ranked in the order the config lists them."""
-        return relations_named(list(self.relations))  # type: ignore[arg-type] - normalised in __post_init__
+        return relations_named(list(self.relations))
 
     def lateness(self, rel: str) -> Span | None:
         """The allowed lateness of relation ``rel``, or None when it has no watermark."""
-        return self.allowed_lateness.get(rel)  # type: ignore[union-attr] - normalised to a dict
+        return self.allowed_lateness.get(rel)
 
     def spec(self, rel: str) -> RelationSpec:
         """Which of ``rel``'s columns are its records' id and event time."""
-        return self.relations[rel]  # type: ignore[index] - normalised to every relation
+        return self.relations[rel]
 
     @property
     def reads_tables(self) -> bool:
         """Some relation is read in place from a Delta table the user has (pipelines/bronze/sources.py)."""
-        return any(spec.table is not None for spec in self.relations.values())  # type: ignore[union-attr] - normalised
+        return any(spec.table is not None for spec in self.relations.values())
 
     @property
     def landings(self) -> dict[str, str]:
         """Each relation with a landing folder, by name: ``run`` ingests what landed there before it joins."""
-        return {name: spec.landing for name, spec in self.relations.items() if spec.landing is not None}  # type: ignore[union-attr] - normalised
+        return {name: spec.landing for name, spec in self.relations.items() if spec.landing is not None}
 
     @property
     def quality(self) -> Expectations:
-        return self.expectations  # type: ignore[return-value] - normalised in __post_init__
+        return self.expectations
 
     def rule_parameters(self, rel: str | None = None) -> dict[str, object]:
         """What ``${name}`` stands for in the suites (``record_columns``: those of relation ``rel``; ``members``: gold's
@@ -288,14 +292,14 @@ class Config:
             pipeline=self.pipeline,
             layers=tuple(self.layers.items()),
             gold_table=self.gold_table,
-        )  # type: ignore[union-attr] - normalised
+        )
 
     def on_axis(self, kind: str | None) -> Config:
         """This config with ``allowed_lateness``, ``window`` and ``tolerance`` as numbers on the event-time axis of
         ``kind`` (state/event_time.py); a duration for integer time, or an integer for timestamps, is a config error."""
         if kind is None:
             return self
-        lateness = {rel: span_on_axis(span, kind, "allowed_lateness") for rel, span in self.allowed_lateness.items()}  # type: ignore[union-attr]
+        lateness = {rel: span_on_axis(span, kind, "allowed_lateness") for rel, span in self.allowed_lateness.items()}
         spans = {
             name: None if getattr(self, name) is None else span_on_axis(getattr(self, name), kind, name)
             for name in ("window", "tolerance")
@@ -306,10 +310,10 @@ class Config:
     def join_condition(self) -> str:
         """The predicate, with the band window (or tolerance) on every two relations when one is set (on the
         event-time axis: ``on_axis`` first)."""
-        names = list(self.relations)  # type: ignore[arg-type] - normalised
+        names = list(self.relations)
         bounds = [backward(*self.joined)] if self.join_kind.as_of else []
         if self.reach is None:
-            return " AND ".join([f"({self.predicate})", *bounds]) if bounds else self.predicate  # type: ignore[return-value]
+            return " AND ".join([f"({self.predicate})", *bounds]) if bounds else self.predicate
         band = (
             "{a}._ts = {b}._ts" if self.reach == 0 else f"abs({{a}}._ts - {{b}}._ts) <= {self.reach}"
         )  # equal: a hash join
@@ -319,39 +323,16 @@ class Config:
     def settings(self) -> dict[str, object]:
         """Every setting as the YAML would give it (durations as text), for the warehouse's definition."""
         values = {f.name: getattr(self, f.name) for f in fields(self)}
-        values["relations"] = {name: spec.settings() for name, spec in self.relations.items()}  # type: ignore[union-attr]
-        values["allowed_lateness"] = {rel: _span_text(span) for rel, span in self.allowed_lateness.items()}  # type: ignore[union-attr]
+        values["relations"] = {name: spec.settings() for name, spec in self.relations.items()}
+        values["allowed_lateness"] = {rel: _span_text(span) for rel, span in self.allowed_lateness.items()}
         for name in ("window", "tolerance"):
-            values[name] = None if values[name] is None else _span_text(values[name])  # type: ignore[arg-type]
+            values[name] = None if values[name] is None else _span_text(values[name])
         values["expectations"] = {f.name: getattr(self.quality, f.name) for f in fields(Expectations)}
         return values
 
     def with_overrides(self, **overrides: object) -> Config:
-        values = {f.name: getattr(self, f.name) for f in fields(self)}
-        values.update({name: value for name, value in overrides.items() if value is not None})
-        return Config(**values)
-
-
-@dataclass(frozen=True)
-class Expectations:
-    """The ``expectations`` section: the plausible ts range, per-rule policies."""
-
-    ts_min: int | None = setting(
-        0,
-        doc="`bronze_ts_plausible`: an event time below this is implausible, on the event-time axis (microseconds "
-        "since 1970 for timestamps); null: no lower bound.",
-    )
-    ts_max: int | None = setting(None, doc="And above this; null: no upper bound.")
-    policies: dict[str, str] = setting(
-        doc="Per rule (by name): `warn`, `quarantine` (row rules only) or `fail`.",
-        unset="each rule's own policy (the table of rules below)",
-        example="{bronze_ts_plausible: quarantine}",
-        factory=dict,
-    )
-
-    def policy(self, rule: str, default: str) -> str:
-        """The policy of the rule named ``rule``: the config's, else the rule's own ``default``."""
-        return self.policies.get(rule, default)
+        """This definition with the settings given a value (a command's ``--max-batch-rows``) replaced."""
+        return replace(self, **{name: value for name, value in overrides.items() if value is not None})
 
 
 JOINS = ("inner", "synchronized", *(kind for kind in JOIN_KINDS if kind != "inner"))
@@ -454,29 +435,9 @@ def _select(value: object) -> list[str] | None:
     return list(value)
 
 
-def on_warehouse_axis(config: Config, engine: DeltaEngine, warehouse: Warehouse) -> tuple[Config, str | None]:
-    """``config`` on the event-time axis of what the warehouse's bronze holds, and that kind (None before any
-    ingest)."""
-    kind = warehouse_kind(engine, warehouse, {rel.name: config.spec(rel.name).event_time for rel in config.joined})
-    return config.on_axis(kind), kind
-
-
-def load_config(path: str | None) -> Config:
-    """The config at ``path``, or the defaults when there is none."""
-    if path is None:
-        return Config()
-    try:
-        with open(path, encoding="utf-8") as handle:
-            raw = yaml.safe_load(handle) or {}
-    except OSError as exc:
-        raise LakejoinError(f"cannot read config {path}: {exc.strerror}") from exc
-    except yaml.YAMLError as exc:
-        raise LakejoinError(f"config {path} is not valid YAML: {str(exc).splitlines()[0]}") from exc
-    return config_from(raw, f"config {path}")
-
-
 def config_from(raw: object, where: str = "config") -> Config:
-    """The config a mapping of settings gives (a YAML file's, a caller's dict); ``where`` names it in errors."""
+    """The definition a document of settings gives (a YAML file's mapping, a caller's dict); ``where`` names it in
+    errors."""
     if not isinstance(raw, dict):
         raise LakejoinError(f"{where} must be a mapping of settings")
     known = {f.name for f in fields(Config)}
@@ -485,7 +446,44 @@ def config_from(raw: object, where: str = "config") -> Config:
     unknown = sorted(set(raw) - known)
     if unknown:
         raise LakejoinError(f"{where}: unknown setting {unknown[0]!r}; known settings: {', '.join(sorted(known))}")
-    return Config(**raw)
+    return Config(**_defined(raw))
+
+
+def _defined(written: dict[str, object]) -> dict[str, object]:
+    """The settings as the definition holds them: relations with their columns, the default predicate filled in,
+    spans parsed (a synchronized join: the band window 0, in-order streams by default), the sections checked."""
+    relations = _relations(written.get("relations"))
+    names = list(relations)
+    join = written.get("join", "inner")
+    if join not in JOINS:
+        raise LakejoinError(f"config: 'join' must be one of {', '.join(JOINS)}, got {join!r}")
+    synchronized = join == "synchronized"
+    predicate = written.get("predicate")
+    if predicate is None:
+        predicate = "true" if synchronized else " AND ".join(f"{a}.key = {b}.key" for a, b in zip(names, names[1:]))
+    window = _span(written.get("window"), "window")
+    lateness = _lateness(written.get("allowed_lateness"), names)
+    if synchronized:  # every member at one event time: the band window 0; in-order streams by default
+        if window:
+            raise LakejoinError(
+                "config: a synchronized join joins records of equal event time and takes no 'window' (got "
+                f"{_span_text(window)}): remove it"
+            )
+        window, lateness = 0, lateness or dict.fromkeys(names, 0)
+    return written | {
+        "relations": relations,
+        "predicate": predicate,
+        "select": _select(written.get("select")),
+        "allowed_lateness": lateness,
+        "window": window,
+        "tolerance": _span(written.get("tolerance"), "tolerance"),
+        "expectations": _expectations(written.get("expectations")),
+        "layers": _layers(written.get("layers")),
+    }
+
+
+def _span(value: object, setting: str) -> Span | None:
+    return None if value is None else duration(value, setting)
 
 
 def reference() -> str:

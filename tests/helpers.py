@@ -121,7 +121,7 @@ def _env(engine: str) -> dict[str, str]:
 class Pipeline:
     engine: DeltaEngine
     root: str
-    config: Config = field(default_factory=Config)
+    config: Config = field(default_factory=Config.of)
 
     @property
     def warehouse(self) -> Warehouse:

@@ -57,7 +57,7 @@ def test_the_api_and_the_cli_give_the_same_gold_state_and_batch_log(spark, delta
     records = out_of_order(15, seed=5)
     settings = {"engine": engine.name, "max_batch_rows": 7}
     (tmp_path / "pipeline.yml").write_text(json.dumps(settings))  # JSON is YAML
-    by_cli, by_api = (helpers.Pipeline(engine, str(tmp_path / name), Config(**settings)) for name in ("cli", "api"))
+    by_cli, by_api = (helpers.Pipeline(engine, str(tmp_path / name), Config.of(**settings)) for name in ("cli", "api"))
     for pipeline in (by_cli, by_api):
         os.makedirs(pipeline.root)
     files = {

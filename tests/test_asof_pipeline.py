@@ -37,7 +37,7 @@ S1, R3, S2, S5, R4 = (
 
 
 def as_of(engine, root, kind: str = "asof", lateness: int = 0, tolerance: int | None = None) -> Pipeline:  # noqa: ANN001 - an engine, a path
-    return Pipeline(engine, str(root), Config(join=kind, allowed_lateness=lateness, tolerance=tolerance))
+    return Pipeline(engine, str(root), Config.of(join=kind, allowed_lateness=lateness, tolerance=tolerance))
 
 
 def rows(pipeline: Pipeline) -> Counter[Pair]:
@@ -209,12 +209,12 @@ def test_state_stays_flat_on_a_long_stream_of_repeating_keys(deltars, tmp_path):
 )
 def test_an_asof_join_that_could_never_emit_or_is_misspelt_is_refused_in_one_line(settings, message):
     with pytest.raises(LakejoinError) as refused:
-        Config(**settings)
+        Config.of(**settings)
     assert str(refused.value) == message
 
 
 def test_the_docs_asof_config_reads_as_written():
-    config = Config(**yaml.safe_load(doc_block("docs/joins.md", "**The as-of join**")))
+    config = Config.of(**yaml.safe_load(doc_block("docs/joins.md", "**The as-of join**")))
     assert (config.join, config.tolerance, config.direction) == ("asof", timedelta(seconds=5), "backward")
     condition = config.on_axis(TIMESTAMP).join_condition  # microseconds
     assert (

@@ -52,7 +52,7 @@ def test_when_every_record_respects_the_lateness_bound_gold_is_the_unbounded_joi
     order = data.draw(delayed_streams(lateness))
     assert respects_lateness(order, lateness)
     pipeline = Pipeline(
-        deltars, str(tmp_path_factory.mktemp("bound")), Config(allowed_lateness=lateness, window=window)
+        deltars, str(tmp_path_factory.mktemp("bound")), Config.of(allowed_lateness=lateness, window=window)
     )
     land_and_run(pipeline, order, data)
     assert pipeline.late_ids() == set()
@@ -61,7 +61,7 @@ def test_when_every_record_respects_the_lateness_bound_gold_is_the_unbounded_joi
 
 def only_the_violators_are_late(engine, root: str, data: st.DataObject, lateness: int, window: int | None) -> None:
     order = data.draw(delayed_streams(8))
-    pipeline = Pipeline(engine, root, Config(allowed_lateness=lateness, window=window))
+    pipeline = Pipeline(engine, root, Config.of(allowed_lateness=lateness, window=window))
     land_and_run(pipeline, order, data)
     late = late_in_batches(pipeline.batches(), lateness)
     assert pipeline.late_ids() == {rec.id for rec in late}
@@ -88,7 +88,7 @@ def test_on_delta_spark_exactly_the_violators_are_quarantined_and_the_rest_join_
 def test_a_late_record_is_kept_with_its_reason_watermark_and_batch(deltars, tmp_path):
     first = [Record("r", "r20", 20, "a"), Record("s", "s1", 1, "a")]
     then = [Record("r", "r14", 14, "a"), Record("r", "r15", 15, "a"), Record("s", "s0", 0, "a")]
-    pipeline = Pipeline(deltars, str(tmp_path), Config(allowed_lateness={"r": 5}))
+    pipeline = Pipeline(deltars, str(tmp_path), Config.of(allowed_lateness={"r": 5}))
     pipeline.land(first)
     pipeline.run()
     pipeline.land(then)
@@ -127,7 +127,7 @@ def largest_state(pipeline: Pipeline, records: list[Record], chunk: int) -> dict
 def test_state_stays_bounded_with_a_window_and_grows_without_one(deltars, tmp_path, window):
     lateness, disorder, chunk = 20, 20, 400  # chunk: 200 arrivals per relation, about 200 ts units
     records = steady_stream(1_200, disorder, seed=1)  # 6 chunks: the bound holds after the first
-    pipeline = Pipeline(deltars, str(tmp_path), Config(allowed_lateness=lateness, window=window))
+    pipeline = Pipeline(deltars, str(tmp_path), Config.of(allowed_lateness=lateness, window=window))
     largest = largest_state(pipeline, records, chunk)
     assert pipeline.late_ids() == set()
     # Rate 1 record per ts unit per relation: a probe lives while ts >= watermark = newest - lateness, a
@@ -145,7 +145,7 @@ def test_state_stays_bounded_with_a_window_and_grows_without_one(deltars, tmp_pa
 def test_a_state_table_is_appended_to_while_nothing_leaves_it_and_merged_once_a_cutoff_moves(deltars, tmp_path):
     """A MERGE scans the table for the batch's keys; with no cutoff moving and nothing to mark, the batch's arrivals
     are new ids, so the state write is an append. Once a watermark moves a cutoff, the MERGE evicts."""
-    pipeline = Pipeline(deltars, str(tmp_path), Config(allowed_lateness=1, window=1))
+    pipeline = Pipeline(deltars, str(tmp_path), Config.of(allowed_lateness=1, window=1))
     pipeline.land([Record("r", "r1", 1, "a"), Record("s", "s1", 1, "a")])
     pipeline.run()
     pipeline.land([Record("r", "r2", 1, "a")])  # R's newest stays 1: no watermark moves

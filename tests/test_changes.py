@@ -52,7 +52,7 @@ def changes_sum(pipeline: Pipeline) -> Counter:
 
 @pytest.fixture
 def orders(tmp_path, deltars) -> Pipeline:
-    return Pipeline(deltars, str(tmp_path), Config(**CONFIG))
+    return Pipeline(deltars, str(tmp_path), Config.of(**CONFIG))
 
 
 def test_an_update_retracts_the_old_versions_pairs_and_adds_the_new_ones(orders: Pipeline) -> None:
@@ -99,7 +99,7 @@ def test_an_older_change_arriving_later_changes_nothing_and_a_delete_outlives_a_
 
 def test_a_three_way_join_over_change_feeds_keeps_the_join_of_the_current_records(tmp_path, deltars) -> None:
     feeds = {"relations": {name: {"changes": CHANGES} for name in ("r", "s", "t")}}
-    pipeline = Pipeline(deltars, str(tmp_path), Config(**feeds))
+    pipeline = Pipeline(deltars, str(tmp_path), Config.of(**feeds))
     landed = [
         ("r", change("c", 1, "r1", 1, "k1")),
         ("s", change("c", 1, "s1", 2, "k1")),
@@ -122,9 +122,9 @@ def test_a_three_way_join_over_change_feeds_keeps_the_join_of_the_current_record
 
 def test_a_change_feed_takes_an_inner_join_and_refuses_others_in_one_line() -> None:
     with pytest.raises(LakejoinError, match=r"join: left over change feeds is not built"):
-        Config(**CONFIG, join="left", window=10, allowed_lateness=5)
+        Config.of(**CONFIG, join="left", window=10, allowed_lateness=5)
     with pytest.raises(LakejoinError, match=r"relations.r.changes: cdf reads a source table"):
-        Config(relations={"r": {"changes": "cdf"}, "s": {}})
+        Config.of(relations={"r": {"changes": "cdf"}, "s": {}})
 
 
 # The semantics in plain Python, independent of the store/probe model: per record, its latest change (by sequence,
@@ -241,7 +241,7 @@ def test_runs_after_any_ingests_keep_gold_the_join_of_the_current_records_after_
     tmp_path_factory, deltars, schedule
 ) -> None:
     """Every batch leaves its mark in gold, also one whose MERGE changes nothing there, so every later run goes on."""
-    follow(Pipeline(deltars, str(tmp_path_factory.mktemp("changes")), Config(**CONFIG)), schedule)
+    follow(Pipeline(deltars, str(tmp_path_factory.mktemp("changes")), Config.of(**CONFIG)), schedule)
 
 
 def test_on_delta_spark_batches_that_change_nothing_in_gold_or_state_are_followed_by_runs_that_go_on(
@@ -249,7 +249,7 @@ def test_on_delta_spark_batches_that_change_nothing_in_gold_or_state_are_followe
 ) -> None:
     """The schedule above on Delta on Spark, whose MERGE likewise commits nothing when it changes nothing (the property
     runs on delta-rs: a change-feed batch costs several times as much here)."""
-    follow(Pipeline(spark_engine, str(tmp_path), Config(**CONFIG)), UNCHANGED)
+    follow(Pipeline(spark_engine, str(tmp_path), Config.of(**CONFIG)), UNCHANGED)
 
 
 def test_a_warehouse_whose_gold_lacks_the_marks_of_batches_that_changed_nothing_there_runs_on(
@@ -258,7 +258,7 @@ def test_a_warehouse_whose_gold_lacks_the_marks_of_batches_that_changed_nothing_
     """Earlier versions left no mark in gold for a batch whose MERGE changed nothing there, and refused every later run;
     the batch log shows such a batch changed nothing in gold, so the next run goes on. A gold restored to before a
     batch that did change it is still refused, however many batches that changed nothing follow it."""
-    stuck = Pipeline(deltars, str(tmp_path_factory.mktemp("stuck")), Config(**CONFIG))
+    stuck = Pipeline(deltars, str(tmp_path_factory.mktemp("stuck")), Config.of(**CONFIG))
     arrived = follow(stuck, UNCHANGED[:4])  # batch 2 updates o1, which has no partner: gold unchanged
     assert [row["operation"] for row in DeltaTable(stuck.warehouse.gold).history(1)] == ["WRITE"], (
         "a commit of no rows marks batch 2"
@@ -328,7 +328,7 @@ def test_a_source_tables_update_delete_and_merge_commits_correct_gold_through_it
         "r": {"id": "order_id", "event_time": "t", "table": orders, "changes": "cdf"},
         "s": {"id": "payment_id", "event_time": "t"},
     }
-    pipeline = Pipeline(engine, str(tmp_path), Config(relations=relations, predicate="r.customer = s.customer"))
+    pipeline = Pipeline(engine, str(tmp_path), Config.of(relations=relations, predicate="r.customer = s.customer"))
     pipeline.ingest(
         "s",
         pipeline.write_file(
@@ -369,7 +369,9 @@ def test_a_source_tables_update_delete_and_merge_commits_correct_gold_through_it
 def test_a_source_table_without_its_change_data_feed_is_refused_in_one_line(tmp_path, deltars) -> None:
     orders = str(tmp_path / "orders")
     write_deltalake(orders, pa.Table.from_pylist([{"id": "o1", "ts": 1, "key": "k"}]))
-    pipeline = Pipeline(deltars, str(tmp_path), Config(relations={"r": {"table": orders, "changes": "cdf"}, "s": {}}))
+    pipeline = Pipeline(
+        deltars, str(tmp_path), Config.of(relations={"r": {"table": orders, "changes": "cdf"}, "s": {}})
+    )
     with pytest.raises(
         LakejoinError,
         match=r"has no Change Data Feed .*ALTER TABLE .* SET TBLPROPERTIES \(delta.enableChangeDataFeed = true\)",
@@ -394,7 +396,7 @@ def test_a_run_dying_at_each_write_of_change_batches_resumes_to_the_uninterrupte
         ("r", change("d", 5, "o1", 3, "k2", 11.0)),
         ("s", change("c", 5, "p5", 8, "k2", 5.0)),
     ]
-    uninterrupted = Pipeline(deltars, str(tmp_path_factory.mktemp("uninterrupted")), Config(**CONFIG))
+    uninterrupted = Pipeline(deltars, str(tmp_path_factory.mktemp("uninterrupted")), Config.of(**CONFIG))
     for relation, row in events:
         uninterrupted.ingest(relation, uninterrupted.write_file([row]))
     crashed = copied(uninterrupted, tmp_path_factory.mktemp("crashed"))

@@ -84,7 +84,7 @@ def test_a_damaged_warehouse_is_refused_and_nothing_is_written(joined, damage):
 
 
 def test_a_run_under_another_pipeline_name_is_refused(joined):
-    joined.config = Config(pipeline="nightly")
+    joined.config = Config.of(pipeline="nightly")
     before = joined.versions()
     with pytest.raises(LakejoinError, match="silver/r_state was not written by pipeline 'nightly'"):
         joined.run()

@@ -23,13 +23,13 @@ RECORDS = [
 ]
 # One config per setting that alters gold, each differing from the defaults in that setting only.
 GOLD_ALTERING = {
-    "predicate": Config(predicate="r.key <= s.key"),
-    "window": Config(window=1),
-    "allowed_lateness.r": Config(allowed_lateness={"r": 5}),
-    "select": Config(select=["r.id", "s.id AS sid"]),
-    "relations.s.required": Config(relations={"s": {"required": ["payload"]}}),
-    "expectations.policies.bronze_ts_plausible": Config(expectations={"policies": {"bronze_ts_plausible": "warn"}}),
-    "pipeline": Config(pipeline="other"),
+    "predicate": Config.of(predicate="r.key <= s.key"),
+    "window": Config.of(window=1),
+    "allowed_lateness.r": Config.of(allowed_lateness={"r": 5}),
+    "select": Config.of(select=["r.id", "s.id AS sid"]),
+    "relations.s.required": Config.of(relations={"s": {"required": ["payload"]}}),
+    "expectations.policies.bronze_ts_plausible": Config.of(expectations={"policies": {"bronze_ts_plausible": "warn"}}),
+    "pipeline": Config.of(pipeline="other"),
 }
 
 
@@ -58,14 +58,14 @@ def test_a_warehouse_joined_before_any_definition_was_recorded_holds_the_default
     pipeline.land(RECORDS)
     pipeline.run()
     with pytest.raises(LakejoinError, match='config changes predicate from "r.key = s.key" to "r.key <= s.key"'):
-        settle(deltars, pipeline.warehouse, Config(predicate="r.key <= s.key"), "run")
+        settle(deltars, pipeline.warehouse, Config.of(predicate="r.key <= s.key"), "run")
 
 
 def test_after_reset_a_new_definition_rebuilds_gold_exactly(deltars, tmp_path):
     pipeline = joined(Pipeline(deltars, str(tmp_path)))
     assert pipeline.gold_pairs() == Counter(batch_join(RECORDS))
     reset(deltars, pipeline.warehouse)
-    changed = Config(predicate="r.key <= s.key")
+    changed = Config.of(predicate="r.key <= s.key")
     record(deltars, pipeline.warehouse, settle(deltars, pipeline.warehouse, changed, "run"))
     pipeline.config = changed
     pipeline.run(max_batch_rows=1)
@@ -79,7 +79,7 @@ def test_a_change_that_does_not_alter_gold_is_accepted_and_recorded(deltars, tmp
     record(
         deltars,
         pipeline.warehouse,
-        settle(deltars, pipeline.warehouse, Config(max_batch_rows=7, engine="delta-rs"), "run"),
+        settle(deltars, pipeline.warehouse, Config.of(max_batch_rows=7, engine="delta-rs"), "run"),
     )
     rows = sorted(deltars.read(pipeline.warehouse.definition).collect(), key=lambda row: row["version"])
     assert [(row["version"], row["changed"]) for row in rows] == [
@@ -97,7 +97,7 @@ def test_the_id_or_event_time_of_an_ingested_relation_cannot_change_even_before_
         LakejoinError, match=r"config changes relations.r.event_time from \"ts\" to \"at\", but bronze/r was ingested"
     ):
         settle(
-            deltars, pipeline.warehouse, Config(relations={"r": {"event_time": "at", "required": ["key"]}}), "ingest"
+            deltars, pipeline.warehouse, Config.of(relations={"r": {"event_time": "at", "required": ["key"]}}), "ingest"
         )
 
 
@@ -136,7 +136,7 @@ def test_a_run_dying_after_a_committed_batch_leaves_it_under_its_definition_and_
 ):
     """Regression: the definition was recorded when the run ended, so a run killed after its first batch left
     batches under none, and the next run with the same config was refused as altering gold."""
-    pipeline = Pipeline(deltars, str(tmp_path), Config(window=5))
+    pipeline = Pipeline(deltars, str(tmp_path), Config.of(window=5))
     pipeline.land(RECORDS)
     config = tmp_path / "pipeline.yml"
     config.write_text("window: 5\n")

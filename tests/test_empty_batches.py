@@ -51,7 +51,7 @@ def streams(names: str) -> st.SearchStrategy[list[Record]]:
 )
 @given(data=st.data())
 def test_a_batch_that_writes_nothing_is_followed_by_runs_that_go_on(deltars, tmp_path_factory, kind, data):
-    config = Config(**KINDS[kind])
+    config = Config.of(**KINDS[kind])
     names = "".join(rel.name for rel in config.joined)
     pipeline = Pipeline(deltars, str(tmp_path_factory.mktemp(kind)), config)
     batches = split(data, data.draw(st.permutations(data.draw(streams(names)))), most=2)

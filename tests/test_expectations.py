@@ -18,7 +18,7 @@ from state.errors import LakejoinError
 from state.join.joiner import Projection
 from state.join.relations import RELATIONS
 
-CONFIG = Config(window=5, expectations={"ts_min": 0, "ts_max": 1_000})
+CONFIG = Config.of(window=5, expectations={"ts_min": 0, "ts_max": 1_000})
 # A bronze row: what ingest derives (_id, _ts), then the record's own columns.
 RECORD = {"_id": "x1", "_ts": 10, "id": "x1", "ts": 10, "key": "a", "payload": "p"}
 KEYS = ["_id"]
@@ -131,7 +131,7 @@ def checked(
     config = (
         CONFIG
         if policy is None
-        else Config(window=5, expectations={"ts_min": 0, "ts_max": 1_000, "policies": {name: policy}})
+        else Config.of(window=5, expectations={"ts_min": 0, "ts_max": 1_000, "policies": {name: policy}})
     )
     checks = TableChecks.of(config, target, "t", keys, "r")
     checks = TableChecks("t", tuple(keys), tuple(check for check in checks.checks if check.rule.name == name))
@@ -199,7 +199,7 @@ def test_a_predicate_over_columns_gold_does_not_keep_is_checked_on_the_bronze_re
 
 
 def test_rules_skip_when_their_parameter_is_unset():
-    assert "gold_within_window" not in {rule.name for rule, _, _ in bound_rules(Config(), "gold")}
+    assert "gold_within_window" not in {rule.name for rule, _, _ in bound_rules(Config.of(), "gold")}
     assert "gold_within_window" in {rule.name for rule, _, _ in bound_rules(CONFIG, "gold")}
 
 
@@ -216,5 +216,7 @@ def test_rules_skip_when_their_parameter_is_unset():
 )
 def test_bad_expectation_settings_are_refused_with_one_line(settings, message):
     with pytest.raises(LakejoinError, match=message) as error:
-        check_policies(Config(expectations=settings).quality)  # the shape by the config, the rules named by the suites
+        check_policies(
+            Config.of(expectations=settings).quality
+        )  # the shape by the config, the rules named by the suites
     assert "\n" not in str(error.value)

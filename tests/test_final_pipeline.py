@@ -25,7 +25,7 @@ WORKED = [S1, R2, R4, S7, R8]  # the design doc's worked example, one record per
 
 
 def outer(engine, root, kind: str, lateness: int = 0, window: int = 2) -> Pipeline:  # noqa: ANN001 - an engine, a path
-    return Pipeline(engine, str(root), Config(join=kind, window=window, allowed_lateness=lateness))
+    return Pipeline(engine, str(root), Config.of(join=kind, window=window, allowed_lateness=lateness))
 
 
 def rows(pipeline: Pipeline) -> Counter[Pair]:
@@ -172,12 +172,12 @@ def test_a_full_join_keeps_its_state_flat_on_a_long_stream(deltars, tmp_path):
 )
 def test_a_join_whose_unmatched_rows_could_never_be_final_is_refused_in_one_line(settings, message):
     with pytest.raises(LakejoinError) as refused:
-        Config(**settings)
+        Config.of(**settings)
     assert str(refused.value) == message
 
 
 def test_a_semi_join_needs_no_window_and_writes_each_left_record_once_at_its_first_match(deltars, tmp_path):
-    pipeline = Pipeline(deltars, str(tmp_path), Config(join="semi"))
+    pipeline = Pipeline(deltars, str(tmp_path), Config.of(join="semi"))
     one_by_one(pipeline, [R4, Record("s", "s3", 3, "k"), Record("s", "s5", 5, "k"), Record("r", "r6", 6, "k")])
     assert rows_by_batch(pipeline) == {2: {Pair("r4", None, "R")}, 4: {Pair("r6", None, "R")}}
     assert {"_r_id", "r_id", "owner"} <= set(pipeline.gold_rows()[0]) and "_s_id" not in pipeline.gold_rows()[0]

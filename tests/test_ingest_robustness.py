@@ -68,7 +68,7 @@ def test_names_delta_cannot_store_are_mapped_by_one_rule_and_the_rest_are_kept()
 
 def test_keys_with_dots_and_spaces_land_and_a_predicate_names_them_with_backticks(engine, tmp_path):
     """Flattened JSON keys are kept (``c.d``) or stored by the rule (``a b`` as ``a_b``), and joined on either engine."""
-    pipeline = Pipeline(engine, str(tmp_path), Config(predicate="r.`c.d` = s.`c.d` AND r.a_b = s.a_b"))
+    pipeline = Pipeline(engine, str(tmp_path), Config.of(predicate="r.`c.d` = s.`c.d` AND r.a_b = s.a_b"))
     r_file = pipeline.write_file(
         [{"id": "w1", "ts": 1, "key": "k", "a b": 1, "c.d": 2}, {"id": "w2", "ts": 2, "key": "k", "a b": 3, "c.d": 4}]
     )
@@ -230,7 +230,13 @@ def test_a_landing_file_spark_fails_to_read_is_refused_unrecorded_and_a_config_e
     typo = {"r": {"id": "id", "event_time": "ts", "columns": {"amount": "dubble"}}, "s": {}}
     with pytest.raises(LakejoinError, match="relations.r.columns has a type Spark does not know") as stopped:
         ingest_landing(
-            pipeline.engine, pipeline.warehouse, R, str(landing), None, reports.append, Config(relations=typo).relations
+            pipeline.engine,
+            pipeline.warehouse,
+            R,
+            str(landing),
+            None,
+            reports.append,
+            Config.of(relations=typo).relations,
         )
     assert not isinstance(stopped.value, FileRefused) and pipeline.versions() == {
         name: None for name in pipeline.versions()
@@ -256,7 +262,7 @@ def test_values_nested_deeper_than_python_recurses_are_refused_in_one_line(pipel
 
 def test_a_config_naming_a_column_delta_cannot_store_says_what_bronze_calls_it():
     with pytest.raises(LakejoinError, match="relations.r.id names 'order id', which bronze stores as 'order_id'"):
-        Config(relations={"r": {"id": "order id", "event_time": "ts"}, "s": {}})
+        Config.of(relations={"r": {"id": "order id", "event_time": "ts"}, "s": {}})
 
 
 def test_a_byte_order_mark_and_crlf_line_ends_do_not_cost_the_first_row(pipeline, tmp_path):

@@ -265,7 +265,7 @@ def test_on_delta_spark_any_arrival_order_and_batch_split_gives_the_batch_join(
 
 
 def test_non_equi_predicate(deltars, tmp_path):
-    pipeline = Pipeline(deltars, str(tmp_path), Config(predicate="r.x < s.y AND r.region = s.region"))
+    pipeline = Pipeline(deltars, str(tmp_path), Config.of(predicate="r.x < s.y AND r.region = s.region"))
     r_rows = [
         {"id": "r1", "ts": 1, "key": "-", "x": 5, "region": "eu"},
         {"id": "r2", "ts": 9, "key": "-", "x": 1, "region": "us"},
@@ -281,7 +281,7 @@ def test_non_equi_predicate(deltars, tmp_path):
 
 
 def test_a_null_operand_never_matches(deltars, tmp_path):
-    pipeline = Pipeline(deltars, str(tmp_path), Config(predicate="r.x = s.y"))
+    pipeline = Pipeline(deltars, str(tmp_path), Config.of(predicate="r.x = s.y"))
     pipeline.ingest(
         "r",
         pipeline.write_file([{"id": "r1", "ts": 1, "key": "k", "x": None}, {"id": "r2", "ts": 2, "key": "k", "x": 3}]),
@@ -308,7 +308,7 @@ def test_a_predicate_that_does_not_resolve_fails_before_any_write(deltars, tmp_p
     met by nulls in stored records."""
     from state.errors import LakejoinError
 
-    pipeline = Pipeline(deltars, str(tmp_path), Config(predicate=predicate))
+    pipeline = Pipeline(deltars, str(tmp_path), Config.of(predicate=predicate))
     pipeline.land([S1, R2])
     with pytest.raises(LakejoinError, match="does not resolve"):
         pipeline.run()

@@ -37,7 +37,7 @@ def landed(engine, root, **settings) -> Pipeline:
     for folder in folders.values():
         os.makedirs(folder, exist_ok=True)
     relations = {name: {"landing": folder, "required": ["key"]} for name, folder in folders.items()}
-    return Pipeline(engine, str(root), Config(relations=relations, **settings))
+    return Pipeline(engine, str(root), Config.of(relations=relations, **settings))
 
 
 def folder(pipeline: Pipeline, name: str) -> str:

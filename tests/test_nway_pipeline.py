@@ -30,7 +30,7 @@ PROPERTY = settings(max_examples=2, deadline=None, suppress_health_check=[Health
 
 def n_way(engine, root, names: str | tuple[str, ...], **settings: object) -> Pipeline:  # noqa: ANN001 - an engine, a path
     """A warehouse joining ``names`` (listed in rank order) on equal ``key``, with the default columns."""
-    return Pipeline(engine, str(root), Config(relations=dict.fromkeys(names), **settings))
+    return Pipeline(engine, str(root), Config.of(relations=dict.fromkeys(names), **settings))
 
 
 # The worked three-way orders of tests/test_nway_reference.py, one record per batch: which batch produces each tuple.
@@ -178,7 +178,7 @@ def test_a_synchronized_join_of_three_streams_gives_one_row_per_time_and_key_wit
     interleaving of the streams (or disorder within the lateness); state keeps only records a future tuple
     can still take, those at or after the oldest of the streams' newest times, minus the lateness."""
     records, order = data.draw(synchronized_streams(lateness).filter(lambda drawn: drawn[0]))
-    config = Config(
+    config = Config.of(
         relations=dict.fromkeys("abc"),
         join="synchronized",
         predicate="a.key = b.key AND b.key = c.key",

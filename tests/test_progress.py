@@ -47,7 +47,7 @@ def land_then_run(pipeline: Pipeline, *records: Record) -> None:
 
 
 def left_join(deltars, root, relations: dict | None = None) -> Pipeline:  # noqa: ANN001 - an engine, a path
-    return Pipeline(deltars, str(root), Config(join="left", window=2, allowed_lateness=0, relations=relations))
+    return Pipeline(deltars, str(root), Config.of(join="left", window=2, allowed_lateness=0, relations=relations))
 
 
 def stopped_payments(pipeline: Pipeline) -> None:
@@ -92,7 +92,7 @@ def test_without_idle_after_the_waiting_rows_wait(deltars, tmp_path) -> None:
 def test_an_as_of_joins_trades_waiting_for_quotes_that_stopped_come_out_once_the_quotes_are_idle(
     deltars, tmp_path
 ) -> None:
-    pipeline = Pipeline(deltars, str(tmp_path), Config(join="asof", allowed_lateness=0, relations=QUIET))
+    pipeline = Pipeline(deltars, str(tmp_path), Config.of(join="asof", allowed_lateness=0, relations=QUIET))
     land_then_run(pipeline, Record("s", "s1", 1, "k"), Record("r", "r3", 3, "k"))
     at(1)
     land_then_run(pipeline, Record("r", "r5", 5, "k"))
@@ -133,7 +133,7 @@ def declaring(pipeline: Pipeline, spark) -> Api:  # noqa: ANN001 - a SparkSessio
 def test_declared_progress_bounds_an_inner_joins_state_and_releases_a_left_joins_rows(
     spark, deltars, tmp_path_factory
 ) -> None:
-    inner = Pipeline(deltars, str(tmp_path_factory.mktemp("inner")), Config(window=2, allowed_lateness=0))
+    inner = Pipeline(deltars, str(tmp_path_factory.mktemp("inner")), Config.of(window=2, allowed_lateness=0))
     api = declaring(inner, spark)
     land_then_run(inner, Record("s", "s1", 1, "k"), *[Record("r", f"r{t}", t, "k") for t in range(2, 12)])
     assert inner.buffer_rows()["r_store"] == 10  # S's watermark stays at 1: every r may still meet an s
@@ -154,10 +154,10 @@ def test_declared_progress_bounds_an_inner_joins_state_and_releases_a_left_joins
 
 
 def test_idle_after_is_a_duration_or_a_number_of_seconds_and_anything_else_is_refused_in_one_line() -> None:
-    assert Config(relations={"s": {"idle_after": "15 minutes"}}).spec("s").idle_after == 900.0
-    assert Config(relations={"s": {"idle_after": 30}}).spec("s").idle_after == 30.0
+    assert Config.of(relations={"s": {"idle_after": "15 minutes"}}).spec("s").idle_after == 900.0
+    assert Config.of(relations={"s": {"idle_after": 30}}).spec("s").idle_after == 30.0
     with pytest.raises(
         LakejoinError,
         match=r"^config: relations.s.idle_after must be a duration such as '15 minutes' or a number of seconds, got 'soon'$",
     ):
-        Config(relations={"s": {"idle_after": "soon"}})
+        Config.of(relations={"s": {"idle_after": "soon"}})

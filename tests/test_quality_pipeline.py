@@ -133,7 +133,7 @@ def test_the_audit_finds_a_gold_row_corrupted_after_it_was_written(deltars, tmp_
     pipeline = Pipeline(deltars, str(tmp_path))
     pipeline.land(PLAUSIBLE)
     pipeline.run()
-    config = Config()
+    config = Config.of()
     clean = audit(deltars, pipeline.warehouse, config, str(tmp_path / "docs"))
     assert clean.success and os.path.isfile(clean.docs)
 
@@ -167,7 +167,7 @@ def test_validation_beside_a_run_under_way_reconciles_gold_as_of_the_last_commit
     monkeypatch.delenv(CRASH_AT)
     pipeline.land([Record("s", "s3", 5, "a")])  # ingested, in no batch yet
 
-    audited = audit(deltars, pipeline.warehouse, Config(), str(tmp_path / "docs"))
+    audited = audit(deltars, pipeline.warehouse, Config.of(), str(tmp_path / "docs"))
     assert audited.success, audited.describe()
     assert (audited.reconciliation.expected, audited.reconciliation.actual) == (1, 1)
 
@@ -209,7 +209,7 @@ def test_arrivals_repeating_an_id_are_set_aside_or_counted(deltars, tmp_path, mo
     """r3 twice in one batch (past landing's check): bronze_id_unique sets both copies aside by default, so the batch's
     rows are still proven unique and gold holds what the rest joins; kept with ``warn``, both copies pair with s1 and go
     to r's state, so the batch's rows are counted, and a fail rule stops it."""
-    pipeline = Pipeline(deltars, str(tmp_path), Config(expectations={"policies": {"bronze_id_unique": policy}}))
+    pipeline = Pipeline(deltars, str(tmp_path), Config.of(expectations={"policies": {"bronze_id_unique": policy}}))
     landing_blind_to_what_is_held(monkeypatch)
     pipeline.land([*PLAUSIBLE, Record("r", "r3", 2, "a")])
     pipeline.land([Record("r", "r3", 2, "a", "sent again")])  # another file: a copy of a landed file is skipped whole

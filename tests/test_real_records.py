@@ -114,7 +114,7 @@ def test_orders_and_payments_in_any_format_order_and_split_give_the_batch_join(
     orders = [order(n, minute, customer) for n, (side, minute, customer) in enumerate(rows) if side == "r"]
     payments = [payment(n, minute, customer) for n, (side, minute, customer) in enumerate(rows) if side == "s"]
     arrivals = data.draw(st.permutations([("r", row) for row in orders] + [("s", row) for row in payments]))
-    config = Config(relations=TYPED_CSV, predicate=PREDICATES[kind])
+    config = Config.of(relations=TYPED_CSV, predicate=PREDICATES[kind])
     pipeline = Pipeline(deltars, str(tmp_path_factory.mktemp("orders")), config)
     for batch in split(data, arrivals, most=2):
         for side in ("r", "s"):
@@ -128,7 +128,7 @@ def test_orders_and_payments_in_any_format_order_and_split_give_the_batch_join(
 
 
 def test_gold_carries_every_column_typed_and_prefixed(engine, tmp_path):
-    pipeline = Pipeline(engine, str(tmp_path), Config(relations=RELATIONS, predicate=PREDICATES["timestamp"]))
+    pipeline = Pipeline(engine, str(tmp_path), Config.of(relations=RELATIONS, predicate=PREDICATES["timestamp"]))
     pipeline.ingest("r", write(pipeline, [order(1, 0, "c1")], "jsonl", "timestamp"))
     pipeline.ingest("s", write(pipeline, [payment(2, 5, "c1")], "parquet", "timestamp"))
     pipeline.run()
@@ -143,7 +143,7 @@ def test_gold_carries_every_column_typed_and_prefixed(engine, tmp_path):
 def test_a_configured_select_is_gold_s_projection(deltars, tmp_path):
     select = ["r.order_id", "s.payment_id", "s.amount - r.amount AS difference"]
     pipeline = Pipeline(
-        deltars, str(tmp_path), Config(relations=RELATIONS, predicate=PREDICATES["integer"], select=select)
+        deltars, str(tmp_path), Config.of(relations=RELATIONS, predicate=PREDICATES["integer"], select=select)
     )
     pipeline.ingest("r", write(pipeline, [order(1, 0, "c1")], "jsonl", "integer"))
     pipeline.ingest("s", write(pipeline, [payment(2, 5, "c1"), payment(3, 500, "c1")], "jsonl", "integer"))
@@ -165,7 +165,7 @@ def test_a_configured_select_is_gold_s_projection(deltars, tmp_path):
 )
 def test_a_select_whose_names_clash_is_refused_before_any_write(deltars, tmp_path, select, message):
     pipeline = Pipeline(
-        deltars, str(tmp_path), Config(relations=RELATIONS, predicate=PREDICATES["integer"], select=select)
+        deltars, str(tmp_path), Config.of(relations=RELATIONS, predicate=PREDICATES["integer"], select=select)
     )
     pipeline.ingest("r", write(pipeline, [order(1, 0, "c1")], "jsonl", "integer"))
     pipeline.ingest("s", write(pipeline, [payment(2, 5, "c1")], "jsonl", "integer"))
@@ -175,7 +175,7 @@ def test_a_select_whose_names_clash_is_refused_before_any_write(deltars, tmp_pat
 
 
 def test_bronze_gains_a_column_and_gold_gains_it_too(deltars, tmp_path):
-    pipeline = Pipeline(deltars, str(tmp_path), Config(relations=RELATIONS, predicate=PREDICATES["integer"]))
+    pipeline = Pipeline(deltars, str(tmp_path), Config.of(relations=RELATIONS, predicate=PREDICATES["integer"]))
     pipeline.ingest("r", write(pipeline, [order(1, 0, "c1")], "jsonl", "integer"))
     pipeline.ingest("s", write(pipeline, [payment(2, 5, "c1")], "jsonl", "integer"))
     pipeline.run()
@@ -186,7 +186,7 @@ def test_bronze_gains_a_column_and_gold_gains_it_too(deltars, tmp_path):
 
 
 def test_timestamp_lateness_quarantines_late_rows_with_their_watermark_as_a_time_and_bounds_state(deltars, tmp_path):
-    config = Config(
+    config = Config.of(
         relations=RELATIONS, predicate="r.customer = s.customer", allowed_lateness="10 minutes", window="1 hour"
     )
     pipeline = Pipeline(deltars, str(tmp_path), config)
@@ -218,7 +218,7 @@ def test_timestamp_lateness_quarantines_late_rows_with_their_watermark_as_a_time
 
 def test_every_kind_of_bad_value_is_quarantined_with_its_reason_while_the_rest_lands(deltars, tmp_path):
     relations = {"r": {"id": ["region", "order_no"], "event_time": "order_time"}, "s": RELATIONS["s"]}
-    pipeline = Pipeline(deltars, str(tmp_path), Config(relations=relations, predicate="r.customer = s.customer"))
+    pipeline = Pipeline(deltars, str(tmp_path), Config.of(relations=relations, predicate="r.customer = s.customer"))
     good = {"region": "eu", "order_no": 1, "customer": "c1", "order_time": "2026-01-01T10:00:00Z", "amount": 1.5}
     pipeline.ingest("r", pipeline.write_file([good]))  # establishes amount as double, order_time as a timestamp
     rows = [
@@ -250,7 +250,7 @@ def test_every_kind_of_bad_value_is_quarantined_with_its_reason_while_the_rest_l
 
 
 def test_a_parquet_column_whose_type_cannot_widen_is_refused_before_anything_lands(deltars, tmp_path):
-    pipeline = Pipeline(deltars, str(tmp_path), Config(relations=RELATIONS))
+    pipeline = Pipeline(deltars, str(tmp_path), Config.of(relations=RELATIONS))
     pipeline.ingest("r", write(pipeline, [order(1, 0, "c1")], "parquet", "timestamp"))
     versions = pipeline.versions()
     path = os.path.join(str(tmp_path), "text_amount.parquet")
@@ -262,13 +262,13 @@ def test_a_parquet_column_whose_type_cannot_widen_is_refused_before_anything_lan
 
 def test_durations_need_time_and_integers_need_integer_time(deltars, tmp_path):
     with pytest.raises(LakejoinError, match="'window' is a duration \\(1 hour\\) but the event time is an integer"):
-        Config(window="1 hour").on_axis("integer")
+        Config.of(window="1 hour").on_axis("integer")
     with pytest.raises(LakejoinError, match="'allowed_lateness' is the integer 600 but the event time is a timestamp"):
-        Config(allowed_lateness=600).on_axis("timestamp")
+        Config.of(allowed_lateness=600).on_axis("timestamp")
     with pytest.raises(LakejoinError, match="'window' must be a non-negative integer .* or a duration"):
-        Config(window="soon")
-    assert Config(window="90 seconds", allowed_lateness="2 days").on_axis("timestamp").window == 90_000_000
-    assert Config(allowed_lateness="2 days").on_axis("date").lateness("r") == 2
+        Config.of(window="soon")
+    assert Config.of(window="90 seconds", allowed_lateness="2 days").on_axis("timestamp").window == 90_000_000
+    assert Config.of(allowed_lateness="2 days").on_axis("date").lateness("r") == 2
 
 
 def test_date_event_time_takes_a_window_in_days(deltars, tmp_path):
@@ -277,7 +277,7 @@ def test_date_event_time_takes_a_window_in_days(deltars, tmp_path):
         "s": {"id": "payment_id", "event_time": "day", "columns": {"day": "date"}},
     }
     pipeline = Pipeline(
-        deltars, str(tmp_path), Config(relations=relations, predicate="r.customer = s.customer", window="1 day")
+        deltars, str(tmp_path), Config.of(relations=relations, predicate="r.customer = s.customer", window="1 day")
     )
     path = os.path.join(str(tmp_path), "orders.parquet")
     pq.write_table(pa.Table.from_pylist([{"order_id": "o1", "customer": "c1", "day": date(2026, 1, 1)},
@@ -302,7 +302,7 @@ def test_date_event_time_takes_a_window_in_days(deltars, tmp_path):
 
 def test_gold_whose_records_hold_maps_reconciles_with_the_batch_join(deltars, tmp_path):
     """Spark compares no maps in set operations: the reconciliation compares each map as its sorted entries."""
-    pipeline = Pipeline(deltars, str(tmp_path), Config(relations=RELATIONS, predicate=PREDICATES["integer"]))
+    pipeline = Pipeline(deltars, str(tmp_path), Config.of(relations=RELATIONS, predicate=PREDICATES["integer"]))
     tagged = [{**order(1, 0, "c1"), "labels": [("b", 2), ("a", 1)]}, {**order(2, 10, "c1"), "labels": [("x", 9)]}]
     path = pipeline.write_file([], suffix=".parquet")
     pq.write_table(

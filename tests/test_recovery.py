@@ -26,7 +26,7 @@ LATER = [
 ]
 # Bounded: batch 4 finds s6 and s0 below S's watermark (late); batch 3 evicts from every buffer.
 # r99 breaks bronze_ts_plausible (ts_max 50): batch 4 quarantines it.
-BOUNDED = Config(allowed_lateness=2, window=4, expectations={"ts_max": 50})
+BOUNDED = Config.of(allowed_lateness=2, window=4, expectations={"ts_max": 50})
 LATE = {"s6", "s0"}
 IMPLAUSIBLE = {"r99"}
 

@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 from expectations.audit import audit
 from pipelines.commands.status import warehouse_status
 from pipelines.definition import record, settle
-from state.config import Config, load_config
+from state.config import Config
+from state.config_file import load_config
 from state.errors import LakejoinError
 from state.faults import CRASH_AT, InjectedCrash
 from state.join.relations import S
@@ -73,7 +74,7 @@ def tables_pipeline(
         "r": {"id": "order_id", "event_time": "order_time", **({"table": orders} if orders else {})},
         "s": {"id": "payment_id", "event_time": "paid_at", **({"table": payments} if payments else {}), **settings},
     }
-    return Pipeline(engine, root, Config(relations=relations, predicate=PREDICATE))
+    return Pipeline(engine, root, Config.of(relations=relations, predicate=PREDICATE))
 
 
 def append(table: str, rows: list[dict], **options: object) -> None:

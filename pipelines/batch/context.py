@@ -9,9 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from pipelines.gold import GOLD
-from state.config import Config, on_warehouse_axis
+from state.config import Config
 from state.engines import DeltaEngine
 from state.engines.table import Table, Writer, table_in
+from state.event_time import warehouse_kind
 from state.join.buffers import StateTable
 from state.join.relations import Relation
 from state.layout import Warehouse
@@ -126,5 +127,5 @@ class Batch:
     def on_axis(self) -> tuple[Batch, str | None]:
         """This batch with its config on the warehouse's event-time axis, and the axis's kind (None before anything
         landed)."""
-        config, kind = on_warehouse_axis(self.run.config, self.engine, self.run.warehouse)
-        return replace(self, on_time_axis=config), kind
+        kind = warehouse_kind(self.engine, self.run.warehouse, self.run.config.event_times)
+        return replace(self, on_time_axis=self.run.config.on_axis(kind)), kind

@@ -19,10 +19,11 @@ from expectations.batch import TableChecks
 from pipelines.batch.context import Batch
 from pipelines.batch.emit import Outputs
 from pipelines.gold import CHANGE, write_gold
+from state.engines.table import Writer
 from state.faults import step
 from state.frames import union_by_name
 from state.join.buffers import update_buffers
-from state.log.batch_log import RuleCount
+from state.log.batch_log import BatchPlan, RuleCount
 
 R = TypeVar("R")
 
@@ -74,13 +75,15 @@ def write(batch: Batch, outputs: Outputs) -> Written:
     transaction, so they run at once (a commit mostly waits on the Delta log and the scheduler): a crash leaves any
     subset of them committed, and the resumed batch writes the rest."""
     checking = Checking(batch.plan.batch_id)
+    tables, plan = batch.tables, batch.plan
+    gold_writes = (batch.writer(tables.gold), batch.writer(tables.gold_changes))
     with ThreadPoolExecutor(max_workers=2) as pool:
-        gold = pool.submit(_gold, batch, outputs, checking)
-        late = pool.submit(_late, batch, outputs)
+        gold = pool.submit(_gold, *gold_writes, plan, outputs, checking)
+        late = pool.submit(_late, batch.writer(tables.late_arrivals), outputs.late)
         evicted = update_buffers(
             outputs.updates,
-            lambda table: batch.writer(batch.tables.state[table.relation]),
-            batch.plan.state_versions,
+            lambda table: batch.writer(tables.state[table.relation]),
+            plan.state_versions,
             lambda table, rows, merge: checking.write(outputs.state_checks[table.name], rows, merge),
         )
         late.result()
@@ -88,29 +91,26 @@ def write(batch: Batch, outputs: Outputs) -> Written:
     aside = [frame for frame in (outputs.set_aside, *checking.set_aside) if frame is not None]
     with step("dq_quarantine"):
         if aside:
-            batch.writer(batch.tables.dq_quarantine).append(union_by_name(aside))
+            batch.writer(tables.dq_quarantine).append(union_by_name(aside))
     return Written(pairs, retracted, evicted, checking.results)
 
 
-def _gold(batch: Batch, outputs: Outputs, checking: Checking) -> tuple[int, int]:
+def _gold(gold: Writer, changes: Writer, plan: BatchPlan, outputs: Outputs, checking: Checking) -> tuple[int, int]:
     """Gold's rows added and retracted (counted again when the run this one resumes wrote them)."""
-    gold, changes = batch.tables.gold, batch.tables.gold_changes
     done = checking.write(
-        outputs.gold_checks,
-        outputs.gold,
-        lambda rows: write_gold(batch.writer(gold), batch.writer(changes), batch.plan, rows, outputs.retraction),
+        outputs.gold_checks, outputs.gold, lambda rows: write_gold(gold, changes, plan, rows, outputs.retraction)
     )
     if done is not None:
         return done
-    this_batch = f"batch_id = {batch.plan.batch_id}"
-    added = gold.read(where=this_batch).count()
-    retracted = changes.read(where=this_batch) if outputs.retraction.tracked else None
+    this_batch = f"batch_id = {plan.batch_id}"
+    added = gold.table.read(where=this_batch).count()
+    retracted = changes.table.read(where=this_batch) if outputs.retraction.tracked else None
     return added, 0 if retracted is None else retracted.where(F.col(CHANGE) == "-").count()
 
 
-def _late(batch: Batch, outputs: Outputs) -> None:
+def _late(late_arrivals: Writer, rows: DataFrame | None) -> None:
     """Late arrivals (and changes ignored as older) kept in ``quarantine/late_arrivals``, never joined, never
     dropped."""
     with step("late_arrivals"):
-        if outputs.late is not None:
-            batch.writer(batch.tables.late_arrivals).append(outputs.late)
+        if rows is not None:
+            late_arrivals.append(rows)

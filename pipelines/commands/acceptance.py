@@ -90,7 +90,7 @@ def _engine(spark: SparkSession, schema: str) -> str:
 def _joins_exactly(spark: SparkSession, schema: str) -> str:
     from pipelines.api import Pipeline
 
-    for table in Config(**CONFIG).placed(Warehouse(schema)).tables():  # a run before this one left them
+    for table in Config.of(**CONFIG).placed(Warehouse(schema)).tables():  # a run before this one left them
         spark.sql(f"DROP TABLE IF EXISTS {table}")
     with Pipeline(schema, CONFIG, spark=spark) as pipeline:
         batches = 0
@@ -132,7 +132,7 @@ def _lock_excludes(spark: SparkSession, schema: str) -> str:
 
 
 def _path_read_refused(spark: SparkSession, schema: str) -> str:
-    gold = Config(**CONFIG).placed(Warehouse(schema)).gold
+    gold = Config.of(**CONFIG).placed(Warehouse(schema)).gold
     location = spark.sql(f"DESCRIBE DETAIL {gold}").first()["location"]
     try:
         spark.read.format("delta").load(location).limit(1).collect()

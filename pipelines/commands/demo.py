@@ -23,9 +23,10 @@ from pipelines.bronze.ingest import ingest_files
 from pipelines.definition import record, settle
 from pipelines.silver import run
 from pipelines.spark import get_spark, stop_session
-from state.config import Config, on_warehouse_axis
+from state.config import Config
 from state.engines import make_engine
 from state.engines.jvm import classic_spark_running
+from state.event_time import warehouse_kind
 from state.layout import Warehouse
 from state.names import column
 
@@ -215,7 +216,7 @@ def run_demo(
             bound: "1 hour",
             "allowed_lateness": f"{options.disorder} seconds",
         }
-    config = (given or Config(**own)).with_overrides(engine=engine_name)  # type: ignore[arg-type]
+    config = (given or Config.of(**own)).with_overrides(engine=engine_name)
     workdir = tempfile.mkdtemp(prefix="lakejoin-demo-")
     warehouse = config.placed(Warehouse(warehouse_root or os.path.join(workdir, "warehouse")))
     names = [rel.name for rel in config.joined]
@@ -265,7 +266,7 @@ def run_demo(
         seconds = time.perf_counter() - started
 
         arrivals = options.rows * len(names)
-        check = check_gold(engine, warehouse, on_warehouse_axis(config, engine, warehouse)[0])
+        check = check_gold(engine, warehouse, config.on_axis(warehouse_kind(engine, warehouse, config.event_times)))
         print(
             f"arrivals: {arrivals}  batches: {batches}  results: {check.actual}  quarantined: {quarantined}  late: "
             f"{late}"
