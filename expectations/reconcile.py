@@ -225,5 +225,6 @@ def _map_free(value: Column, kind: DataType) -> Column:
         return F.array_sort(entries)
     if isinstance(kind, ArrayType):
         return F.transform(value, lambda inner: _map_free(inner, kind.elementType))
-    fields = [_map_free(value.getField(field.name), field.dataType).alias(field.name) for field in kind.fields]  # type: ignore[attr-defined]
+    members = kind.fields  # type: ignore[attr-defined]
+    fields = [_map_free(value.getField(field.name), field.dataType).alias(field.name) for field in members]
     return F.when(value.isNull(), F.lit(None)).otherwise(F.struct(*fields))

@@ -258,7 +258,8 @@ class Pipeline:
         ``quarantine/ingest``, ... (``gold`` is ``gold/join_results``)."""
         with self._call("status"):
             opened = self._open("status")
-            return _existing(name, opened.engine.read(_path_of(opened.warehouse, name)), self.root)  # type: ignore[attr-defined] - opened with Spark
+            rows = opened.engine.read(_path_of(opened.warehouse, name))  # type: ignore[attr-defined] - with Spark
+            return _existing(name, rows, self.root)
 
     def head(self, name: str = "gold", limit: int = 20) -> pa.Table:
         """The first ``limit`` rows of a table (named as for ``table``), on the driver as Arrow (``lakejoin show``);

@@ -108,7 +108,8 @@ def settle(engine: DeltaReader, warehouse: Warehouse, given: Config | None, comm
         else (defaults if _has_data(engine, warehouse) else None)
     )
     changes = [] if baseline is None else differences(baseline, _plain(settings))
-    order = (list(baseline.get("relations", {})), list(settings["relations"])) if baseline is not None else None  # type: ignore[arg-type]
+    ranks = list(settings["relations"])  # type: ignore[call-overload]
+    order = (list(baseline.get("relations", {})), ranks) if baseline is not None else None
     if order is not None and sorted(order[0]) == sorted(order[1]) and order[0] != order[1]:  # the ranks change
         changes.append(("relations (order)", order[0], order[1]))
     _refuse_gold_changes(engine, warehouse, changes)

@@ -199,7 +199,7 @@ def _late(
             rows,
             rel,
             plan.watermarks.get(rel.name),
-            None if (span := config.lateness(rel.name)) is None else render_span(span, kind),  # type: ignore[arg-type] - on the axis
+            None if (span := config.lateness(rel.name)) is None else render_span(span, kind),  # type: ignore[arg-type]
             config.spec(rel.name).event_time,
             kind,
             plan.batch_id,

@@ -145,4 +145,5 @@ def retried_files(quarantined: Table, batch_id: int) -> dict[str, str]:
     if schema is None or "lasting" not in schema.fieldNames():
         return {}
     rows = engine.rows(path, where=f"ingest_id = '{batch_tag(batch_id)}' AND lasting = false")
-    return dict(zip(rows.column("source_file").to_pylist(), rows.column("reason").to_pylist()))  # type: ignore[union-attr] - the table exists
+    files, reasons = rows.column("source_file"), rows.column("reason")  # type: ignore[union-attr] - the table exists
+    return dict(zip(files.to_pylist(), reasons.to_pylist()))

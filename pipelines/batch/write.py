@@ -58,7 +58,7 @@ class Checking:
             done = write(checks.written(observed))
         except Exception as exc:
             if checks.broke(exc):
-                raise checks.failure(flagged, self.batch_id, written=True) from None  # type: ignore[misc] - a fail rule broke
+                raise checks.failure(flagged, self.batch_id, written=True) from None  # type: ignore[misc]
             raise
         counts = observation.get if done is not None else flagged.agg(*metrics).first().asDict()
         results = checks.results(flagged, counts)

@@ -303,7 +303,8 @@ def _change_columns(
     op = f"CASE {' '.join(whens)} END"
     named = "; ".join(f"{name}: {', '.join(group)}" for name, group in changes.values.items())
     sequence = values[changes.sequence_by]  # type: ignore[index]
-    if isinstance(types.get(changes.sequence_by), (TimestampType, TimestampNTZType, DateType)):  # type: ignore[arg-type]
+    sequence_type = types.get(changes.sequence_by)  # type: ignore[arg-type]
+    if isinstance(sequence_type, (TimestampType, TimestampNTZType, DateType)):
         seq = f"unix_micros(CAST({sequence} AS TIMESTAMP))"
     else:
         seq = f"try_cast(CAST({sequence} AS STRING) AS BIGINT)"

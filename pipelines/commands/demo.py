@@ -11,7 +11,7 @@ import os
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -175,7 +175,9 @@ def _number(records: pd.DataFrame) -> pd.Series:
     return records["id"].str.extract(r"(\d+)$")[0].astype(int)
 
 
-def write_chunks(stream: pd.DataFrame, folder: str, chunk_rows: int, shape=None) -> list[list[tuple[str, str]]]:  # noqa: ANN001
+def write_chunks(
+    stream: pd.DataFrame, folder: str, chunk_rows: int, shape: Callable[[pd.DataFrame, str], pd.DataFrame] | None = None
+) -> list[list[tuple[str, str]]]:
     """JSON Lines files, one per relation per chunk of consecutive arrivals: ``[[(relation, path), ...], ...]``.
     ``shape(records, relation)`` turns a relation's records into the rows written (as generated when None)."""
     relations = sorted(stream["relation"].unique())

@@ -217,7 +217,8 @@ def _waiting(engine: DeltaReader, warehouse: Warehouse, config: Config, kind: st
         alone = IN_STORE + (f" AND NOT COALESCE({MATCHED}, false)" if MATCHED in schema.fieldNames() else "")
         count, oldest = engine.aggregate(path, alone, "count(*)", f"min({TS})")  # type: ignore[misc] - the table exists
         other = next(other for other in warehouse.relations if other != rel)
-        until = None if oldest is None else f"{other.label}'s watermark passes {render(oldest + horizon, kind)}"  # type: ignore[operator] - a waiting join has a horizon
+        passes = None if oldest is None else render(oldest + horizon, kind)  # type: ignore[operator] - has a horizon
+        until = None if oldest is None else f"{other.label}'s watermark passes {passes}"
         waiting.append(
             {
                 "relation": rel.name,

@@ -114,7 +114,7 @@ class OnMatch:
     def updates(self, evict: Memberships | None) -> dict[str, str]:
         """The update of a stored row the source names: ``when`` set, and, since the row is matched (so no
         not-matched-by-source clause reaches it), the columns of the buffers it leaves cleared."""
-        return {self.when: "true", **({} if evict is None else evict.cleared("target"))}  # type: ignore[dict-item] - an update names its column
+        return {self.when: "true", **({} if evict is None else evict.cleared("target"))}  # type: ignore[dict-item]
 
 
 @dataclass(frozen=True)

@@ -91,7 +91,8 @@ def cloned_session(spark: SparkSession) -> SparkSession:
     """A session of the same application with ``spark``'s settings and listeners, for a command with settings of its
     own: an observation (``DataFrame.observe``) on one of ``spark``'s frames is told of that frame's runs in it too,
     which a new session's runs would not tell. ``spark``'s observation listener is made first, so the clone has it."""
-    spark._jsparkSession.observationManager()  # type: ignore[union-attr] - a lazy value: now registered, before the clone
+    # A lazy value: registered now, before the clone.
+    spark._jsparkSession.observationManager()  # type: ignore[union-attr]
     return SparkSession(spark.sparkContext, spark._jsparkSession.cloneSession())  # type: ignore[union-attr]
 
 
@@ -99,7 +100,8 @@ def has_delta_classes(spark: SparkSession) -> bool:
     """Delta's classes load in the session's JVM. Spark's own class loader is asked, not the system one: it also sees
     jars added with ``spark.jars`` or ``spark.jars.packages`` (how ``configure_spark_with_delta_pip`` loads Delta)."""
     try:
-        spark._jvm.org.apache.spark.util.Utils.classForName("io.delta.tables.DeltaTable", True, False)  # type: ignore[union-attr]
+        utils = spark._jvm.org.apache.spark.util.Utils  # type: ignore[union-attr]
+        utils.classForName("io.delta.tables.DeltaTable", True, False)
     except Exception:  # noqa: BLE001 - py4j raises a generic error for a missing class
         return False
     return True
@@ -109,7 +111,8 @@ def delta_version(spark: SparkSession) -> str | None:
     """The version of the Delta the session's JVM loads, from its jar's manifest (the class's package, no call into
     Delta); None when Delta's classes do not load or their jar says no version."""
     try:
-        delta = spark._jvm.org.apache.spark.util.Utils.classForName("io.delta.tables.DeltaTable", True, False)  # type: ignore[union-attr]
+        utils = spark._jvm.org.apache.spark.util.Utils  # type: ignore[union-attr]
+        delta = utils.classForName("io.delta.tables.DeltaTable", True, False)
     except Exception:  # noqa: BLE001 - py4j raises a generic error for a missing class
         return None
     version = delta.getPackage().getImplementationVersion()
@@ -235,7 +238,8 @@ class JvmLog:
 
     def remove(self, path: str) -> None:
         hadoop_path = self._jvm.org.apache.hadoop.fs.Path(path)
-        hadoop_path.getFileSystem(self.spark._jsc.hadoopConfiguration()).delete(hadoop_path, True)  # type: ignore[union-attr]
+        conf = self.spark._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+        hadoop_path.getFileSystem(conf).delete(hadoop_path, True)
         self._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
 
 
@@ -279,7 +283,8 @@ def connect_executions(spark: SparkSession) -> list[tuple[str, str, frozenset[st
     """What this process's Spark Connect server is running: each running operation's user, session and tags, or, when
     it holds none, the time (epoch milliseconds) its last one ended (pipelines/commands/server.py, which hosts the
     server, reads both)."""
-    found = spark._jvm.org.apache.spark.sql.connect.service.SparkConnectService.listActiveExecutions()  # type: ignore[union-attr]
+    service = spark._jvm.org.apache.spark.sql.connect.service.SparkConnectService  # type: ignore[union-attr]
+    found = service.listActiveExecutions()
     if found.isLeft():
         return int(found.left().get())
     held = found.right().get()

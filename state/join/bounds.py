@@ -95,4 +95,4 @@ def probe_eviction(
     own = marks.get(store.name)
     if own is None or (thirds and (window is None or None in thirds)):
         return None
-    return Eviction(TS, min([own, *(mark - window for mark in thirds)]))  # type: ignore[operator] - None ruled out above
+    return Eviction(TS, min([own, *(mark - window for mark in thirds)]))  # type: ignore[operator]
