@@ -18,7 +18,7 @@ from expectations.batch import bound_rules
 from expectations.frames import with_pair_checks, with_state_checks
 from expectations.reconcile import Reconciliation, check_gold
 from expectations.runner import RuleResult, Validator
-from state.config import Config
+from state.config import Config, OnAxis
 from state.engines import DeltaEngine, Memberships
 from state.event_time import warehouse_kind
 from state.join.joiner import Projection, data_columns, identity_column
@@ -70,12 +70,12 @@ class Audit:
 def audit(engine: DeltaEngine, warehouse: Warehouse, config: Config, docs_root: str) -> Audit:
     """Validate every table of ``warehouse`` and reconcile gold; Data Docs go under ``docs_root``."""
     require_warehouse(engine, warehouse)
-    config = config.on_axis(warehouse_kind(engine, warehouse, config.event_times))
+    axis = config.on_axis(warehouse_kind(engine, warehouse, config.event_times))
     context = gx.get_context(mode="file", project_root_dir=docs_root)
     validator = Validator(engine.spark, context)
     results: list[RuleResult] = []
-    for table, target, frame, keys, relation in _frames(engine, warehouse, config):
-        rules = bound_rules(config, target, relation)
+    for table, target, frame, keys, relation in _frames(engine, warehouse, axis):
+        rules = bound_rules(axis, target, relation)
         results += validator.check(warehouse.name_of(table), frame, keys, rules, complete=False, persist=True)
     context.build_data_docs()
     docs = _index_page(context)
@@ -83,10 +83,10 @@ def audit(engine: DeltaEngine, warehouse: Warehouse, config: Config, docs_root: 
 
 
 def _frames(
-    engine: DeltaEngine, warehouse: Warehouse, config: Config
+    engine: DeltaEngine, warehouse: Warehouse, axis: OnAxis
 ) -> list[tuple[str, str, DataFrame, list[str], str | None]]:
     """(table, rule target, rows with the derived columns, key columns, relation) for every table that exists."""
-    spark = engine.spark
+    spark, config = engine.spark, axis.config
     frames = []
     bronze = {rel: records(engine, warehouse, config.relations, rel) for rel in warehouse.relations}
     frames += [
@@ -97,7 +97,7 @@ def _frames(
         BatchLog(engine, warehouse.batches, warehouse.app_id(config.pipeline, warehouse.batches)).tail().watermarks
     )
     no_late = spark.createDataFrame([], f"{ID} string")
-    spec = config.join_spec
+    spec = axis.join_spec
     rule = spec.eviction_rule(warehouse.relations)
     for table in spec.state_tables(warehouse):
         rows = engine.read(table.path)
@@ -129,7 +129,7 @@ def _frames(
         )
         checked = with_pair_checks(
             gold,
-            config.join_condition,
+            axis.join_condition,
             projection,
             members,
             lambda: bronze,

@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 
 from expectations.frames import DERIVED_PREFIX
 from expectations.rules import RULES, Check, Rule
-from state.config import Config
+from state.config import OnAxis
 from state.errors import LakejoinError
 from state.frames import union_by_name
 from state.log.batch_log import RuleCount
@@ -39,15 +39,15 @@ class ExpectationFailed(LakejoinError):
     exit_code = 1
 
 
-def bound_rules(config: Config, target: str, relation: str | None = None) -> list[tuple[Rule, dict, str]]:
-    """The rules for ``target`` (a table of ``relation``, if it has one) with their arguments bound and their
-    policies, skipping those not applicable."""
-    parameters = config.rule_parameters(relation)
+def bound_rules(axis: OnAxis, target: str, relation: str | None = None) -> list[tuple[Rule, dict, str]]:
+    """The rules for ``target`` (a table of ``relation``, if it has one) with their arguments bound on the event-time
+    axis and their policies, skipping those not applicable."""
+    parameters = axis.rule_parameters(relation)
     chosen = []
     for rule in RULES:
         kwargs = rule.bound(parameters) if rule.target == target else None
         if kwargs is not None:
-            chosen.append((rule, kwargs, config.quality.policy(rule.name, rule.policy)))
+            chosen.append((rule, kwargs, axis.config.quality.policy(rule.name, rule.policy)))
     return chosen
 
 
@@ -61,13 +61,11 @@ class TableChecks:
     checks: tuple[Check, ...]
 
     @classmethod
-    def of(
-        cls, config: Config, target: str, table: str, keys: Sequence[str], relation: str | None = None
-    ) -> TableChecks:
+    def of(cls, axis: OnAxis, target: str, table: str, keys: Sequence[str], relation: str | None = None) -> TableChecks:
         return cls(
             table,
             tuple(keys),
-            tuple(Check(rule, kwargs, policy, table) for rule, kwargs, policy in bound_rules(config, target, relation)),
+            tuple(Check(rule, kwargs, policy, table) for rule, kwargs, policy in bound_rules(axis, target, relation)),
         )
 
     @property

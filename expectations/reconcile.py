@@ -14,8 +14,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, MapType, StructType
 
 from expectations.batch import row_key
-from state.config import Config
+from state.config import Config, OnAxis
 from state.engines import DeltaEngine, Eviction
+from state.event_time import warehouse_kind
 from state.frames import union_by_name
 from state.join import asof
 from state.join.final import JOIN_KINDS, JoinKind, row_of
@@ -89,34 +90,31 @@ def current_versions(changes: DataFrame) -> DataFrame:
 
 
 def check_gold(engine: DeltaEngine, warehouse: Warehouse, config: Config) -> Reconciliation | None:
-    """Gold as of the last committed batch reconciled with what it must hold (``expected_gold``); None while there
-    is no gold. Rows of a batch not committed yet, and arrivals no committed batch has joined, are left out: a run
-    under way is not a failure."""
+    """Gold as of the last committed batch reconciled with what it must hold (``expected_gold``, under ``config`` on
+    the warehouse's event-time axis); None while there is no gold. Rows of a batch not committed yet, and arrivals no
+    committed batch has joined, are left out: a run under way is not a failure."""
     gold = engine.read(warehouse.gold)
     if gold is None:
         return None
     tail = BatchLog(engine, warehouse.batches, warehouse.app_id(config.pipeline, warehouse.batches)).tail()
     gold = gold.where(F.col("batch_id") <= tail.last_batch_id)
-    return reconcile(expected_gold(engine, warehouse, config, gold, tail), gold)
+    axis = config.on_axis(warehouse_kind(engine, warehouse, config.event_times))
+    return reconcile(expected_gold(engine, warehouse, axis, gold, tail), gold)
 
 
-def expected_gold(
-    engine: DeltaEngine, warehouse: Warehouse, config: Config, gold: DataFrame, tail: LogTail
-) -> DataFrame:
-    """What ``gold`` must hold: the batch join of the config's kind of what is joinable up to the last arrival the
-    batch log's ``tail`` joined (in
-    gold's columns: ``select``, else every column of each record), minus the rows rules quarantined; nothing while a
-    relation has no records (no tuple, and no watermark to make a record final). ``config`` is on the warehouse's
-    event-time axis; an unmatched record gives a row only once final under the watermarks of the last committed
-    batch."""
-    relations = joinable(engine, warehouse, config.relations, tail.last_seq)
+def expected_gold(engine: DeltaEngine, warehouse: Warehouse, axis: OnAxis, gold: DataFrame, tail: LogTail) -> DataFrame:
+    """What ``gold`` must hold: the batch join of the definition's kind of what is joinable up to the last arrival the
+    batch log's ``tail`` joined (in gold's columns: ``select``, else every column of each record), minus the rows rules
+    quarantined; nothing while a relation has no records (no tuple, and no watermark to make a record final). An
+    unmatched record gives a row only once final under the watermarks of the last committed batch."""
+    relations = joinable(engine, warehouse, axis.config.relations, tail.last_seq)
     if relations is None:
         return gold.drop(*BOOKKEEPING).limit(0)
-    select = None if config.select is None else tuple(config.select)
+    select = None if axis.config.select is None else tuple(axis.config.select)
     projection = Projection({rel.name: data_columns(frame.columns) for rel, frame in relations.items()}, select)
-    spec = config.join_spec
+    spec = axis.join_spec
     expected = batch_join(
-        relations, config.join_condition, projection, spec.kind, spec.cutoffs(warehouse.relations, tail.watermarks)
+        relations, axis.join_condition, projection, spec.kind, spec.cutoffs(warehouse.relations, tail.watermarks)
     )
     taken = _quarantined_keys(engine, warehouse, warehouse.gold)
     if taken is None:

@@ -234,7 +234,7 @@ def _execute(
 ) -> tuple[BatchReport, LogTail]:
     """Read the batch's arrivals, measure them, emit and write every table, and log the batch. Returns what it did
     and the log's tail after it (this run holds the lock: nothing else appends to the log)."""
-    batch, kind = given.on_axis()  # bronze holds event times once anything landed
+    batch = given.on_axis()  # bronze holds event times once anything landed
     plan = batch.plan
     with timed("read"):
         arrived = read(batch, states)
@@ -255,7 +255,7 @@ def _execute(
     )
     if broken is not None:
         raise broken
-    outputs = emit(batch, kind, arrived, measured, gold_at_plan(batch))
+    outputs = emit(batch, arrived, measured, gold_at_plan(batch))
     before_writing()
     written = write(batch, outputs)
     changes = measured.changed() | ({"retracted": written.retracted} if measured.changes else {})

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 from state.engines import ENGINE_NAMES
 from state.errors import LakejoinError
-from state.event_time import span_on_axis
+from state.event_time import INTEGER, TIMESTAMP, span_on_axis
 from state.join.asof import backward
 from state.join.final import JOIN_KINDS, JoinKind, JoinSpec
 from state.join.relations import RELATIONS, Relation, RelationSpec, default_specs, relations_named
@@ -186,11 +186,6 @@ class Config:
         raise LakejoinError(f"config: 'direction' must be backward, got {self.direction!r}")
 
     @property
-    def reach(self) -> Span | None:
-        """How far apart in event time a row's members may be: the window, or an as-of join's tolerance."""
-        return self.tolerance if self.join_kind.as_of else self.window
-
-    @property
     def reads_changes(self) -> bool:
         """Some relation is a change feed (state/join/changes.py)."""
         return any(spec.changes is not None for spec in self.relations.values())
@@ -235,11 +230,6 @@ class Config:
         return JOIN_KINDS["inner" if self.join == "synchronized" else self.join]
 
     @property
-    def join_spec(self) -> JoinSpec:
-        """The join as a batch computes it (on the event-time axis: ``on_axis`` first)."""
-        return JoinSpec(self.join_kind, self.predicate, self.join_condition, self.reach)
-
-    @property
     def event_times(self) -> dict[str, str]:
         """Each relation's event-time column, by relation: what tells the warehouse's event-time axis."""
         return {rel.name: self.spec(rel.name).event_time for rel in self.joined}
@@ -271,19 +261,6 @@ class Config:
     def quality(self) -> Expectations:
         return self.expectations
 
-    def rule_parameters(self, rel: str | None = None) -> dict[str, object]:
-        """What ``${name}`` stands for in the suites (``record_columns``: those of relation ``rel``; ``members``: gold's
-        member id columns)."""
-        record = None if rel is None else self.spec(rel).record_columns
-        members = self.join_kind.row_keys(self.joined)
-        return {
-            "ts_min": self.quality.ts_min,
-            "ts_max": self.quality.ts_max,
-            "window": self.reach,
-            "record_columns": record,
-            "members": members,
-        }
-
     def placed(self, warehouse: Warehouse) -> Warehouse:
         """``warehouse``'s tables as this config places and names them."""
         return replace(
@@ -294,31 +271,21 @@ class Config:
             gold_table=self.gold_table,
         )
 
-    def on_axis(self, kind: str | None) -> Config:
-        """This config with ``allowed_lateness``, ``window`` and ``tolerance`` as numbers on the event-time axis of
-        ``kind`` (state/event_time.py); a duration for integer time, or an integer for timestamps, is a config error."""
-        if kind is None:
-            return self
-        lateness = {rel: span_on_axis(span, kind, "allowed_lateness") for rel, span in self.allowed_lateness.items()}
-        spans = {
-            name: None if getattr(self, name) is None else span_on_axis(getattr(self, name), kind, name)
-            for name in ("window", "tolerance")
-        }
-        return replace(self, allowed_lateness=lateness, **spans)
+    def on_axis(self, kind: str | None) -> OnAxis:
+        """This definition on the event-time axis of ``kind`` (state/event_time.py; None before anything landed: each
+        span on its own kind's axis, an integer as given and a duration in microseconds); a duration for integer
+        time, or an integer for timestamps, is a config error."""
 
-    @property
-    def join_condition(self) -> str:
-        """The predicate, with the band window (or tolerance) on every two relations when one is set (on the
-        event-time axis: ``on_axis`` first)."""
-        names = list(self.relations)
-        bounds = [backward(*self.joined)] if self.join_kind.as_of else []
-        if self.reach is None:
-            return " AND ".join([f"({self.predicate})", *bounds]) if bounds else self.predicate
-        band = (
-            "{a}._ts = {b}._ts" if self.reach == 0 else f"abs({{a}}._ts - {{b}}._ts) <= {self.reach}"
-        )  # equal: a hash join
-        bands = [band.format(a=a, b=b) for i, a in enumerate(names) for b in names[i + 1 :]]
-        return " AND ".join([f"({self.predicate})", *bands, *bounds])
+        def axis_of(span: Span) -> str:
+            return kind or (TIMESTAMP if isinstance(span, timedelta) else INTEGER)
+
+        def placed(span: Span | None, setting: str) -> int | None:
+            return None if span is None else span_on_axis(span, axis_of(span), setting)
+
+        lateness = {
+            rel: span_on_axis(span, axis_of(span), "allowed_lateness") for rel, span in self.allowed_lateness.items()
+        }
+        return OnAxis(self, kind, lateness, placed(self.window, "window"), placed(self.tolerance, "tolerance"))
 
     def settings(self) -> dict[str, object]:
         """Every setting as the YAML would give it (durations as text), for the warehouse's definition."""
@@ -336,6 +303,58 @@ class Config:
 
 
 JOINS = ("inner", "synchronized", *(kind for kind in JOIN_KINDS if kind != "inner"))
+
+
+@dataclass(frozen=True)
+class OnAxis:
+    """A definition on the warehouse's event-time axis: its spans as numbers in the axis's units (microseconds for
+    timestamps, days for dates), what a batch compares event times with. ``Config.on_axis`` builds it."""
+
+    config: Config
+    kind: str | None  # the axis (state/event_time.py); None before anything landed
+    allowed_lateness: dict[str, int]
+    window: int | None
+    tolerance: int | None
+
+    @property
+    def reach(self) -> int | None:
+        """How far apart in event time a row's members may be: the window, or an as-of join's tolerance."""
+        return self.tolerance if self.config.join_kind.as_of else self.window
+
+    def lateness(self, rel: str) -> int | None:
+        """The allowed lateness of relation ``rel``, or None when it has no watermark."""
+        return self.allowed_lateness.get(rel)
+
+    @property
+    def join_condition(self) -> str:
+        """The predicate, with the band window (or tolerance) on every two relations when one is set."""
+        predicate, joined = self.config.predicate, self.config.joined
+        bounds = [backward(*joined)] if self.config.join_kind.as_of else []
+        if self.reach is None:
+            return " AND ".join([f"({predicate})", *bounds]) if bounds else predicate
+        band = (
+            "{a}._ts = {b}._ts" if self.reach == 0 else f"abs({{a}}._ts - {{b}}._ts) <= {self.reach}"
+        )  # =: a hash join
+        names = [rel.name for rel in joined]
+        bands = [band.format(a=a, b=b) for i, a in enumerate(names) for b in names[i + 1 :]]
+        return " AND ".join([f"({predicate})", *bands, *bounds])
+
+    @property
+    def join_spec(self) -> JoinSpec:
+        """The join as a batch computes it."""
+        return JoinSpec(self.config.join_kind, self.config.predicate, self.join_condition, self.reach)
+
+    def rule_parameters(self, rel: str | None = None) -> dict[str, object]:
+        """What ``${name}`` stands for in the suites (``record_columns``: those of relation ``rel``; ``members``: gold's
+        member id columns)."""
+        config = self.config
+        return {
+            "ts_min": config.quality.ts_min,
+            "ts_max": config.quality.ts_max,
+            "window": self.reach,
+            "record_columns": None if rel is None else config.spec(rel).record_columns,
+            "members": config.join_kind.row_keys(config.joined),
+        }
 
 
 def _expectations(value: object) -> Expectations:

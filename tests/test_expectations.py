@@ -18,7 +18,7 @@ from state.errors import LakejoinError
 from state.join.joiner import Projection
 from state.join.relations import RELATIONS
 
-CONFIG = Config.of(window=5, expectations={"ts_min": 0, "ts_max": 1_000})
+CONFIG = Config.of(window=5, expectations={"ts_min": 0, "ts_max": 1_000}).on_axis("integer")
 # A bronze row: what ingest derives (_id, _ts), then the record's own columns.
 RECORD = {"_id": "x1", "_ts": 10, "id": "x1", "ts": 10, "key": "a", "payload": "p"}
 KEYS = ["_id"]
@@ -129,11 +129,11 @@ def checked(
 ) -> tuple[TableChecks, DataFrame, dict]:
     """One rule compiled as a batch checks it: its checks, the rows flagged, and what the rows' job counts."""
     config = (
-        CONFIG
+        CONFIG.config
         if policy is None
         else Config.of(window=5, expectations={"ts_min": 0, "ts_max": 1_000, "policies": {name: policy}})
     )
-    checks = TableChecks.of(config, target, "t", keys, "r")
+    checks = TableChecks.of(config.on_axis("integer"), target, "t", keys, "r")
     checks = TableChecks("t", tuple(keys), tuple(check for check in checks.checks if check.rule.name == name))
     flagged = checks.flagged(rows)
     return checks, flagged, flagged.agg(*checks.metrics()).first().asDict()
@@ -199,7 +199,7 @@ def test_a_predicate_over_columns_gold_does_not_keep_is_checked_on_the_bronze_re
 
 
 def test_rules_skip_when_their_parameter_is_unset():
-    assert "gold_within_window" not in {rule.name for rule, _, _ in bound_rules(Config.of(), "gold")}
+    assert "gold_within_window" not in {rule.name for rule, _, _ in bound_rules(Config.of().on_axis("integer"), "gold")}
     assert "gold_within_window" in {rule.name for rule, _, _ in bound_rules(CONFIG, "gold")}
 
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from pipelines.gold import GOLD
-from state.config import Config
+from state.config import Config, OnAxis
 from state.engines import DeltaEngine
 from state.engines.table import Table, Writer, table_in
 from state.event_time import warehouse_kind
-from state.join.buffers import StateTable
+from state.join.buffers import StateTable, state_tables
 from state.join.relations import Relation
 from state.layout import Warehouse
 from state.log.batch_log import BatchLog, BatchPlan
@@ -63,7 +63,7 @@ class Run:
 
     @classmethod
     def of(cls, engine: DeltaEngine, warehouse: Warehouse, config: Config) -> Run:
-        states = {table.relation: table for table in config.join_spec.state_tables(warehouse)}
+        states = {table.relation: table for table in state_tables(warehouse, probes=not config.join_kind.as_of)}
         landings = {rel: config.landings[rel.name] for rel in warehouse.relations if rel.name in config.landings}
         return cls(engine, warehouse, config, Tables.of(engine, warehouse), states, landings)
 
@@ -88,21 +88,21 @@ class Run:
         return versions
 
     def batch(self, plan: BatchPlan) -> Batch:
-        return Batch(self, plan)
+        return Batch(self, plan, self.config.on_axis(None))
 
 
 @dataclass(frozen=True)
 class Batch:
-    """One batch: its run, its plan, and the config its joins are computed under (the run's, on the event-time axis
-    once bronze holds event times: ``on_axis``)."""
+    """One batch: its run, its plan, and the run's definition on the event-time axis its joins are computed on (the
+    warehouse's once bronze holds event times: ``on_axis``; bronze's rules take nothing on the axis)."""
 
     run: Run
     plan: BatchPlan
-    on_time_axis: Config | None = None
+    axis: OnAxis
 
     @property
     def config(self) -> Config:
-        return self.on_time_axis or self.run.config
+        return self.run.config
 
     @property
     def engine(self) -> DeltaEngine:
@@ -124,8 +124,7 @@ class Batch:
         """The writer of this batch's commit to ``table``, carrying its plan."""
         return table.writer(table.commit(self.plan.batch_id, self.plan.encoded()))
 
-    def on_axis(self) -> tuple[Batch, str | None]:
-        """This batch with its config on the warehouse's event-time axis, and the axis's kind (None before anything
-        landed)."""
-        kind = warehouse_kind(self.engine, self.run.warehouse, self.run.config.event_times)
-        return replace(self, on_time_axis=self.run.config.on_axis(kind)), kind
+    def on_axis(self) -> Batch:
+        """This batch on the warehouse's event-time axis, as bronze holds it once its files landed."""
+        kind = warehouse_kind(self.engine, self.run.warehouse, self.config.event_times)
+        return replace(self, axis=self.config.on_axis(kind))

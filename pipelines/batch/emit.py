@@ -21,7 +21,7 @@ from pipelines.batch.measure import Measured, set_aside
 from pipelines.batch.read import CURRENT, Arrived
 from pipelines.gold import Retraction
 from state.clock import now
-from state.config import Config
+from state.config import OnAxis
 from state.errors import LakejoinError
 from state.event_time import render, render_span
 from state.frames import union_by_name
@@ -51,13 +51,11 @@ class Outputs:
     raised: dict[str, str]  # why a watermark stands above its relation's records, after the batch
 
 
-def emit(
-    batch: Batch, kind: str | None, arrived: dict[Relation, Arrived], measured: Measured, gold_before: DataFrame | None
-) -> Outputs:
+def emit(batch: Batch, arrived: dict[Relation, Arrived], measured: Measured, gold_before: DataFrame | None) -> Outputs:
     """The batch's outputs, from what it read (``gold_before``: gold as the plan pinned it, for change feeds'
-    retractions); no I/O. ``batch.config`` is on the event-time axis of ``kind``."""
-    config, plan, relations, tables = batch.config, batch.plan, batch.relations, batch.tables
-    spec = config.join_spec
+    retractions), computed on the warehouse's event-time axis (``batch.axis``); no I/O."""
+    axis, plan, relations, tables = batch.axis, batch.plan, batch.relations, batch.tables
+    spec, kind = axis.join_spec, axis.kind
     screened = {rel: _screened(part, measured.quarantined[rel.name]) for rel, part in arrived.items()}
     changes = {
         rel: apply(part.resolved, screened[rel], lambda rows, rel=rel: split_late(rows, plan.watermarks.get(rel.name)))
@@ -77,18 +75,20 @@ def emit(
         on_time,
         {rel: c.replaced for rel, c in changes.items()},
     )
-    projection = Projection({rel.name: data_columns(part.rows.columns) for rel, part in arrived.items()}, config.select)
+    projection = Projection(
+        {rel.name: data_columns(part.rows.columns) for rel, part in arrived.items()}, batch.config.select
+    )
     after, raised_why = raised(
-        advance(plan.watermarks, measured.newest, config.allowed_lateness),
+        advance(plan.watermarks, measured.newest, axis.allowed_lateness),
         plan.watermarks,
         plan.progress,
         relations,
-        plan.raised,  # type: ignore[arg-type] - on the axis
+        plan.raised,
         lambda value: render(value, kind) or str(value),
     )
     every_one = all(part.ever for part in arrived.values())  # else no tuple, nothing final
     tuples = _pairs(
-        sides, config.join_condition, projection, every_one, max(measured.rows.values(), default=0) <= BROADCAST_ROWS
+        sides, axis.join_condition, projection, every_one, max(measured.rows.values(), default=0) <= BROADCAST_ROWS
     )
     emitted = final_rows(spec, sides, tuples, projection, after if every_one else {})
     gold = emitted.rows.withColumns({"batch_id": F.lit(plan.batch_id).cast("long"), "produced_at": F.lit(now())})
@@ -96,7 +96,7 @@ def emit(
     if every_one:
         gold = with_pair_checks(
             gold,
-            config.join_condition,
+            axis.join_condition,
             projection,
             members,
             lambda: _members(sides),
@@ -125,10 +125,10 @@ def emit(
         for name, update in updates.items()
     }
     state_checks = {
-        name: TableChecks.of(config, "state", tables.state[update.table.relation].name, [ID])
+        name: TableChecks.of(axis, "state", tables.state[update.table.relation].name, [ID])
         for name, update in updates.items()
     }
-    gold_checks = TableChecks.of(config, "gold", tables.gold.name, [identity_column(rel, ID) for rel in members])
+    gold_checks = TableChecks.of(axis, "gold", tables.gold.name, [identity_column(rel, ID) for rel in members])
     if _rows_unique(arrived, measured, state_checks.values()):
         gold_checks = gold_checks.proven_unique(spec.kind.row_keys(members))
         state_checks = {name: checks.proven_unique([ID]) for name, checks in state_checks.items()}
@@ -140,7 +140,7 @@ def emit(
         ),
         updates=checked,
         state_checks=state_checks,
-        late=_late(config, kind, plan, late, changes, measured),
+        late=_late(axis, plan, late, changes, measured),
         set_aside=_set_aside(arrived, measured, plan.batch_id),
         watermarks=after,
         raised=raised_why,
@@ -186,8 +186,7 @@ def _screened(part: Arrived, broke: list[str]) -> DataFrame:
 
 
 def _late(
-    config: Config,
-    kind: str | None,
+    axis: OnAxis,
     plan: BatchPlan,
     late: dict[Relation, DataFrame],
     changes: dict[Relation, Applied],
@@ -199,9 +198,9 @@ def _late(
             rows,
             rel,
             plan.watermarks.get(rel.name),
-            None if (span := config.lateness(rel.name)) is None else render_span(span, kind),  # type: ignore[arg-type]
-            config.spec(rel.name).event_time,
-            kind,
+            None if (span := axis.lateness(rel.name)) is None else render_span(span, axis.kind),
+            axis.config.spec(rel.name).event_time,
+            axis.kind,
             plan.batch_id,
             plan.raised.get(rel.name),
         )

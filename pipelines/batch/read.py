@@ -71,7 +71,7 @@ def known_records(batch: Batch, rel: Relation, state: DataFrame | None) -> DataF
 
 def bronze_checks(batch: Batch, rel: Relation) -> TableChecks:
     """The rules of ``rel``'s arrivals (its bronze rows) in a batch."""
-    return TableChecks.of(batch.config, "bronze", batch.tables.bronze[rel].name, [ID], rel.name)
+    return TableChecks.of(batch.axis, "bronze", batch.tables.bronze[rel].name, [ID], rel.name)
 
 
 def read(batch: Batch, states: dict[Relation, DataFrame | None]) -> dict[Relation, Arrived]:

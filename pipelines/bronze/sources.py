@@ -157,7 +157,10 @@ def _listed(
         )
     commits, after = [], logged
     if logged is None:
-        version, actions = engine.source_snapshot(table, pointed)  # type: ignore[misc] - the table exists
+        snapshot = engine.source_snapshot(table, pointed)
+        if snapshot is None:
+            raise LakejoinError(f"source table {table} was dropped while lakejoin read it: run again once it is back")
+        version, actions = snapshot
         _check_readable(table, actions, whole=True)
         commits, after = [SourceCommit.of(version, actions, "snapshot")], version
     for version, actions in engine.source_commits(table, after):
@@ -436,13 +439,14 @@ def source_status(engine: DeltaReader, warehouse: Warehouse, rel: Relation, tabl
     except LakejoinError as exc:
         return {"relation": rel.name, "table": table, "problem": str(exc)}
     counts = [_rows_in(add) for commit in commits if commit.kind == APPEND for add in commit.files]
+    known = [count for count in counts if count is not None]  # a file without statistics leaves the sum unknown
     return {
         "relation": rel.name,
         "table": table,
         "ingested_version": logged,
         "latest_version": commits[-1].version if commits else logged,
         "pending_versions": len(commits),
-        "pending_rows": None if None in counts else sum(counts),  # type: ignore[arg-type]
+        "pending_rows": sum(known) if len(known) == len(counts) else None,
     }
 
 

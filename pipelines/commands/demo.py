@@ -26,7 +26,6 @@ from pipelines.spark import get_spark, stop_session
 from state.config import Config
 from state.engines import make_engine
 from state.engines.jvm import classic_spark_running
-from state.event_time import warehouse_kind
 from state.layout import Warehouse
 from state.names import column
 
@@ -233,7 +232,8 @@ def run_demo(
     )
     print(f"warehouse: {warehouse.root}")
     bound = "tolerance" if config.join_kind.as_of else "window"
-    print(f"predicate: {config.predicate}" + ("" if config.reach is None else f", {bound} {config.settings()[bound]}"))
+    reach = config.settings()[bound]
+    print(f"predicate: {config.predicate}" + ("" if reach is None else f", {bound} {reach}"))
     if config.join != "inner":
         print(f"join: {config.join} (a row waits until the other relation's watermark makes it final)")
     stream = generate_stream(options, names)
@@ -268,7 +268,7 @@ def run_demo(
         seconds = time.perf_counter() - started
 
         arrivals = options.rows * len(names)
-        check = check_gold(engine, warehouse, config.on_axis(warehouse_kind(engine, warehouse, config.event_times)))
+        check = check_gold(engine, warehouse, config)
         print(
             f"arrivals: {arrivals}  batches: {batches}  results: {check.actual}  quarantined: {quarantined}  late: "
             f"{late}"

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 
 from pipelines.bronze.sources import source_status
 from pipelines.definition import recorded
-from state.config import Config
+from state.config import Config, OnAxis
 from state.engines.base import DeltaReader
 from state.errors import LakejoinError
 from state.event_time import render, warehouse_kind
@@ -173,7 +173,7 @@ def warehouse_status(engine: DeltaReader, warehouse: Warehouse, config: Config) 
             "recorded_at": str(definition.recorded_at),
             "settings": definition.settings,
         },
-        waiting=_waiting(engine, warehouse, config.on_axis(kind), kind),
+        waiting=_waiting(engine, warehouse, config.on_axis(kind)),
         changes=_changes(engine, warehouse) if config.reads_changes else {},
         idle={
             name: progress.instant(since)
@@ -189,11 +189,13 @@ def _changes(engine: DeltaReader, warehouse: Warehouse) -> dict[str, dict[str, i
     if schema is None or "changes" not in schema.fieldNames():
         return {}
     logged = engine.rows(warehouse.batches, where="changes IS NOT NULL")
+    if logged is None:
+        return {}
     counts = [
         (row["batch_id"], name, count)
         for row in logged.select(["batch_id", "changes"]).to_pylist()
         for name, count in row["changes"]
-    ]  # type: ignore[union-attr] - the log exists
+    ]
     if not counts:
         return {}
     last = max(batch for batch, _, _ in counts)
@@ -203,22 +205,26 @@ def _changes(engine: DeltaReader, warehouse: Warehouse) -> dict[str, dict[str, i
     return {f"batch {last}": {name: count for batch, name, count in counts if batch == last}, "all batches": total}
 
 
-def _waiting(engine: DeltaReader, warehouse: Warehouse, config: Config, kind: str | None) -> list[dict]:
+def _waiting(engine: DeltaReader, warehouse: Warehouse, axis: OnAxis) -> list[dict]:
     """Per relation whose records wait to be final (outer, anti, as-of joins), its stored records without a match
     yet (all, for an as-of join): each gives a row once the other relation's watermark passes its ``ts`` plus the
-    kind's horizon (``config`` on the event-time axis of ``kind``)."""
+    kind's horizon."""
     waiting = []
-    horizon = config.join_kind.horizon(config.window)
-    for rel in config.join_kind.waiting(warehouse.relations):
+    join, kind = axis.config.join_kind, axis.kind
+    horizon = join.horizon(axis.window)
+    for rel in join.waiting(warehouse.relations):
         path = warehouse.state(rel)
         schema = engine.schema(path)
         if schema is None:
             continue
         alone = IN_STORE + (f" AND NOT COALESCE({MATCHED}, false)" if MATCHED in schema.fieldNames() else "")
-        count, oldest = engine.aggregate(path, alone, "count(*)", f"min({TS})")  # type: ignore[misc] - the table exists
+        found = engine.aggregate(path, alone, "count(*)", f"min({TS})")
+        if found is None:
+            continue
+        count, oldest = found
         other = next(other for other in warehouse.relations if other != rel)
-        passes = None if oldest is None else render(oldest + horizon, kind)  # type: ignore[operator] - has a horizon
-        until = None if oldest is None else f"{other.label}'s watermark passes {passes}"
+        passes = None if oldest is None or horizon is None else render(oldest + horizon, kind)
+        until = None if passes is None else f"{other.label}'s watermark passes {passes}"
         waiting.append(
             {
                 "relation": rel.name,

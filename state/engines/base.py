@@ -84,8 +84,10 @@ class Memberships:
 
     def lowest(self) -> Eviction | None:
         """The cutoff below which no buffer keeps a row (None while some buffer keeps everything)."""
-        cuts = list(self.cutoffs.values())
-        return None if not cuts or None in cuts else min(cuts, key=lambda cut: cut.below)  # type: ignore[union-attr]
+        cuts = self._clearing().values()
+        if not cuts or len(cuts) < len(self.cutoffs):
+            return None
+        return min(cuts, key=lambda cut: cut.below)
 
     def _clearing(self) -> dict[str, Eviction]:
         """The buffers a row can leave: those with a cutoff."""
@@ -114,7 +116,8 @@ class OnMatch:
     def updates(self, evict: Memberships | None) -> dict[str, str]:
         """The update of a stored row the source names: ``when`` set, and, since the row is matched (so no
         not-matched-by-source clause reaches it), the columns of the buffers it leaves cleared."""
-        return {self.when: "true", **({} if evict is None else evict.cleared("target"))}  # type: ignore[dict-item]
+        matched = {} if self.when is None else {self.when: "true"}
+        return matched | ({} if evict is None else evict.cleared("target"))
 
 
 @dataclass(frozen=True)
@@ -402,8 +405,10 @@ def marker(commit: Commit, before_merge: bool = False) -> str:
 def marked(user_metadata: object, app_id: str) -> Recorded | None:
     """What a commit's ``userMetadata`` records of ``app_id``: its version and plan; None for another app's, or a
     user's text."""
+    if not isinstance(user_metadata, str):
+        return None
     try:
-        found = json.loads(user_metadata)  # type: ignore[arg-type] - anything but lakejoin's text fails here
+        found = json.loads(user_metadata)  # anything but lakejoin's text fails here
         if found["txn"]["appId"] != app_id:
             return None
         return Recorded(

@@ -126,7 +126,8 @@ class DeltaRsReader:
             counts = pa.table(table.get_add_actions(flatten=False)).column("num_records").to_pylist()
             if None not in counts:
                 return sum(counts)
-        return self.aggregate(path, where, "count(*)")[0]  # type: ignore[index] - the table exists
+        found = self.aggregate(path, where, "count(*)")
+        return None if found is None else found[0]
 
     def aggregate(self, path: str, where: str | None, *expressions: str) -> tuple | None:
         table = self._table(path)

@@ -22,6 +22,7 @@ import json
 import os
 import threading
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
@@ -32,6 +33,9 @@ from state.engines.base import Actions, Recorded, marked
 from state.engines.delta_log import Head, Listed
 from state.errors import LakejoinError
 from state.layout import is_table_name
+
+if TYPE_CHECKING:
+    from py4j.java_gateway import JVMView
 
 
 def classic_spark_running() -> bool:
@@ -87,21 +91,28 @@ def _copy_jvm_stderr(read: int, target: int) -> None:
                     copying = False
 
 
+def jvm_of(spark: SparkSession) -> JVMView:
+    """The JVM's classes as the driver's session sees them: a classic session has them, a Spark Connect client not."""
+    jvm = spark.sparkContext._jvm
+    if jvm is None:
+        raise LakejoinError("this needs a classic Spark session (its driver's JVM): a Spark Connect client has none")
+    return jvm
+
+
 def cloned_session(spark: SparkSession) -> SparkSession:
     """A session of the same application with ``spark``'s settings and listeners, for a command with settings of its
     own: an observation (``DataFrame.observe``) on one of ``spark``'s frames is told of that frame's runs in it too,
     which a new session's runs would not tell. ``spark``'s observation listener is made first, so the clone has it."""
-    # A lazy value: registered now, before the clone.
-    spark._jsparkSession.observationManager()  # type: ignore[union-attr]
-    return SparkSession(spark.sparkContext, spark._jsparkSession.cloneSession())  # type: ignore[union-attr]
+    session = spark._jsparkSession
+    session.observationManager()  # a lazy value: registered now, before the clone
+    return SparkSession(spark.sparkContext, session.cloneSession())
 
 
 def has_delta_classes(spark: SparkSession) -> bool:
     """Delta's classes load in the session's JVM. Spark's own class loader is asked, not the system one: it also sees
     jars added with ``spark.jars`` or ``spark.jars.packages`` (how ``configure_spark_with_delta_pip`` loads Delta)."""
     try:
-        utils = spark._jvm.org.apache.spark.util.Utils  # type: ignore[union-attr]
-        utils.classForName("io.delta.tables.DeltaTable", True, False)
+        jvm_of(spark).org.apache.spark.util.Utils.classForName("io.delta.tables.DeltaTable", True, False)
     except Exception:  # noqa: BLE001 - py4j raises a generic error for a missing class
         return False
     return True
@@ -111,8 +122,7 @@ def delta_version(spark: SparkSession) -> str | None:
     """The version of the Delta the session's JVM loads, from its jar's manifest (the class's package, no call into
     Delta); None when Delta's classes do not load or their jar says no version."""
     try:
-        utils = spark._jvm.org.apache.spark.util.Utils  # type: ignore[union-attr]
-        delta = utils.classForName("io.delta.tables.DeltaTable", True, False)
+        delta = jvm_of(spark).org.apache.spark.util.Utils.classForName("io.delta.tables.DeltaTable", True, False)
     except Exception:  # noqa: BLE001 - py4j raises a generic error for a missing class
         return None
     version = delta.getPackage().getImplementationVersion()
@@ -122,7 +132,7 @@ def delta_version(spark: SparkSession) -> str | None:
 class JvmLog:
     def __init__(self, spark: SparkSession) -> None:
         self.spark = spark
-        self._jvm = spark._jvm  # type: ignore[attr-defined]
+        self._jvm = jvm_of(spark)
         self._none = self._jvm.scala.Option.empty()
 
     def _log(self, table: str):  # noqa: ANN202 - a JVM org.apache.spark.sql.delta.DeltaLog
@@ -238,7 +248,7 @@ class JvmLog:
 
     def remove(self, path: str) -> None:
         hadoop_path = self._jvm.org.apache.hadoop.fs.Path(path)
-        conf = self.spark._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+        conf = self.spark.sparkContext._jsc.hadoopConfiguration()
         hadoop_path.getFileSystem(conf).delete(hadoop_path, True)
         self._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
 
@@ -283,8 +293,7 @@ def connect_executions(spark: SparkSession) -> list[tuple[str, str, frozenset[st
     """What this process's Spark Connect server is running: each running operation's user, session and tags, or, when
     it holds none, the time (epoch milliseconds) its last one ended (pipelines/commands/server.py, which hosts the
     server, reads both)."""
-    service = spark._jvm.org.apache.spark.sql.connect.service.SparkConnectService  # type: ignore[union-attr]
-    found = service.listActiveExecutions()
+    found = jvm_of(spark).org.apache.spark.sql.connect.service.SparkConnectService.listActiveExecutions()
     if found.isLeft():
         return int(found.left().get())
     held = found.right().get()
@@ -299,6 +308,6 @@ def connect_executions(spark: SparkSession) -> list[tuple[str, str, frozenset[st
 
 def interrupt_connect_tag(spark: SparkSession, user: str, session: str, tag: str) -> None:
     """Interrupt the operations of a Spark Connect session that carry ``tag`` (a client that died left them running)."""
-    service = spark._jvm.org.apache.spark.sql.connect.service.SparkConnectService  # type: ignore[union-attr]
-    none = spark._jvm.scala.Option.empty()  # type: ignore[union-attr]
+    jvm = jvm_of(spark)
+    service, none = jvm.org.apache.spark.sql.connect.service.SparkConnectService, jvm.scala.Option.empty()
     service.getOrCreateIsolatedSession(user, session, none).interruptTag(tag)

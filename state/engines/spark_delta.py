@@ -349,7 +349,7 @@ class SparkDeltaEngine:
     ) -> int | None:
         head = self._head(path)  # one look at the log: the transaction check and the version to compare
         recorded = self._check(path, head, commit)
-        if recorded is not None and recorded.covers(commit):  # type: ignore[arg-type] - a record needs a commit
+        if commit is not None and recorded is not None and recorded.covers(commit):
             return None
         frame = as_frame(self.spark, df)
         creating = (
@@ -365,11 +365,11 @@ class SparkDeltaEngine:
                 _append_to(path, self.spark.createDataFrame([], frame.schema), creating)
                 creating = {}
             _append_to(path, frame, _recording(commit, recorded, WRITER_OPTIONS) | creating)
-        after = self._seen(path)
-        if head is None or after.version != head.version:  # type: ignore[union-attr] - the append made the table
+        after = _present(path, self._seen(path))
+        if head is None or after.version != head.version:
             if isinstance(df, pa.Table):
                 return df.num_rows
-            committed = self._log.rows_committed(path, after)  # type: ignore[arg-type]
+            committed = self._log.rows_committed(path, after)
             return frame.count() if committed is None else committed  # metrics off: history.metricsEnabled=false
         if commit is None or recorded is None or not recorded.in_commits:  # Delta found its app transaction recorded
             return None
@@ -492,7 +492,7 @@ class SparkDeltaEngine:
         """The MERGE on a session that refuses settings: the marker first, in a commit of no rows with the table's own
         schema (unless a run this one resumes made it), then the MERGE, on the source's own session."""
         if commit is not None and not (recorded is not None and recorded.marks_merge_of(commit)):
-            schema = self._log.schema(path, self._head(path))  # type: ignore[arg-type] - a MERGE's table exists
+            schema = self._log.schema(path, _present(path, self._head(path)))
             # Delta commits nothing for no rows without an app transaction of its own
             _append_to(
                 path,
@@ -609,3 +609,11 @@ def _recording(
     if recorded is None or not recorded.in_commits:
         settings |= {names["app_id"]: commit.app_id, names["version"]: str(commit.version)}
     return settings
+
+
+def _present(path: str, head: Head | None) -> Head:
+    """The latest commit of a table lakejoin has just written, or is about to MERGE into: gone only when something
+    else dropped it meanwhile."""
+    if head is None:
+        raise LakejoinError(f"{path} was dropped while lakejoin wrote it: something else is changing this warehouse")
+    return head

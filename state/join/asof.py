@@ -18,7 +18,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from state.engines import Eviction
-from state.join.bounds import Watermarks, store_eviction
+from state.join.bounds import Watermarks, every_mark, store_eviction
 from state.join.buffers import EvictionRule
 from state.join.joiner import Projection, label
 from state.join.predicate import conjuncts, equality_sides
@@ -37,8 +37,8 @@ def backward(left: Relation, right: Relation) -> str:
 def floor(relations: Sequence[Relation], marks: Watermarks) -> int | None:
     """The lowest time of a left record still to be emitted: a waiting one is at or after the right watermark, a
     future on-time one at or after the left watermark. None until both relations have one."""
-    found = [marks.get(rel.name) for rel in relations]
-    return None if None in found else min(found)  # type: ignore[type-var] - None ruled out
+    found = every_mark([marks.get(rel.name) for rel in relations])
+    return None if not found else min(found)
 
 
 def eviction_rule(relations: Sequence[Relation], window: int | None) -> EvictionRule:

@@ -28,6 +28,12 @@ from state.join.relations import TS, Relation, others
 Watermarks = dict[str, int]  # relation name -> watermark; a relation without one is absent
 
 
+def every_mark(marks: Sequence[int | None]) -> list[int] | None:
+    """``marks`` when every one is known, else None: a bound over several relations waits for each one's watermark."""
+    known = [mark for mark in marks if mark is not None]
+    return known if len(known) == len(marks) else None
+
+
 def split_late(arrivals: DataFrame, watermark: int | None) -> tuple[DataFrame, DataFrame]:
     """``arrivals`` as (on time, late): late rows have ``ts`` below the relation's watermark."""
     if watermark is None:
@@ -79,10 +85,10 @@ def store_eviction(
 ) -> Eviction | None:
     """Records in ``rel``'s store that no future member of another relation can be within the band window of: once
     every other relation's watermark is past ``ts + W`` (never without a window)."""
-    needed = [marks.get(other.name) for other in others(rel, relations)]
-    if window is None or None in needed:
+    needed = every_mark([marks.get(other.name) for other in others(rel, relations)])
+    if window is None or not needed:
         return None
-    return Eviction(TS, min(needed) - window)  # type: ignore[type-var] - None ruled out above
+    return Eviction(TS, min(needed) - window)
 
 
 def probe_eviction(
@@ -91,8 +97,12 @@ def probe_eviction(
     """Probes of ``holds`` in ``store``'s buffer that no future tuple can take: no future record of ``store`` is
     older (``ts`` below its watermark) and, with three or more relations, no future member of a third relation
     can complete a tuple with a stored record older than the probe (``ts + W`` below its watermark)."""
-    thirds = [marks.get(third.name) for third in relations if third not in (store, holds)]
+    thirds = every_mark([marks.get(third.name) for third in relations if third not in (store, holds)])
     own = marks.get(store.name)
-    if own is None or (thirds and (window is None or None in thirds)):
+    if own is None or thirds is None:
         return None
-    return Eviction(TS, min([own, *(mark - window for mark in thirds)]))  # type: ignore[operator]
+    if not thirds:
+        return Eviction(TS, own)
+    if window is None:
+        return None
+    return Eviction(TS, min([own, *(mark - window for mark in thirds)]))

@@ -206,7 +206,10 @@ class BatchLog:
         last_id = self.engine.max_value(self.path, "batch_id")
         if last_id is None:
             return LogTail(0, 0)
-        (row,) = self.engine.rows(self.path, where=f"batch_id = {last_id}").to_pylist()  # type: ignore[union-attr]
+        found = self.engine.rows(self.path, where=f"batch_id = {last_id}")
+        if found is None:  # dropped since: as good as no log
+            return LogTail(0, 0)
+        (row,) = found.to_pylist()
         return LogTail(last_id, row["seq_to"], dict(row["watermarks"] or {}), dict(row["raised"] or {}), row)
 
     def record(self, writer: Writer, plan: BatchPlan, outcome: BatchOutcome) -> None:

@@ -114,16 +114,18 @@ def check_consistency(engine: DeltaReader, warehouse: Warehouse, pipeline: str, 
                 f"{version}: bronze was replaced or restored; {_rebuild(warehouse)}"
             )
     for name, path in warehouse.buffers().items():
-        version = (newest.state_versions if newest else {}).get(name)
+        read = (newest.state_versions if newest else {}).get(name)
         current = engine.version(path)
-        if version is not None and current is None:
+        if read is None:
+            continue
+        if current is None:
             raise LakejoinError(
-                f"{warehouse.name_of(path)} is missing, but batch {batch} read its version {version}: "
+                f"{warehouse.name_of(path)} is missing, but batch {batch} read its version {read}: "
                 f"{_rebuild(warehouse)}"
             )
-        if version is not None and current < version:  # type: ignore[operator] - present
+        if current < read:
             raise LakejoinError(
-                f"{warehouse.name_of(path)} is at version {current}, but batch {batch} read its version {version} "
+                f"{warehouse.name_of(path)} is at version {current}, but batch {batch} read its version {read} "
                 f"(was it replaced or restored?): {_rebuild(warehouse)}"
             )
     return replace(tail, unfinished=unfinished)
@@ -159,15 +161,15 @@ def _check_batches(
     """A table's record of this pipeline's batches: none after the one after the log's last. Returns the record of
     that next batch when the table has it (the batch died after writing here)."""
     info = engine.info(path, warehouse.app_id(pipeline, path))
-    batch = None if info is None else info.txn_version
-    if batch is None or batch <= tail.last_batch_id:
+    if info is None or info.txn_version is None or info.txn_version <= tail.last_batch_id:
         return {}
+    batch = info.txn_version
     if batch > tail.last_batch_id + 1:
         raise LakejoinError(
             f"{warehouse.name_of(path)} holds batch {batch}, but the batch log ends at batch {tail.last_batch_id} "
             f"(was silver/batches deleted or restored?): {_rebuild(warehouse)}"
         )
-    return {path: info.recorded}  # type: ignore[union-attr] - a batch was found
+    return {path: info.recorded}
 
 
 def _left_unchanged(engine: DeltaReader, warehouse: Warehouse, batch: int) -> bool:

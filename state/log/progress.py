@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from state.clock import micros
 from state.engines import DeltaEngine
-from state.join.bounds import Watermarks
+from state.join.bounds import Watermarks, every_mark
 from state.join.relations import Relation
 from state.layout import Warehouse
 
@@ -116,8 +116,8 @@ def raised(
     has none any more), for the reasons of its late records (``as_time`` renders an event time)."""
     after = dict(own)
     why = {name: reason for name, reason in reasons.items() if own.get(name) == before.get(name)}
-    live = [own.get(rel.name) for rel in relations if rel.name not in progress.idle]
-    floor = None if not live or None in live else min(live)  # type: ignore[type-var] - None ruled out
+    live = every_mark([own.get(rel.name) for rel in relations if rel.name not in progress.idle])
+    floor = min(live) if live else None
     for rel in relations:
         name, mark = rel.name, after.get(rel.name)
         if name in progress.idle and floor is not None and (mark is None or floor > mark):
