@@ -24,6 +24,7 @@ from pipelines.silver import run
 from pipelines.spark import get_spark
 from state.config import Config
 from state.engines import make_engine
+from state.engines.table import Tables
 from state.join.relations import relation
 from state.layout import Warehouse
 from state.log.progress import last_arrivals
@@ -44,7 +45,8 @@ def replay(engine, config: Config, chunks: list[list[tuple[str, str]]], trigger:
         waited += trigger
         run(engine, warehouse, config)
     released = _idle_batches(engine, warehouse)
-    stopped = last_arrivals(engine, warehouse)["s"] / 1e6
+    tables = Tables.of(engine, warehouse)
+    stopped = last_arrivals(tables.ingest_log, tables.batches)["s"] / 1e6
     result = {"waiting_at_end": warehouse_status(engine, warehouse, config).waiting[0]["records"]}
     if released:
         batch_id, committed = released[0]

@@ -20,7 +20,8 @@ from expectations.reconcile import Reconciliation, check_gold
 from expectations.runner import RuleResult, Validator
 from state.config import Config, OnAxis
 from state.engines import DeltaEngine, Memberships
-from state.event_time import warehouse_kind
+from state.engines.table import Tables
+from state.event_time import bronze_kind
 from state.join.joiner import Projection, data_columns, identity_column
 from state.join.relations import ID, Relation
 from state.layout import Warehouse
@@ -70,7 +71,7 @@ class Audit:
 def audit(engine: DeltaEngine, warehouse: Warehouse, config: Config, docs_root: str) -> Audit:
     """Validate every table of ``warehouse`` and reconcile gold; Data Docs go under ``docs_root``."""
     require_warehouse(engine, warehouse)
-    axis = config.on_axis(warehouse_kind(engine, warehouse, config.event_times))
+    axis = config.on_axis(bronze_kind(Tables.of(engine, warehouse).bronze, config.event_times))
     context = gx.get_context(mode="file", project_root_dir=docs_root)
     validator = Validator(engine.spark, context)
     results: list[RuleResult] = []

@@ -16,7 +16,8 @@ from pyspark.sql.types import ArrayType, DataType, MapType, StructType
 from expectations.batch import row_key
 from state.config import Config, OnAxis
 from state.engines import DeltaEngine, Eviction
-from state.event_time import warehouse_kind
+from state.engines.table import Tables
+from state.event_time import bronze_kind
 from state.frames import union_by_name
 from state.join import asof
 from state.join.final import JOIN_KINDS, JoinKind, row_of
@@ -98,7 +99,7 @@ def check_gold(engine: DeltaEngine, warehouse: Warehouse, config: Config) -> Rec
         return None
     tail = BatchLog(engine, warehouse.batches, warehouse.app_id(config.pipeline, warehouse.batches)).tail()
     gold = gold.where(F.col("batch_id") <= tail.last_batch_id)
-    axis = config.on_axis(warehouse_kind(engine, warehouse, config.event_times))
+    axis = config.on_axis(bronze_kind(Tables.of(engine, warehouse).bronze, config.event_times))
     return reconcile(expected_gold(engine, warehouse, axis, gold, tail), gold)
 
 

@@ -275,18 +275,15 @@ class Pipeline:
         relation come out and later records below it are late (``lakejoin advance``). Returns what was recorded."""
         from pipelines.definition import record
         from state.clock import now
-        from state.event_time import on_axis_value, render, warehouse_kind
+        from state.engines.table import Tables
+        from state.event_time import bronze_kind, on_axis_value, render
         from state.join.relations import relation as named
         from state.log.progress import declare
 
         with self._call("advance"):
             opened = self._open("advance")
             rel = named(relation, opened.warehouse.relations)
-            kind = warehouse_kind(
-                opened.engine,
-                opened.warehouse,
-                {r.name: opened.config.spec(r.name).event_time for r in opened.warehouse.relations},
-            )
+            kind = bronze_kind(Tables.of(opened.engine, opened.warehouse).bronze, opened.config.event_times)
             value = on_axis_value(to, kind, "--to")
             shown = render(value, kind) or str(value)
             declare(opened.engine, opened.warehouse, rel, value, shown, now())

@@ -141,8 +141,8 @@ def _batches(
     fence: Callable[[], None],
 ) -> list[BatchReport]:
     """Batch after batch, from the log's tail: an unfinished batch first (resumed with its plan), then new plans."""
-    tail = check_consistency(run.engine, run.warehouse, run.config.pipeline, creates=bool(run.landings))
-    known = known_files(run.engine, run.warehouse) if run.landings else Known()
+    tail = check_consistency(run.tables, run.warehouse, creates=bool(run.landings))
+    known = known_files(run.tables.ingest_log, run.tables.batches) if run.landings else Known()
     reports = []
     while True:
         report, tail = _batch(run, tail, known, progress, stop, before_writing, fence)

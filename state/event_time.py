@@ -23,9 +23,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from state.engines import DeltaEngine
+from state.engines.table import Table
 from state.errors import LakejoinError
-from state.layout import Warehouse
+from state.join.relations import Relation
 from state.names import literal
 from state.spans import describe_span
 
@@ -105,11 +105,11 @@ def render_span(value: int, kind: str | None) -> str:
     return str(value)
 
 
-def warehouse_kind(engine: DeltaEngine, warehouse: Warehouse, event_times: dict[str, str]) -> str | None:
+def bronze_kind(bronze: dict[Relation, Table], event_times: dict[str, str]) -> str | None:
     """The kind of event time the warehouse's bronze tables hold (``event_times``: relation -> its column); None
     before anything landed. Ingest keeps every relation on one kind."""
-    for rel in warehouse.relations:
-        schema = engine.schema(warehouse.bronze(rel))
+    for rel, table in bronze.items():
+        schema = table.schema()
         if schema is not None and event_times[rel.name] in schema.fieldNames():
             return kind_of(schema[event_times[rel.name]].dataType)
     return None

@@ -78,6 +78,16 @@ STATE_STATISTICS = ("_arrival_seq", TS, ID)
 NEW_TABLE_LOG = {"delta.checkpointInterval": "100"}
 
 
+def application_id(pipeline: str, name: str) -> str:
+    """The Delta application id of ``pipeline``'s commits to the table the warehouse calls ``name``."""
+    return f"{pipeline}:{name}"
+
+
+def state_name(rel: Relation) -> str:
+    """How the batch log records the version of ``rel``'s state table: ``r_state``."""
+    return f"{rel.name}_state"
+
+
 def statistics_of(columns: Sequence[str], kept: Sequence[str]) -> dict[str, str]:
     """A new table's property keeping file statistics of the columns of ``kept`` among its ``columns``."""
     return {"delta.dataSkippingStatsColumns": ",".join(name for name in kept if name in columns)}
@@ -143,7 +153,7 @@ class Warehouse:
 
     def app_id(self, pipeline: str, path: str) -> str:
         """The Delta application id under which ``pipeline`` commits to the table at ``path``."""
-        return f"{pipeline}:{self.name_of(path)}"
+        return application_id(pipeline, self.name_of(path))
 
     def bronze(self, rel: Relation) -> str:
         """Append-only arrivals of ``rel``, one row per accepted record."""
@@ -167,7 +177,7 @@ class Warehouse:
     def state(self, rel: Relation) -> str:
         """The state table of ``rel``: each of its records kept by some buffer, once, with a membership column per
         buffer (its own store, each other relation's probe buffer)."""
-        return self._path("silver", f"{rel.name}_state")
+        return self._path("silver", state_name(rel))
 
     def legacy_state(self) -> list[str]:
         """The state tables of lakejoin's earlier layout (a table per buffer: ``r_store``, ``r_probes``, …), which
@@ -218,7 +228,7 @@ class Warehouse:
 
     def buffers(self) -> dict[str, str]:
         """Every state table by the name the batch log records its version under (``r_state``, …)."""
-        return {f"{rel.name}_state": self.state(rel) for rel in self.relations}
+        return {state_name(rel): self.state(rel) for rel in self.relations}
 
     def derived_tables(self) -> list[str]:
         """What the joiner builds from bronze (``lakejoin reset`` drops these): gold, then silver, the batch log

@@ -11,42 +11,12 @@ from dataclasses import dataclass, replace
 from pipelines.gold import GOLD
 from state.config import Config, OnAxis
 from state.engines import DeltaEngine
-from state.engines.table import Table, Writer, table_in
-from state.event_time import warehouse_kind
+from state.engines.table import Table, Tables, Writer
+from state.event_time import bronze_kind
 from state.join.buffers import StateTable, state_tables
 from state.join.relations import Relation
 from state.layout import Warehouse
 from state.log.batch_log import BatchLog, BatchPlan
-
-
-@dataclass(frozen=True)
-class Tables:
-    """Every table a run's batches read or write, each with its engine and the pipeline's application id."""
-
-    bronze: dict[Relation, Table]
-    state: dict[Relation, Table]
-    quarantine: Table
-    late_arrivals: Table
-    dq_quarantine: Table
-    gold: Table
-    gold_changes: Table
-    batches: Table
-
-    @classmethod
-    def of(cls, engine: DeltaEngine, warehouse: Warehouse) -> Tables:
-        def table(path: str) -> Table:
-            return table_in(engine, warehouse, path)
-
-        return cls(
-            bronze={rel: table(warehouse.bronze(rel)) for rel in warehouse.relations},
-            state={rel: table(warehouse.state(rel)) for rel in warehouse.relations},
-            quarantine=table(warehouse.quarantine),
-            late_arrivals=table(warehouse.late_arrivals),
-            dq_quarantine=table(warehouse.dq_quarantine),
-            gold=table(warehouse.gold),
-            gold_changes=table(warehouse.gold_changes),
-            batches=table(warehouse.batches),
-        )
 
 
 @dataclass(frozen=True)
@@ -63,6 +33,7 @@ class Run:
 
     @classmethod
     def of(cls, engine: DeltaEngine, warehouse: Warehouse, config: Config) -> Run:
+        warehouse = replace(warehouse, pipeline=config.pipeline)  # its commits carry the pipeline in force
         states = {table.relation: table for table in state_tables(warehouse, probes=not config.join_kind.as_of)}
         landings = {rel: config.landings[rel.name] for rel in warehouse.relations if rel.name in config.landings}
         return cls(engine, warehouse, config, Tables.of(engine, warehouse), states, landings)
@@ -126,5 +97,5 @@ class Batch:
 
     def on_axis(self) -> Batch:
         """This batch on the warehouse's event-time axis, as bronze holds it once its files landed."""
-        kind = warehouse_kind(self.engine, self.run.warehouse, self.config.event_times)
+        kind = bronze_kind(self.tables.bronze, self.config.event_times)
         return replace(self, axis=self.config.on_axis(kind))

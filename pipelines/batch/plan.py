@@ -33,13 +33,13 @@ def plan_next(run: Run, tail: LogTail, known: Known) -> Planned:
 
     Only arrivals of finished ingests are pending: an ingest logs its file after its bronze commit, so reading the
     ingest log before bronze's versions makes every logged arrival part of those versions."""
-    engine, warehouse, config = run.engine, run.warehouse, run.config
-    pending_to = max(tail.last_seq, engine.max_value(warehouse.ingest_log, "seq_to") or 0)
+    tables, config = run.tables, run.config
+    pending_to = max(tail.last_seq, tables.ingest_log.max_value("seq_to") or 0)
     bronze_versions = {
-        rel.name: version for rel in run.relations if (version := engine.version(warehouse.bronze(rel))) is not None
+        rel.name: version for rel, bronze in tables.bronze.items() if (version := bronze.version()) is not None
     }
     idle_after = {rel: seconds for rel in run.relations if (seconds := config.spec(rel.name).idle_after) is not None}
-    progress = decide(engine, warehouse, idle_after, tail.last_seq, now())
+    progress = decide(tables, idle_after, tail.last_seq, now())
     ingested_to = max(tail.last_seq, min(tail.last_seq + config.max_batch_rows, pending_to))
     files, retried = [], []
     if run.landings and ingested_to == pending_to:  # files land once the ingested arrivals before them fit in a batch
@@ -67,7 +67,7 @@ def _files(run: Run, known: Known, ingested: int) -> tuple[list[LandedFile], lis
     could not be read now. Files refused for good, and copies of files landed before, come along without places: the
     batch records them, so they are not looked at again."""
     config = run.config
-    place = last_arrival_seq(run.engine, run.warehouse)
+    place = last_arrival_seq(run.tables)
     taken: list[LandedFile] = []
     retried: list[FileRefused] = []
     rows, size = ingested, 0

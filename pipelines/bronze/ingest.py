@@ -42,7 +42,7 @@ from pipelines.bronze.write import (
 )
 from pipelines.spark import held
 from state.engines import Commit, DeltaEngine, as_frame
-from state.engines.table import table_in
+from state.engines.table import Tables, table_in
 from state.errors import FileRefused
 from state.faults import step
 from state.join.relations import Relation, RelationSpec, default_specs
@@ -145,7 +145,7 @@ def _ingest_files(
         else:
             results[index] = skipped
     lander = Lander.for_call(engine, warehouse, specs)
-    start = last_arrival_seq(engine, warehouse)
+    start = last_arrival_seq(Tables.of(engine, warehouse))
     placed = _placed(start, {index: item for index, item in taken.items() if item.refused is None}, files)
     landed = land_files(lander, rel, list(placed.values())) if placed else Landed(rel.name)
     refused = {**{item.path: item.refused for item in taken.values() if item.refused is not None}, **landed.refused}
@@ -244,7 +244,8 @@ def ingest_landing(
     if on_databricks():
         _auto_loader(engine, landing, checkpoint or default_checkpoint(landing, warehouse, rel), ingest)
         return
-    known = known_files(engine, warehouse)
+    tables = Tables.of(engine, warehouse)
+    known = known_files(tables.ingest_log, tables.batches)
     new = []
     for path in listed(landing):
         if path in known.paths:
@@ -311,7 +312,7 @@ def ingest_frame(
             return IngestResult(label or "dataframe", rel.name, already_ingested=True)
         lander = Lander.for_call(engine, warehouse, specs or default_specs())
         label = label or f"dataframe:{lander.tag}"
-        placed = Placed(label, last_arrival_seq(engine, warehouse), count)
+        placed = Placed(label, last_arrival_seq(Tables.of(engine, warehouse)), count)
         line = F.col(FRAME_ROW) + 1
         numbered = rows.withColumns({"_source_file": F.lit(label), "_arrival_seq": line + placed.first})
         try:

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipelines.bronze.parse import FORMATS, check_format, csv_header, format_of, stored_columns
-from state.engines.base import DeltaReader
+from state.engines.table import Table
 from state.errors import FileRefused, LakejoinError
 from state.join.relations import Relation
 from state.layout import Warehouse
@@ -44,15 +44,15 @@ class Known:
             self.digests.setdefault(relation, {}).setdefault(digest, path)
 
 
-def known_files(engine: DeltaReader, warehouse: Warehouse) -> Known:
+def known_files(ingest_log: Table, batches: Table) -> Known:
     """Every file the ingest log and the batch log name (what grows here is one row per file, on the driver)."""
     known = Known()
-    ingested = engine.rows(warehouse.ingest_log, where="source_version IS NULL AND sha256 IS NOT NULL")
+    ingested = ingest_log.rows(where="source_version IS NULL AND sha256 IS NOT NULL")
     for row in (
         [] if ingested is None else ingested.select(["relation", "source_file", "sha256", "refused"]).to_pylist()
     ):
         known.add(row["relation"], row["source_file"], row["sha256"], row["refused"] is not None)
-    logged = engine.rows(warehouse.batches)
+    logged = batches.rows()
     for files in [] if logged is None else logged.column("files").to_pylist():
         for file in files or []:
             known.add(file["relation"], file["path"], file["sha256"], file["refused"] is not None)

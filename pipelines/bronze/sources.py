@@ -27,6 +27,7 @@ from pipelines.bronze.parse import Parsed, firsts, numbered
 from pipelines.bronze.write import Landed, Lander, Placed, Provenance, land_rows, last_arrival_seq
 from state.engines import Actions, DeltaEngine
 from state.engines.base import CHANGE_FEED, DeltaReader, no_change_feed
+from state.engines.table import Tables
 from state.errors import LakejoinError
 from state.frames import union_by_name
 from state.join.relations import INSERT, Relation, RelationSpec
@@ -196,7 +197,7 @@ def _ingest(
         (change.version, f"skipped: version {change.version} is a {change.operation} (skip_change_commits)")
         for change in changes
     ]
-    first = last_arrival_seq(engine, warehouse)
+    first = last_arrival_seq(Tables.of(engine, warehouse))
     try:
         if specs[rel.name].changes is not None:
             landed, placed = _ingest_changes(lander, rel, table, commits, source, first)

@@ -39,7 +39,7 @@ from pipelines.bronze.parse import Parsed, csv_header, format_of, parse_files
 from state.clock import now
 from state.engines import Data, DeltaEngine, as_frame
 from state.engines.base import DeltaReader
-from state.engines.table import Writer, table_in
+from state.engines.table import Tables, Writer, table_in
 from state.errors import FileRefused, LakejoinError, first_line
 from state.faults import step
 from state.frames import union_by_name
@@ -485,15 +485,15 @@ def held_records(engine: DeltaEngine, warehouse: Warehouse, rel: Relation) -> Da
     return held_digests(*frames)
 
 
-def last_arrival_seq(engine: DeltaReader, warehouse: Warehouse) -> int:
+def last_arrival_seq(tables: Tables) -> int:
     """The last place taken in the global arrival order, across every relation (0 when none): by an arrival in bronze,
     by an ingest's inputs (the ingest log's places), by a batch's slice (a batch's files reserve places that they may
     not all take), or by the files of a batch that died after landing some of them (its plan, carried by its bronze
     commits, reserves their places)."""
-    taken = [engine.max_value(warehouse.bronze(rel), "_arrival_seq") for rel in warehouse.relations]
-    taken += [engine.max_value(warehouse.batches, "seq_to"), engine.max_value(warehouse.ingest_log, "seq_to")]
-    for rel in warehouse.relations:
-        info = engine.info(warehouse.bronze(rel), warehouse.app_id(warehouse.pipeline, warehouse.bronze(rel)))
+    taken = [bronze.max_value("_arrival_seq") for bronze in tables.bronze.values()]
+    taken += [tables.batches.max_value("seq_to"), tables.ingest_log.max_value("seq_to")]
+    for bronze in tables.bronze.values():
+        info = bronze.info()
         if info is not None and info.recorded.plan is not None:
             taken.append(BatchPlan.decoded(info.recorded.plan).seq_to)
     return max((value for value in taken if value is not None), default=0)

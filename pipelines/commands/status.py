@@ -8,8 +8,9 @@ from pipelines.bronze.sources import source_status
 from pipelines.definition import recorded
 from state.config import Config, OnAxis
 from state.engines.base import DeltaReader
+from state.engines.table import Table, Tables
 from state.errors import LakejoinError
-from state.event_time import render, warehouse_kind
+from state.event_time import bronze_kind, render
 from state.join.final import MATCHED
 from state.join.relations import TS
 from state.layout import IN_STORE, Warehouse
@@ -125,13 +126,13 @@ class WarehouseStatus:
 
 def warehouse_status(engine: DeltaReader, warehouse: Warehouse, config: Config) -> WarehouseStatus:
     require_warehouse(engine, warehouse)
-    pipeline = config.pipeline
     problem = None
+    handles = Tables.of(engine, warehouse)
     try:
-        tail = check_consistency(engine, warehouse, pipeline)
+        tail = check_consistency(handles, warehouse)
     except LakejoinError as exc:
         problem = str(exc)
-        tail = _tail_anyway(engine, warehouse, pipeline)
+        tail = _tail_anyway(handles.batches)
     pending = {}
     for rel in warehouse.relations:
         pending[rel.name] = engine.count(warehouse.bronze(rel), where=f"_arrival_seq > {tail.last_seq}") or 0
@@ -142,9 +143,7 @@ def warehouse_status(engine: DeltaReader, warehouse: Warehouse, config: Config) 
     ]
     late = next(table.rows for table in tables if table.name == warehouse.name_of(warehouse.late_arrivals))
     definition = recorded(engine, warehouse)
-    kind = warehouse_kind(
-        engine, warehouse, {rel.name: config.spec(rel.name).event_time for rel in warehouse.relations}
-    )
+    kind = bronze_kind(handles.bronze, config.event_times)
     return WarehouseStatus(
         warehouse=warehouse.root,
         tables=tables,
@@ -179,7 +178,7 @@ def warehouse_status(engine: DeltaReader, warehouse: Warehouse, config: Config) 
             name: progress.instant(since)
             for name, since in (dict(tail.last["idle"] or {}) if tail.last else {}).items()
         },
-        declared={name: render(to, kind) or str(to) for name, to in progress.declared(engine, warehouse).items()},
+        declared={name: render(to, kind) or str(to) for name, to in progress.declared(handles.progress).items()},
     )
 
 
@@ -270,10 +269,10 @@ def _last_rule_results(tail: LogTail) -> list[dict]:
     return sorted(results, key=lambda row: (row["table"], row["rule"]))
 
 
-def _tail_anyway(engine: DeltaReader, warehouse: Warehouse, pipeline: str) -> LogTail:
+def _tail_anyway(batches: Table) -> LogTail:
     """The log's tail even when the tables disagree with it; empty when the log itself is unreadable."""
     try:
-        return BatchLog(engine, warehouse.batches, warehouse.app_id(pipeline, warehouse.batches)).tail()
+        return BatchLog(batches.engine, batches.path, batches.app_id).tail()
     except Exception:  # noqa: BLE001 - a foreign log can fail in any way; the problem line already says why
         return LogTail(0, 0)
 

@@ -10,10 +10,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import pyarrow as pa
 from pyspark.sql import DataFrame
+from pyspark.sql.types import StructType
 
-from state.engines.base import Aligned, Commit, Data, DeltaEngine, Memberships, Merged, OnMatch
-from state.layout import Warehouse
+from state.engines.base import Aligned, Commit, Data, DeltaEngine, Memberships, Merged, OnMatch, TableInfo
+from state.join.relations import Relation
+from state.layout import Warehouse, application_id
 
 
 @dataclass(frozen=True)
@@ -21,13 +24,30 @@ class Table:
     engine: DeltaEngine
     path: str
     name: str  # its name in the warehouse (``silver/r_state``): what the batch log and the rules' results call it
-    app_id: str  # the Delta application id of the pipeline's commits to this table
+    pipeline: str  # the pipeline whose commits to it carry its application id
+
+    @property
+    def app_id(self) -> str:
+        return application_id(self.pipeline, self.name)
 
     def version(self) -> int | None:
         return self.engine.version(self.path)
 
     def read(self, version: int | None = None, where: str | None = None) -> DataFrame | None:
         return self.engine.read(self.path, version, where)
+
+    def rows(self, where: str | None = None) -> pa.Table | None:
+        return self.engine.rows(self.path, where=where)
+
+    def schema(self) -> StructType | None:
+        return self.engine.schema(self.path)
+
+    def max_value(self, column: str) -> int | None:
+        return self.engine.max_value(self.path, column)
+
+    def info(self) -> TableInfo | None:
+        """Its version, schema and the pipeline's last commit to it, from one read of its log."""
+        return self.engine.info(self.path, self.app_id)
 
     def commit(self, version: int, plan: str | None = None, part: str | None = None) -> Commit:
         """The commit of write ``version`` (a batch id) carrying ``plan``; ``part`` names one of several commits a
@@ -72,4 +92,38 @@ class Writer:
 
 def table_in(engine: DeltaEngine, warehouse: Warehouse, path: str) -> Table:
     """The handle on the warehouse's table at ``path``, committed to under the warehouse's pipeline."""
-    return Table(engine, path, warehouse.name_of(path), warehouse.app_id(warehouse.pipeline, path))
+    return Table(engine, path, warehouse.name_of(path), warehouse.pipeline)
+
+
+@dataclass(frozen=True)
+class Tables:
+    """Every table a run's batches read or write, each with its engine and the pipeline's application id."""
+
+    bronze: dict[Relation, Table]
+    state: dict[Relation, Table]
+    quarantine: Table
+    late_arrivals: Table
+    dq_quarantine: Table
+    gold: Table
+    gold_changes: Table
+    batches: Table
+    ingest_log: Table
+    progress: Table
+
+    @classmethod
+    def of(cls, engine: DeltaEngine, warehouse: Warehouse) -> Tables:
+        def table(path: str) -> Table:
+            return table_in(engine, warehouse, path)
+
+        return cls(
+            bronze={rel: table(warehouse.bronze(rel)) for rel in warehouse.relations},
+            state={rel: table(warehouse.state(rel)) for rel in warehouse.relations},
+            quarantine=table(warehouse.quarantine),
+            late_arrivals=table(warehouse.late_arrivals),
+            dq_quarantine=table(warehouse.dq_quarantine),
+            gold=table(warehouse.gold),
+            gold_changes=table(warehouse.gold_changes),
+            batches=table(warehouse.batches),
+            ingest_log=table(warehouse.ingest_log),
+            progress=table(warehouse.progress),
+        )

@@ -25,7 +25,7 @@ from state.join.bounds import Watermarks, probe_eviction, store_eviction
 from state.join.changes import DELETED, latest_held
 from state.join.joiner import Side
 from state.join.relations import ID, TS, Relation, others
-from state.layout import IN_STORE, PROVENANCE, STATE_STATISTICS, Buffer, Warehouse, statistics_of
+from state.layout import IN_STORE, PROVENANCE, STATE_STATISTICS, Buffer, Warehouse, state_name, statistics_of
 from state.log.batch_log import BatchPlan
 from state.names import quoted
 
@@ -42,8 +42,7 @@ class StateTable:
 
     @property
     def name(self) -> str:
-        """How the batch log records its version: ``r_state``."""
-        return f"{self.relation.name}_state"
+        return state_name(self.relation)
 
     @property
     def kind(self) -> str:

@@ -15,10 +15,11 @@ from pyspark.sql.types import StructType
 
 from state.engines import DeltaEngine
 from state.engines.base import DeltaReader, Recorded
+from state.engines.table import Table, Tables
 from state.errors import LakejoinError
 from state.join.joiner import identity_column
-from state.join.relations import ID, TS, relation
-from state.layout import IN_STORE, Warehouse, is_table_name
+from state.join.relations import ID, TS
+from state.layout import IN_STORE, Warehouse, is_table_name, state_name
 from state.log.batch_log import BatchLog, BatchPlan, LogTail
 from state.log.lock import is_local
 
@@ -67,68 +68,70 @@ def _listdir(root: str) -> list[str]:
     return sorted(os.listdir(root)) if os.path.isdir(root) else []
 
 
-def check_consistency(engine: DeltaReader, warehouse: Warehouse, pipeline: str, creates: bool = False) -> LogTail:
+def check_consistency(tables: Tables, warehouse: Warehouse, creates: bool = False) -> LogTail:
     """The batch log's tail, once every table the batches write is shown to be what the log says it is; with the plan
     of the batch after the log's last when some table records a write of it (a batch that died: the next run resumes it
     with that plan, which its writes carry). ``creates``: the run may make the warehouse (it lands files)."""
+    engine = tables.batches.engine
     if not creates:
         require_warehouse(engine, warehouse)
-    earlier = [
-        path for path in [*warehouse.legacy_state(), warehouse.legacy_rule_results] if engine.version(path) is not None
-    ]
-    log_schema = engine.schema(warehouse.batches)
-    if earlier or (log_schema is not None and "phase" in log_schema.fieldNames()):
-        name = warehouse.name_of(earlier[0] if earlier else warehouse.batches)
-        raise LakejoinError(f"{name} is a table of lakejoin's earlier layout: {_rebuild(warehouse)}")
-    _require_columns(warehouse, warehouse.batches, log_schema, LOG_COLUMNS)
-    tail = BatchLog(engine, warehouse.batches, warehouse.app_id(pipeline, warehouse.batches)).tail()
+    fix = _rebuild(warehouse)
+    log_schema = tables.batches.schema()
+    _refuse_earlier_layout(engine, warehouse, log_schema)
+    _require_columns(tables.batches.name, log_schema, LOG_COLUMNS, fix)
+    tail = BatchLog(engine, tables.batches.path, tables.batches.app_id).tail()
     found: dict[str, Recorded] = {}
-    for path in warehouse.landed_tables():  # bronze and its quarantine: ingests write them too, outside any batch
-        found |= _check_batches(engine, warehouse, path, pipeline, tail)
-    outputs = [(path, STATE_COLUMNS) for path in warehouse.buffers().values()] + [
-        (warehouse.late_arrivals, LATE_COLUMNS),
-        (warehouse.dq_quarantine, DQ_QUARANTINE_COLUMNS),
-        (warehouse.gold_changes, ()),
+    for table in [*tables.bronze.values(), tables.quarantine]:  # ingests write them too, outside any batch
+        found |= _check_batches(table, tail, fix)
+    outputs = [(table, STATE_COLUMNS) for table in tables.state.values()] + [
+        (tables.late_arrivals, LATE_COLUMNS),
+        (tables.dq_quarantine, DQ_QUARANTINE_COLUMNS),
+        (tables.gold_changes, ()),
     ]
-    for path, columns in outputs:
-        found |= _check_output(engine, warehouse, path, columns, pipeline, tail)
-    first = identity_column(warehouse.relations[0], ID)  # every join kind's gold has the first relation's members
-    found |= _check_output(
-        engine, warehouse, warehouse.gold, (first, *GOLD_COLUMNS), pipeline, tail, written_every_batch=True
-    )
+    for table, columns in outputs:
+        found |= _check_output(table, columns, tail, fix)
+    first = identity_column(next(iter(tables.bronze)), ID)  # every join kind's gold has the first relation's members
+    found |= _check_output(tables.gold, (first, *GOLD_COLUMNS), tail, fix, written_every_batch=tables.batches)
     unfinished = next((BatchPlan.decoded(record.plan) for record in found.values() if record.plan is not None), None)
     if found and unfinished is None:
-        name = warehouse.name_of(next(iter(found)))
         raise LakejoinError(
-            f"{name} holds batch {tail.last_batch_id + 1}, which the batch log has not committed, without its plan: "
-            f"{_rebuild(warehouse)}"
+            f"{next(iter(found))} holds batch {tail.last_batch_id + 1}, which the batch log has not committed, without "
+            f"its plan: {fix}"
         )
     newest = unfinished or (tail.last and _pinned(tail.last))
     batch = tail.last_batch_id + (unfinished is not None)  # the batch that read what ``newest`` pins
-    for name, version in (newest.bronze_versions if newest else {}).items():
-        bronze = warehouse.bronze(relation(name, warehouse.relations))
-        current = engine.version(bronze)
-        if current is None or current < version:
+    for rel, bronze in tables.bronze.items():
+        read = (newest.bronze_versions if newest else {}).get(rel.name)
+        current = bronze.version() if read is not None else None
+        if read is not None and (current is None or current < read):
             raise LakejoinError(
-                f"{warehouse.name_of(bronze)} is at version {current}, but batch {batch} read version "
-                f"{version}: bronze was replaced or restored; {_rebuild(warehouse)}"
+                f"{bronze.name} is at version {current}, but batch {batch} read version {read}: bronze was replaced "
+                f"or restored; {fix}"
             )
-    for name, path in warehouse.buffers().items():
-        read = (newest.state_versions if newest else {}).get(name)
-        current = engine.version(path)
+    for rel, state in tables.state.items():
+        read = (newest.state_versions if newest else {}).get(state_name(rel))
         if read is None:
             continue
+        current = state.version()
         if current is None:
-            raise LakejoinError(
-                f"{warehouse.name_of(path)} is missing, but batch {batch} read its version {read}: "
-                f"{_rebuild(warehouse)}"
-            )
+            raise LakejoinError(f"{state.name} is missing, but batch {batch} read its version {read}: {fix}")
         if current < read:
             raise LakejoinError(
-                f"{warehouse.name_of(path)} is at version {current}, but batch {batch} read its version {read} "
-                f"(was it replaced or restored?): {_rebuild(warehouse)}"
+                f"{state.name} is at version {current}, but batch {batch} read its version {read} (was it replaced or "
+                f"restored?): {fix}"
             )
     return replace(tail, unfinished=unfinished)
+
+
+def _refuse_earlier_layout(engine: DeltaReader, warehouse: Warehouse, log_schema: StructType | None) -> None:
+    """A table per buffer and the rules' results apart, or a batch log with phases: lakejoin's earlier layout, which
+    only a rebuild from bronze turns into today's."""
+    earlier = [
+        path for path in [*warehouse.legacy_state(), warehouse.legacy_rule_results] if engine.version(path) is not None
+    ]
+    if earlier or (log_schema is not None and "phase" in log_schema.fieldNames()):
+        name = warehouse.name_of(earlier[0] if earlier else warehouse.batches)
+        raise LakejoinError(f"{name} is a table of lakejoin's earlier layout: {_rebuild(warehouse)}")
 
 
 def _pinned(row: dict) -> BatchPlan:
@@ -146,75 +149,64 @@ def _rebuild(warehouse: Warehouse) -> str:
     return f"rebuild silver and gold from bronze with 'lakejoin reset --warehouse {warehouse.root} --yes'"
 
 
-def _require_columns(warehouse: Warehouse, path: str, schema: StructType | None, columns: tuple[str, ...]) -> None:
+def _require_columns(name: str, schema: StructType | None, columns: tuple[str, ...], fix: str) -> None:
     missing = [] if schema is None else [column for column in columns if column not in schema.fieldNames()]
     if missing:
-        raise LakejoinError(
-            f"{warehouse.name_of(path)} was not written by lakejoin (no column {missing[0]}): "
-            f"move it away, or {_rebuild(warehouse)}"
-        )
+        raise LakejoinError(f"{name} was not written by lakejoin (no column {missing[0]}): move it away, or {fix}")
 
 
-def _check_batches(
-    engine: DeltaReader, warehouse: Warehouse, path: str, pipeline: str, tail: LogTail
-) -> dict[str, Recorded]:
+def _check_batches(table: Table, tail: LogTail, fix: str) -> dict[str, Recorded]:
     """A table's record of this pipeline's batches: none after the one after the log's last. Returns the record of
     that next batch when the table has it (the batch died after writing here)."""
-    info = engine.info(path, warehouse.app_id(pipeline, path))
+    info = table.info()
     if info is None or info.txn_version is None or info.txn_version <= tail.last_batch_id:
         return {}
     batch = info.txn_version
     if batch > tail.last_batch_id + 1:
         raise LakejoinError(
-            f"{warehouse.name_of(path)} holds batch {batch}, but the batch log ends at batch {tail.last_batch_id} "
-            f"(was silver/batches deleted or restored?): {_rebuild(warehouse)}"
+            f"{table.name} holds batch {batch}, but the batch log ends at batch {tail.last_batch_id} "
+            f"(was silver/batches deleted or restored?): {fix}"
         )
-    return {path: info.recorded}
+    return {table.name: info.recorded}
 
 
-def _left_unchanged(engine: DeltaReader, warehouse: Warehouse, batch: int) -> bool:
+def _left_unchanged(batches: Table, batch: int) -> bool:
     """Whether the batch log shows that every batch after ``batch`` added no gold row and took none out: gold is then
     what they left it, though it lacks their marks (earlier versions left none for a change feed's MERGE that changed
     nothing). A gold restored to before a batch that changed it is still refused."""
-    after = engine.rows(warehouse.batches, where=f"batch_id > {batch}")
+    after = batches.rows(where=f"batch_id > {batch}")
     return after is not None and all(
         not row.get("pairs") and not dict(row.get("changes") or {}).get("retracted") for row in after.to_pylist()
     )
 
 
 def _check_output(
-    engine: DeltaReader,
-    warehouse: Warehouse,
-    path: str,
-    columns: tuple[str, ...],
-    pipeline: str,
-    tail: LogTail,
-    written_every_batch: bool = False,
+    table: Table, columns: tuple[str, ...], tail: LogTail, fix: str, written_every_batch: Table | None = None
 ) -> dict[str, Recorded]:
     """``_check_batches`` for a table only batches write: it has lakejoin's columns and this pipeline's transactions,
-    and (``written_every_batch``) it has every committed batch."""
-    name, fix = warehouse.name_of(path), _rebuild(warehouse)
-    app_id = warehouse.app_id(pipeline, path)
-    info = engine.info(path, app_id)
+    and, when every batch writes it (``written_every_batch``: the batch log), it has every batch the log committed."""
+    info = table.info()
     if info is None:
-        if written_every_batch and tail.last_batch_id > 0:
-            raise LakejoinError(f"{name} is missing, but the batch log has committed batch {tail.last_batch_id}: {fix}")
+        if written_every_batch is not None and tail.last_batch_id > 0:
+            raise LakejoinError(
+                f"{table.name} is missing, but the batch log has committed batch {tail.last_batch_id}: {fix}"
+            )
         return {}
-    _require_columns(warehouse, path, info.schema, columns)
+    _require_columns(table.name, info.schema, columns, fix)
     if info.recorded.unknown:  # the app's commits have left the log: the batch log is the record
         return {}
     if info.txn_version is None:
         raise LakejoinError(
-            f"{name} was not written by pipeline '{pipeline}' (no Delta transaction of {app_id!r}): move it away, or "
-            f"{fix}"
+            f"{table.name} was not written by pipeline '{table.pipeline}' (no Delta transaction of {table.app_id!r}): "
+            f"move it away, or {fix}"
         )
     if (
-        written_every_batch
+        written_every_batch is not None
         and info.txn_version < tail.last_batch_id
-        and not _left_unchanged(engine, warehouse, info.txn_version)
+        and not _left_unchanged(written_every_batch, info.txn_version)
     ):
         raise LakejoinError(
-            f"{name} ends at batch {info.txn_version}, but the batch log has committed batch {tail.last_batch_id} "
-            f"(was it restored to an older version?): {fix}"
+            f"{table.name} ends at batch {info.txn_version}, but the batch log has committed batch "
+            f"{tail.last_batch_id} (was it restored to an older version?): {fix}"
         )
-    return _check_batches(engine, warehouse, path, pipeline, tail)
+    return _check_batches(table, tail, fix)

@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from state.clock import micros
 from state.engines import DeltaEngine
+from state.engines.table import Table, Tables
 from state.join.bounds import Watermarks, every_mark
 from state.join.relations import Relation
 from state.layout import Warehouse
@@ -45,21 +46,19 @@ class Progress:
     declared: dict[str, int] = field(default_factory=dict)  # relation -> declared progress, on the event-time axis
 
 
-def decide(
-    engine: DeltaEngine, warehouse: Warehouse, idle_after: dict[Relation, float], joined_up_to: int, clock: datetime
-) -> Progress:
+def decide(tables: Tables, idle_after: dict[Relation, float], joined_up_to: int, clock: datetime) -> Progress:
     """Which relations are idle at ``clock`` (``idle_after``: relation -> seconds; one with arrivals after
     ``joined_up_to`` in the arrival order, still to be joined, is not), and the progress declared so far."""
-    last = last_arrivals(engine, warehouse) if idle_after else {}
+    last = last_arrivals(tables.ingest_log, tables.batches) if idle_after else {}
     now = micros(clock)
     idle = {
         rel.name: last[rel.name]
         for rel, seconds in idle_after.items()
         if rel.name in last
         and now - last[rel.name] >= seconds * 1_000_000
-        and (engine.max_value(warehouse.bronze(rel), "_arrival_seq") or 0) <= joined_up_to
+        and (tables.bronze[rel].max_value("_arrival_seq") or 0) <= joined_up_to
     }
-    return Progress(now, idle, declared(engine, warehouse))
+    return Progress(now, idle, declared(tables.progress))
 
 
 def moves(progress: Progress, marks: Watermarks, relations: Sequence[Relation]) -> bool:
@@ -67,19 +66,19 @@ def moves(progress: Progress, marks: Watermarks, relations: Sequence[Relation]) 
     return raised(marks, marks, progress, relations, {}, str)[0] != marks
 
 
-def last_arrivals(engine: DeltaEngine, warehouse: Warehouse) -> dict[str, int]:
+def last_arrivals(ingest_log: Table, batches: Table) -> dict[str, int]:
     """Per relation, when rows of it last landed: an ingest's (the ingest log's ``ingested_at``), or a batch's that
     landed its files (the batch log's ``recorded_at``), whichever is newer."""
     last: dict[str, int] = {}
-    log = engine.rows(warehouse.ingest_log, where="rows_landed > 0 OR (rows_landed IS NULL AND refused IS NULL)")
+    log = ingest_log.rows(where="rows_landed > 0 OR (rows_landed IS NULL AND refused IS NULL)")
     for name, moment in (
         [] if log is None else zip(log.column("relation").to_pylist(), log.column("ingested_at").to_pylist())
     ):
         last[name] = max(last.get(name, 0), micros(moment))
-    schema = engine.schema(warehouse.batches)
-    batches = engine.rows(warehouse.batches) if schema is not None and "landed" in schema.fieldNames() else None
+    schema = batches.schema()
+    logged = batches.rows() if schema is not None and "landed" in schema.fieldNames() else None
     for landed, moment in (
-        [] if batches is None else zip(batches.column("landed").to_pylist(), batches.column("recorded_at").to_pylist())
+        [] if logged is None else zip(logged.column("landed").to_pylist(), logged.column("recorded_at").to_pylist())
     ):
         for name, rows in landed or []:
             if rows:
@@ -87,9 +86,9 @@ def last_arrivals(engine: DeltaEngine, warehouse: Warehouse) -> dict[str, int]:
     return last
 
 
-def declared(engine: DeltaEngine, warehouse: Warehouse) -> dict[str, int]:
+def declared(progress: Table) -> dict[str, int]:
     """Per relation, the highest progress declared (``lakejoin advance``)."""
-    rows = engine.rows(warehouse.progress)
+    rows = progress.rows()
     if rows is None or rows.num_rows == 0:
         return {}
     highest = rows.select(["relation", "to"]).group_by("relation").aggregate([("to", "max")])
