@@ -244,10 +244,6 @@ class Warehouse:
             self.batches,
         ]
 
-    def landed_tables(self) -> list[str]:
-        """The tables both ingests and batches landing files write: bronze, and what landing sets aside."""
-        return [*(self.bronze(rel) for rel in self.relations), self.quarantine]
-
     def tables(self) -> list[str]:
         """Every table, in the order data flows through them."""
         bronze = [self.bronze(rel) for rel in self.relations]

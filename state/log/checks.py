@@ -102,8 +102,10 @@ def check_consistency(tables: Tables, warehouse: Warehouse, creates: bool = Fals
     batch = tail.last_batch_id + (unfinished is not None)  # the batch that read what ``newest`` pins
     for rel, bronze in tables.bronze.items():
         read = (newest.bronze_versions if newest else {}).get(rel.name)
-        current = bronze.version() if read is not None else None
-        if read is not None and (current is None or current < read):
+        if read is None:
+            continue
+        current = bronze.version()
+        if current is None or current < read:
             raise LakejoinError(
                 f"{bronze.name} is at version {current}, but batch {batch} read version {read}: bronze was replaced "
                 f"or restored; {fix}"
