@@ -8,6 +8,7 @@ import os
 import sys
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, NoReturn
 
 from pipelines.commands.terminal import without_native_panics
@@ -103,6 +104,13 @@ def _parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="when another run holds the warehouse, wait this long for it before giving up (default 0: exit 3 at once)",
     )
+    run.add_argument(
+        "--refusals-since",
+        type=_instant,
+        metavar="TIME",
+        help="also exit 2 for the files the landing refused for good since TIME (ISO 8601, UTC unless it says): a "
+        "Databricks job passes its run's start, so that a retried try fails as the try that refused them did",
+    )
 
     status = command("status", "show every table's version and rows, the last batch, pending arrivals and watermarks")
     status.add_argument("--json", action="store_true", help="print the status as JSON")
@@ -170,10 +178,10 @@ def _parser() -> argparse.ArgumentParser:
 
     failed = commands.add_parser(
         "failed",
-        help="exit 1 naming the job's tasks that failed: a scheduled job's last task, so that its run ends FAILED",
-        description="exit 1 naming the tasks given as failed: the bundle's jobs end with it, run only when a task "
-        "failed, so that the run ends FAILED (Databricks judges a run by its last tasks) and its on_failure "
-        "notifications are sent",
+        help="a job's last task: exit 1 naming the tasks whose state is a failure, 0 when there is none",
+        description="the bundle's jobs end with it, run whatever the other tasks ended in: it fails when one of the "
+        "tasks given did not succeed (failed, timed out, upstream failed), so that the run ends FAILED (Databricks "
+        "judges a run by its leaf tasks) and its on_failure notifications are sent",
     )
     failed.add_argument(
         "tasks", nargs="+", metavar="TASK=STATE", help="each task and its result state ({{tasks.TASK.result_state}})"
@@ -253,6 +261,14 @@ def _seconds(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
     return value
+
+
+def _instant(text: str) -> datetime:
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an ISO 8601 time (2026-12-05T10:15:00Z), got {text}") from None
+    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
 
 
 def exit_with_status(argv: Sequence[str] | None = None) -> NoReturn:
@@ -369,15 +385,15 @@ SUCCEEDED = frozenset({"success", "excluded"})  # a task's result states that ar
 
 
 def _failed(tasks: list[str]) -> int:
-    """Fail the job's run, naming its failed tasks (those whose state is no success)."""
+    """A job run's verdict, as its leaf: exit 1 naming each task whose state is no success, else 0."""
     states = dict(task.partition("=")[::2] for task in tasks)
     named = ", ".join(
         f"{task} ({state or 'no state'})" for task, state in states.items() if state.lower() not in SUCCEEDED
     )
-    print(
-        f"lakejoin: error: this run failed at {named or ', '.join(states)}: the failed task's output says why",
-        file=sys.stderr,
-    )
+    if not named:
+        print(f"every task succeeded or was skipped: {', '.join(tasks)}")
+        return 0
+    print(f"lakejoin: error: this run failed at {named}: the failed task's output says why", file=sys.stderr)
     return 1
 
 
@@ -413,7 +429,24 @@ def _run(args: argparse.Namespace, pipeline: Pipeline) -> int:
     if report.interrupted:
         print("stopped before the work under way finished: the next run resumes an unfinished batch", flush=True)
     print(report.describe())
-    return 2 if report.refused else 0
+    earlier = [] if args.refusals_since is None or report.refused else _refused_since(pipeline, args.refusals_since)
+    for path, reason in earlier:
+        print(f"lakejoin: error: refused since {args.refusals_since.isoformat()}: {path}: {reason}", file=sys.stderr)
+    return 2 if report.refused or earlier else 0
+
+
+def _refused_since(pipeline: Pipeline, since: datetime) -> list[tuple[str, str]]:
+    """The files the landing refused for good since ``since``, as the batch log recorded them: a Databricks retry of
+    a try that refused a file finds it recorded, takes it no more, and must still fail (docs/databricks.md)."""
+    from pyspark.sql import functions as F
+
+    try:
+        batches = pipeline.table("silver/batches")
+    except LakejoinError:  # no batch yet: nothing refused
+        return []
+    files = batches.where(F.col("recorded_at") >= F.lit(since)).select(F.explode("files").alias("file"))
+    refused = files.where(F.col("file.refused").isNotNull()).select("file.path", "file.refused")
+    return [(row["path"], row["refused"]) for row in refused.collect()]  # files refused by one job run: a few rows
 
 
 def _print_outcome(done: IngestResult | SourceResult | BatchReport) -> None:

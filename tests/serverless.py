@@ -69,6 +69,15 @@ def refuse_what_serverless_refuses(managed: str | None = None) -> Calls:
         calls.refused.append(what)
         return RefusedOnServerless(f"[NOT_SUPPORTED_WITH_SERVERLESS] {what} is not supported on serverless compute")
 
+    def refuse_path(what: str, path: object) -> RefusedOnServerless:
+        """Unity Catalog's own refusal of a path in managed storage, on every compute (Databricks' knowledge base,
+        'INVALID_PARAMETER_VALUE.LOCATION_OVERLAP: overlaps with managed storage')."""
+        calls.refused.append(what)
+        return RefusedOnServerless(
+            f"[RequestId=0 ErrorClass=INVALID_PARAMETER_VALUE.LOCATION_OVERLAP] Input path url '{path}' overlaps with "
+            "managed storage within 'CheckPathAccess' call"
+        )
+
     def refusing(name: str) -> Any:
         def call(*_: object, **__: object) -> None:
             raise refuse(name)
@@ -105,8 +114,8 @@ def refuse_what_serverless_refuses(managed: str | None = None) -> Calls:
     def sql(self: SparkSession, query: str, *args: object, **kwargs: object) -> DataFrame:
         if _REFUSED_SQL.search(query):
             raise refuse(f"SQL {query[:60]!r}")
-        if under_managed(re.findall(r"delta\.`([^`]*)`", query)) or "_delta_log" in query:
-            raise refuse(f"a path in managed storage in SQL {query[:80]!r}")
+        if (where := under_managed(re.findall(r"delta\.`([^`]*)`", query))) or "_delta_log" in query:
+            raise refuse_path(f"a path in managed storage in SQL {query[:80]!r}", where or query[:80])
         if query.lstrip().upper().startswith("MERGE"):
             calls.merges.append(query)
         return run_sql(self, query, *args, **kwargs)
@@ -117,7 +126,7 @@ def refuse_what_serverless_refuses(managed: str | None = None) -> Calls:
         def read_or_write(self: object, *paths: object, **options: object) -> object:
             where = under_managed([*paths, options.get("path")])
             if where is not None or any("_delta_log" in str(path) for path in paths):
-                raise refuse(f"{cls.__name__}.{name} of {where or paths[0]} (a path in managed storage)")
+                raise refuse_path(f"{cls.__name__}.{name} of {where or paths[0]} (a path in managed storage)", where)
             return original(self, *paths, **options)
 
         setattr(cls, name, read_or_write)

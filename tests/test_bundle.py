@@ -25,6 +25,16 @@ from pipelines.cli import _parser
 from tests.helpers import REPO
 
 BUNDLE = os.path.join(REPO, "databricks.yml")
+# What Databricks puts for a dynamic value reference in a task's parameters when it runs (jobs/dynamic-value-references:
+# {{job.start_time.<argument>}}, the job run's start in UTC)
+RUN_VALUES = {"{{job.start_time.iso_datetime}}": "2026-12-05T10:15:00"}
+
+
+def parsed(parameters: list[str]) -> Any:
+    """A task's parameters as the ``lakejoin`` command parses them when the task runs (SystemExit on a bad one)."""
+    return _parser().parse_args([RUN_VALUES.get(parameter, parameter) for parameter in parameters])
+
+
 _VARIABLE = re.compile(r"\$\{var\.(\w+)\}")
 
 
@@ -76,7 +86,11 @@ GIVEN = {
     "sql_warehouse_id": "0123456789abcdef",
     "service_principal": "6f1e0c4d-0000-0000-0000-000000000000",
     "operators": "data-engineers",
+    "workspace_id": "1234567890123456",
+    "node_type_id": "m5d.xlarge",
 }
+# What every target is given, dev included: the workspace's own (its SQL warehouse, its id, its cloud's node type)
+WORKSPACE_S_OWN = ("sql_warehouse_id", "workspace_id", "node_type_id")
 # Substitutions the CLI makes from the workspace it deploys to.
 WORKSPACE = {"workspace.current_user.userName": "someone@example.com"}
 
@@ -113,7 +127,13 @@ def test_every_include_glob_matches_a_file(bundle):
 
 def test_every_job_validates_against_the_databricks_bundles_models(bundle):
     found = jobs(bundle)
-    assert set(found) == {"lakejoin_join", "lakejoin_join_follow", "lakejoin_join_serverless", ACCEPTANCE}
+    assert set(found) == {
+        "lakejoin_join",
+        "lakejoin_join_follow",
+        "lakejoin_join_serverless",
+        ACCEPTANCE,
+        NOTIFICATION_CHECK,
+    }
     for key, (_, job) in found.items():
         Job.from_dict(resolved(job, defaults(bundle)))  # raises on an unknown field or a missing required one
 
@@ -128,18 +148,21 @@ def test_the_models_do_reject_what_they_should():
 
 
 ACCEPTANCE = "lakejoin_acceptance"  # checks a workspace once, in schemas of its own: no join of the warehouse
+NOTIFICATION_CHECK = "lakejoin_notification_check"  # fails on purpose, to see who is told
 
 
 def joining_jobs(bundle: dict[str, Any]) -> dict[str, tuple[str, dict[str, Any]]]:
     """The jobs that work on the target's warehouse: every job but the acceptance checks."""
-    return {key: found for key, found in jobs(bundle).items() if key != ACCEPTANCE}
+    return {key: found for key, found in jobs(bundle).items() if key not in (ACCEPTANCE, NOTIFICATION_CHECK)}
 
 
 def wheel_tasks(job: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The job's tasks that run lakejoin on the warehouse, by task key (the others are conditions, and the task that
     fails a run in which one of them failed: tests/test_job_results.py)."""
     return {
-        task["task_key"]: task for task in job["tasks"] if "python_wheel_task" in task and task["task_key"] != "failed"
+        task["task_key"]: task
+        for task in job["tasks"]
+        if "python_wheel_task" in task and task["python_wheel_task"]["parameters"][0] != "failed"
     }
 
 
@@ -152,12 +175,12 @@ def test_every_task_runs_a_real_lakejoin_command_from_the_wheel(bundle):
             task["task_key"]: task for task in resolved(job, defaults(bundle))["tasks"] if "python_wheel_task" in task
         }
         if "failed" in every:
-            commands.add(_parser().parse_args(every["failed"]["python_wheel_task"]["parameters"]).command)
+            commands.add(parsed(every["failed"]["python_wheel_task"]["parameters"]).command)
         for task in wheel_tasks(resolved(job, defaults(bundle))).values():
             wheel_task = task["python_wheel_task"]
             assert wheel_task["package_name"] == project["name"]
             assert wheel_task["entry_point"] in project["scripts"]
-            arguments = _parser().parse_args(wheel_task["parameters"])  # exits (SystemExit) on a bad argument
+            arguments = parsed(wheel_task["parameters"])  # exits (SystemExit) on a bad argument
             commands.add(arguments.command)
             assert arguments.warehouse == "main.lakejoin"  # catalog.schema: a Unity Catalog warehouse
             # the wheel where the artifact's build puts it: a cluster's task library, or its serverless environment's
@@ -274,9 +297,11 @@ def test_nothing_scheduled_can_overlap_a_join(bundle):
         "validate",
         "maintain",
     ]
-    assert [
-        _parser().parse_args(task["python_wheel_task"]["parameters"]).command for task in wheel_tasks(job).values()
-    ] == ["run", "validate", "maintain"]
+    assert [parsed(task["python_wheel_task"]["parameters"]).command for task in wheel_tasks(job).values()] == [
+        "run",
+        "validate",
+        "maintain",
+    ]
 
 
 COMPARED = {
@@ -421,12 +446,9 @@ def test_the_following_join_is_a_paused_continuous_job_that_runs_on_the_schedule
     assert "schedule" not in follow and follow["continuous"] == {
         "pause_status": "PAUSED"
     }  # unpaused instead of lakejoin_join, by hand
-    arguments = _parser().parse_args(wheel_tasks(follow)["join_follow"]["python_wheel_task"]["parameters"])
+    arguments = parsed(wheel_tasks(follow)["join_follow"]["python_wheel_task"]["parameters"])
     assert arguments.follow and arguments.trigger == 30
-    assert (
-        arguments.warehouse
-        == _parser().parse_args(wheel_tasks(scheduled)["join"]["python_wheel_task"]["parameters"]).warehouse
-    )
+    assert arguments.warehouse == parsed(wheel_tasks(scheduled)["join"]["python_wheel_task"]["parameters"]).warehouse
 
 
 def test_the_serverless_join_is_the_scheduled_join_on_a_serverless_environment_paused_until_unpaused_instead(bundle):
@@ -490,12 +512,14 @@ def test_prod_is_refused_without_whom_a_failure_tells_and_dev_tells_whoever_depl
     for name in ("notify_on_failure", "alert_subscriptions"):
         with pytest.raises(RequiredVariable, match=name):
             target_variables(bundle, "prod", {key: value for key, value in GIVEN.items() if key != name})
-    dev = target_variables(bundle, "dev", {"sql_warehouse_id": GIVEN["sql_warehouse_id"]})
+    dev = target_variables(bundle, "dev", {key: GIVEN[key] for key in WORKSPACE_S_OWN})
     assert dev["notify_on_failure"] == ["someone@example.com"] and dev["alert_subscriptions"] == [
         {"user_email": "someone@example.com"}
     ]
     named = {**GIVEN, "failure_destinations": [{"id": "0f1e2d3c"}]}
     for key, (_, job) in jobs(bundle).items():
+        if key == NOTIFICATION_CHECK:  # tells whom it is asked to: below
+            continue
         told = resolved(job, target_variables(bundle, "prod", named))
         assert told["email_notifications"]["on_failure"] == ["data-oncall@example.com"], key
         assert told["webhook_notifications"]["on_failure"] == [{"id": "0f1e2d3c"}], key
@@ -503,14 +527,12 @@ def test_prod_is_refused_without_whom_a_failure_tells_and_dev_tells_whoever_depl
 
 
 def test_an_overlong_join_task_tells_them_before_the_next_run_waits(bundle):
-    """The duration rule is the scheduled join's own: the day's validate and maintain do not count towards it."""
+    """The duration rule is the scheduled join's own: the day's validate and maintain do not count towards it. A task's
+    rule is told by the task's notifications: the job's are sent only for a rule in the job's health field."""
     values = defaults(bundle)
     for key in ("lakejoin_join", "lakejoin_join_serverless"):
         job = resolved(jobs(bundle)[key][1], values)
-        assert (
-            "health" not in job
-            and job["email_notifications"]["on_duration_warning_threshold_exceeded"] == values["notify_on_failure"]
-        )
+        assert "health" not in job and "on_duration_warning_threshold_exceeded" not in job["email_notifications"]
         rules = {task["task_key"]: task["health"]["rules"] for task in job["tasks"] if "health" in task}
         assert rules == {
             "join": [
@@ -521,6 +543,9 @@ def test_an_overlong_join_task_tells_them_before_the_next_run_waits(bundle):
                 }
             ]
         }, key
+        join = wheel_tasks(job)["join"]
+        assert join["email_notifications"]["on_duration_warning_threshold_exceeded"] == values["notify_on_failure"]
+        assert join["webhook_notifications"]["on_duration_warning_threshold_exceeded"] == values["failure_destinations"]
     assert (
         values["run_duration_warning_seconds"] < int(values["join_every_minutes"]) * 60
     )  # heard of before the next run waits
@@ -532,11 +557,13 @@ def test_prod_runs_as_its_service_principal_from_its_folder_with_groups_that_may
     assert prod["run_as"] == {"service_principal_name": principal}
     assert prod["workspace"]["root_path"].startswith(f"/Workspace/Users/{principal}/.bundle/")
     assert prod["permissions"] == [
-        {"level": "CAN_MANAGE_RUN", "group_name": "data-engineers"},
+        {"level": "CAN_RUN", "group_name": "data-engineers"},  # CAN_MANAGE_RUN on each job
         {"level": "CAN_VIEW", "group_name": "users"},
     ]
+    job_level = {"CAN_RUN": "CAN_MANAGE_RUN", "CAN_VIEW": "CAN_VIEW", "CAN_MANAGE": "CAN_MANAGE"}
+    on_jobs = [{**permission, "level": job_level[permission["level"]]} for permission in prod["permissions"]]
     for key, (_, job) in jobs(bundle).items():  # the models take the target's run_as and permissions on each job
-        Job.from_dict({**resolved(job, defaults(bundle)), "run_as": prod["run_as"], "permissions": prod["permissions"]})
+        Job.from_dict({**resolved(job, defaults(bundle)), "run_as": prod["run_as"], "permissions": on_jobs})
 
 
 def test_every_job_cluster_carries_the_tag_its_cost_is_found_by(bundle):
@@ -557,17 +584,16 @@ def test_no_workspace_url_or_secret_is_hard_coded(bundle):
 
 
 def task_parameters(bundle: dict[str, Any], key: str, task: str, **variables: str) -> list[str]:
-    """The parameters of task ``task`` of job ``key`` as ``bundle deploy`` would pass them, with ``variables`` set
-    (``-t`` a target, ``--var name=value``)."""
-    return wheel_tasks(resolved(jobs(bundle)[key][1], {**defaults(bundle), **variables}))[task]["python_wheel_task"][
-        "parameters"
-    ]
+    """The parameters of task ``task`` of job ``key`` as a run of it passes them, with ``variables`` set (``-t`` a
+    target, ``--var name=value``)."""
+    given = wheel_tasks(resolved(jobs(bundle)[key][1], {**defaults(bundle), **variables}))[task]["python_wheel_task"]
+    return [RUN_VALUES.get(parameter, parameter) for parameter in given["parameters"]]
 
 
 def test_every_task_takes_the_config_and_names_no_relation_and_no_batch_size(bundle):
     for key, (_, job) in joining_jobs(bundle).items():
         for task in wheel_tasks(job):
-            arguments = _parser().parse_args(task_parameters(bundle, key, task))
+            arguments = parsed(task_parameters(bundle, key, task))
             assert arguments.config == defaults(bundle)["config"], (key, task)
             assert getattr(arguments, "relation", None) is None and getattr(arguments, "side", None) is None, (
                 key,
@@ -580,11 +606,10 @@ def test_the_acceptance_job_checks_both_computes_in_schemas_of_their_own_and_is_
     path, job = jobs(bundle)[ACCEPTANCE]
     assert not set(TRIGGERS) & set(job), "run by hand, once"
     tasks = wheel_tasks(resolved(job, defaults(bundle)))
-    checks = {key: _parser().parse_args(task["python_wheel_task"]["parameters"]) for key, task in tasks.items()}
+    checks = {key: parsed(task["python_wheel_task"]["parameters"]) for key, task in tasks.items()}
     assert {key: (args.command, args.fail) for key, args in checks.items()} == {
         "classic": ("acceptance", False),
         "serverless": ("acceptance", False),
-        "forced_failure": ("acceptance", True),
     }
     assert "job_cluster_key" in tasks["classic"] and "environment_key" in tasks["serverless"]
     schemas = {checks["classic"].warehouse, checks["serverless"].warehouse}
@@ -593,6 +618,16 @@ def test_the_acceptance_job_checks_both_computes_in_schemas_of_their_own_and_is_
     assert job["email_notifications"]["on_failure"] == "${var.notify_on_failure}"
     with open(os.path.join(REPO, "docs", "databricks.md"), encoding="utf-8") as handle:
         assert "databricks bundle run -t dev lakejoin_acceptance" in handle.read()
+
+
+def test_the_notification_check_fails_on_purpose_and_pages_no_one_unless_asked(bundle):
+    _, job = jobs(bundle)[NOTIFICATION_CHECK]
+    assert not set(TRIGGERS) & set(job)
+    (task,) = resolved(job, defaults(bundle))["tasks"]
+    assert parsed(task["python_wheel_task"]["parameters"]).fail
+    assert resolved(job, defaults(bundle))["email_notifications"]["on_failure"] == []
+    for target in bundle["targets"]:
+        assert target_variables(bundle, target, GIVEN)["notification_check_to"] == [], target
 
 
 def volume(path: str) -> str:
@@ -673,3 +708,163 @@ def test_the_join_job_ingests_and_joins_a_config_s_own_relations_from_their_land
         ("o2", "p0"),
         ("o3", "p1"),
     ]
+
+
+# What Databricks refuses or ignores in a bundle, from its documentation and the CLI's source, as data: each rule a
+# check of the bundle as written (the CLI cannot run here). Top-level and target permissions take three levels
+# ("Allowed top-level permission levels are CAN_VIEW, CAN_MANAGE, and CAN_RUN", bundles/permissions); a duration
+# warning is sent only for a RUN_DURATION_SECONDS rule at the notifications' own level ("If no rule for the
+# RUN_DURATION_SECONDS metric is specified in the health field for the job, notifications are not sent", Jobs API);
+# system.lakeflow holds "records from all workspaces in your account deployed in the same cloud region"
+# (admin/system-tables/jobs); alerts are bundle resources from CLI 0.279.0, and take the target's run_as from 0.287.0.
+TOP_LEVEL_PERMISSIONS = {"CAN_VIEW", "CAN_MANAGE", "CAN_RUN"}
+OLDEST_CLI = (0, 287, 0)
+# Node types that exist on one cloud only (AWS instance types, Azure VM sizes, GCP machine types)
+ONE_CLOUD_NODE_TYPE = re.compile(r"^(?:[a-z]\d[a-z]*\.\w+|Standard_\w+|[a-z]\d[a-z]?-\w+-\d+)$")
+
+
+def bundle_errors(bundle: dict[str, Any], resources: dict[str, Any]) -> list[str]:
+    """What Databricks would refuse, or deploy to no effect, in ``bundle`` (databricks.yml) and ``resources`` (the
+    merged ``resources`` of every file)."""
+    errors = []
+    for where, permissions in [("bundle", bundle.get("permissions") or [])] + [
+        (f"target {name}", target.get("permissions") or []) for name, target in bundle["targets"].items()
+    ]:
+        errors += [
+            f"{where}: permission level {permission['level']} is not one of {sorted(TOP_LEVEL_PERMISSIONS)}"
+            for permission in permissions
+            if permission["level"] not in TOP_LEVEL_PERMISSIONS
+        ]
+    version = re.fullmatch(r">=\s*(\d+)\.(\d+)\.(\d+)", str(bundle["bundle"].get("databricks_cli_version", "")))
+    if version is None or tuple(int(part) for part in version.groups()) < OLDEST_CLI:
+        errors.append(f"bundle: databricks_cli_version must be '>= {'.'.join(map(str, OLDEST_CLI))}' or later")
+    for key, job in (resources.get("jobs") or {}).items():
+        for level, holder in [(key, job), *((f"{key}.{task['task_key']}", task) for task in job.get("tasks", []))]:
+            told = any(
+                (holder.get(kind) or {}).get("on_duration_warning_threshold_exceeded")
+                for kind in ("email_notifications", "webhook_notifications")
+            )
+            ruled = any(
+                rule["metric"] == "RUN_DURATION_SECONDS" for rule in (holder.get("health") or {}).get("rules", [])
+            )
+            if told and not ruled:
+                errors.append(f"{level}: a duration warning with no RUN_DURATION_SECONDS rule of its own is never sent")
+        if "continuous" not in job:
+            errors += [
+                f"{key}.{task['task_key']}: no timeout_seconds (a hung task holds the job for ever)"
+                for task in job.get("tasks", [])
+                if "condition_task" not in task and not task.get("timeout_seconds")
+            ]
+        for cluster in job.get("job_clusters", []):
+            node = cluster["new_cluster"]
+            node = node if isinstance(node, dict) else bundle["variables"][_VARIABLE.fullmatch(node)[1]]["default"]
+            if ONE_CLOUD_NODE_TYPE.match(str(node.get("node_type_id", ""))):
+                errors.append(f"{key}: node type {node['node_type_id']} exists on one cloud only")
+    for key, alert in (resources.get("alerts") or {}).items():
+        if "system." in alert["query_text"] and "workspace_id" not in alert["query_text"]:
+            errors.append(f"alert {key}: a system table read without workspace_id counts every workspace's runs")
+    return errors
+
+
+def merged_resources(bundle: dict[str, Any]) -> dict[str, Any]:
+    merged: dict[str, Any] = {}
+    for path in [BUNDLE, *included(bundle)]:
+        for kind, items in (load(path).get("resources") or {}).items():
+            merged.setdefault(kind, {}).update(items)
+    return merged
+
+
+def test_the_bundle_breaks_none_of_databricks_rules(bundle):
+    assert bundle_errors(bundle, merged_resources(bundle)) == []
+
+
+# What the rules found in the bundle of 979df51, as it stood (each piece as written there)
+MAINS_BUNDLE = {
+    "bundle": {"name": "lakejoin"},
+    "variables": {"job_cluster": {"default": {"spark_version": "18.x-scala2.13", "node_type_id": "i3.xlarge"}}},
+    "targets": {"prod": {"permissions": [{"level": "CAN_MANAGE_RUN", "group_name": "ops"}]}},
+}
+MAINS_RESOURCES = {
+    "jobs": {
+        "lakejoin_join": {
+            "email_notifications": {"on_duration_warning_threshold_exceeded": ["a@example.com"]},
+            "job_clusters": [{"job_cluster_key": "lakejoin", "new_cluster": "${var.job_cluster}"}],
+            "tasks": [
+                {
+                    "task_key": "join",
+                    "health": {"rules": [{"metric": "RUN_DURATION_SECONDS", "op": "GREATER_THAN", "value": 600}]},
+                }
+            ],
+        }
+    },
+    "alerts": {
+        "lakejoin_join_task_failed": {
+            "query_text": "SELECT count(*) FROM system.lakeflow.job_task_run_timeline WHERE job_id = '1'"
+        }
+    },
+}
+
+
+def test_the_rules_find_each_fault_of_the_bundle_as_it_stood():
+    assert bundle_errors(MAINS_BUNDLE, MAINS_RESOURCES) == [
+        "target prod: permission level CAN_MANAGE_RUN is not one of ['CAN_MANAGE', 'CAN_RUN', 'CAN_VIEW']",
+        "bundle: databricks_cli_version must be '>= 0.287.0' or later",
+        "lakejoin_join: a duration warning with no RUN_DURATION_SECONDS rule of its own is never sent",
+        "lakejoin_join.join: no timeout_seconds (a hung task holds the job for ever)",
+        "lakejoin_join: node type i3.xlarge exists on one cloud only",
+        "alert lakejoin_join_task_failed: a system table read without workspace_id counts every workspace's runs",
+    ]
+    for node in ("m5d.xlarge", "Standard_D4ds_v5", "n2-highmem-4", "i3.xlarge"):
+        assert ONE_CLOUD_NODE_TYPE.match(node), node
+
+
+def test_a_join_try_is_retried_past_its_dead_try_s_lease_and_a_lasting_failure_fails_every_try(bundle):
+    """Databricks retries every failed try, whatever the exit code: a lost cluster and a timeout are cured by one; a
+    lasting failure must fail the retry too (a definition or fail rule refuses again; a refused file is reported
+    again by --refusals-since). A killed try holds the lease up to LEASE_SECONDS: the retry waits it out."""
+    from state.log.lease import LEASE_SECONDS
+
+    for key in ("lakejoin_join", "lakejoin_join_serverless"):
+        join = wheel_tasks(resolved(jobs(bundle)[key][1], defaults(bundle)))["join"]
+        assert join["max_retries"] >= 1 and join["retry_on_timeout"] is True, key
+        assert 0 < join["timeout_seconds"] and join["notification_settings"] == {"alert_on_last_attempt": True}, key
+        assert join["email_notifications"]["on_failure"] == defaults(bundle)["notify_on_failure"], key
+        arguments = parsed(join["python_wheel_task"]["parameters"])
+        assert arguments.wait > LEASE_SECONDS, key
+        assert "{{job.start_time.iso_datetime}}" in join["python_wheel_task"]["parameters"], key
+
+
+def test_a_retried_join_try_fails_like_the_try_that_refused_a_file(bundle, spark, tmp_path):
+    """The first try refuses a file for good (exit 2) and records it; Databricks retries it, and the retry, which
+    takes the file no more, must fail too, or the run would end SUCCESS and tell nobody. A later run of the job
+    (another start time) is not failed by it."""
+    from datetime import datetime, timezone
+
+    from pipelines.cli import main
+
+    landing = tmp_path / "landing"
+    for name in ("orders", "payments"):
+        (landing / name).mkdir(parents=True)
+    (landing / "orders" / "o1.jsonl").write_text(json.dumps({"order_id": "o1", "placed": 1, "customer": "c"}) + "\n")
+    (landing / "payments" / "bad.parquet").write_text("not parquet")
+    config = tmp_path / "pipeline.yml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "relations": {
+                    "orders": {"id": "order_id", "event_time": "placed", "landing": str(landing / "orders")},
+                    "payments": {"id": "payment_id", "event_time": "paid", "landing": str(landing / "payments")},
+                },
+                "predicate": "orders.customer = payments.customer",
+                "engine": "delta-rs",
+            }
+        )
+    )
+    started = datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+    parameters = task_parameters(bundle, "lakejoin_join", "join", config=str(config))
+    parameters[parameters.index("--warehouse") + 1] = str(tmp_path / "wh")
+    parameters[parameters.index(RUN_VALUES["{{job.start_time.iso_datetime}}"])] = started
+    assert main(parameters) == 2  # the first try
+    assert main(parameters) == 2  # its retry: the file recorded as refused since the job run started
+    parameters[parameters.index(started)] = datetime.now(timezone.utc).isoformat()
+    assert main(parameters) == 0  # the next run of the job

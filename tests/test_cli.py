@@ -196,13 +196,18 @@ def test_the_three_way_demo_prints_pass(tmp_path):
     assert "PASS: gold equals the batch SQL join" in demo.stdout
 
 
-def test_failed_exits_1_naming_the_tasks_that_failed(tmp_path):
-    """The bundle's jobs end with it, run only when a task failed, so that the run ends FAILED (tests/test_job_results.py)."""
+def test_failed_exits_1_naming_the_tasks_that_failed_and_0_when_none_did(tmp_path):
+    """The bundle's jobs end with it, run after every other task, so that a failed one ends the run FAILED
+    (tests/test_job_results.py)."""
     failed = lakejoin_here("failed", "join=failed", "validate=excluded", "maintain=upstream_failed", cwd=str(tmp_path))
     assert failed.returncode == 1 and failed.stdout == ""
     assert failed.stderr.strip().splitlines() == [
         "lakejoin: error: this run failed at join (failed), maintain (upstream_failed): the failed task's output says why"
     ]
+    passed = lakejoin_here("failed", "join=success", "validate=excluded", cwd=str(tmp_path))
+    assert passed.returncode == 0 and passed.stderr == ""
+    timed_out = lakejoin_here("failed", "join=timedout", "validate=excluded", cwd=str(tmp_path))
+    assert timed_out.returncode == 1 and "join (timedout)" in timed_out.stderr
 
 
 def test_acceptance_forced_to_fail_exits_1_in_one_line(tmp_path):

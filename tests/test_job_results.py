@@ -21,29 +21,44 @@ https://docs.databricks.com/workflows/jobs/conditional-tasks.html):
 - Job-level ``email_notifications.on_failure`` and ``webhook_notifications.on_failure`` are sent when a run fails:
   a run that ends "Succeeded with failures" sends neither.
 
+- A task's retries (Jobs API ``Task``): ``max_retries`` retries "an unsuccessful run [...] the FAILED result_state",
+  ``retry_on_timeout`` a timed-out one, whose state is ``TIMEDOUT`` ("The run was stopped after reaching the
+  timeout"); a task's state is its last try's.
+
 Whether a leaf that is "Upstream failed" fails the run, and whether "At least one failed" counts an upstream-failed
-dependency as failed, the pages do not say: every verdict here holds under both readings.
+or a timed-out dependency as failed, the pages do not say: every verdict here holds under each reading.
 """
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 
 import pytest
 
-from pipelines.cli import _parser
-from tests.test_bundle import BUNDLE, GIVEN, holds, jobs, load, resolved, target_variables
+from pipelines.cli import SUCCEEDED, _parser
+from tests.test_bundle import BUNDLE, GIVEN, RUN_VALUES, holds, jobs, load, resolved, target_variables
 
-SUCCESS, FAILED, EXCLUDED, UPSTREAM_FAILED = "SUCCESS", "FAILED", "EXCLUDED", "UPSTREAM_FAILED"
+SUCCESS, FAILED, EXCLUDED, UPSTREAM_FAILED, TIMEDOUT = "SUCCESS", "FAILED", "EXCLUDED", "UPSTREAM_FAILED", "TIMEDOUT"
+# How a task's tries go: each fails (a lasting failure, or a transient one that outlasts the retries), each times out,
+# or the first fails and the next would succeed (a lost cluster, a commit that lost a race)
+FAILS, TIMES_OUT, FAILS_ONCE = "fails", "times out", "fails once"
 FIRST_RUN_OF_THE_DAY, ORDINARY_RUN = datetime(2026, 12, 1, 0, 0), datetime(2026, 12, 1, 5, 30)
-ACCEPTANCE = "lakejoin_acceptance"
+ACCEPTANCE, NOTIFICATION_CHECK = "lakejoin_acceptance", "lakejoin_notification_check"
 
 
 def task_states(
-    tasks: list[dict], trigger: datetime, failing: set[str], upstream_failed_is_failed: bool
+    tasks: list[dict],
+    trigger: datetime,
+    failing: set[str] | dict[str, str],
+    upstream_failed_is_failed: bool,
+    timed_out_is_failed: bool = True,
 ) -> dict[str, tuple[str, bool | None]]:
     """Each task's result state, and a condition task's outcome, for a run triggered at ``trigger`` in which the tasks
-    ``failing`` fail when they run."""
+    ``failing`` go as it says (a set: each of their tries fails)."""
+    tries = failing if isinstance(failing, dict) else dict.fromkeys(failing, FAILS)
+    failed_states = {FAILED} | ({UPSTREAM_FAILED} if upstream_failed_is_failed else set())
+    failed_states |= {TIMEDOUT} if timed_out_is_failed else set()
     states: dict[str, tuple[str, bool | None]] = {}
     pending = list(tasks)
     while pending:
@@ -60,7 +75,7 @@ def task_states(
             edges.append(
                 EXCLUDED if wanted is not None and state == SUCCESS and str(outcome).lower() != wanted else state
             )
-        failed = [edge in (FAILED, UPSTREAM_FAILED) if upstream_failed_is_failed else edge == FAILED for edge in edges]
+        failed = [edge in failed_states for edge in edges]
         succeeded = [edge in (SUCCESS, EXCLUDED) for edge in edges]
         rule = task.get("run_if", "ALL_SUCCESS")
         if edges and all(edge == EXCLUDED for edge in edges):
@@ -83,27 +98,53 @@ def task_states(
             states[task["task_key"]] = (otherwise, None)
         elif "condition_task" in task:
             states[task["task_key"]] = (SUCCESS, holds(task["condition_task"], trigger))
+        elif fails_itself(task, states):
+            states[task["task_key"]] = (FAILED, None)
         else:
-            states[task["task_key"]] = (FAILED if task["task_key"] in failing or always_fails(task) else SUCCESS, None)
+            states[task["task_key"]] = (last_try(task, tries.get(task["task_key"])), None)
     return states
 
 
-def always_fails(task: dict) -> bool:
-    """``lakejoin failed`` and ``lakejoin acceptance --fail``, which exit 1 whenever they run (tests/test_cli.py)."""
+def last_try(task: dict, tries: str | None) -> str:
+    """A task's state after its retries: its last try's."""
+    if tries == FAILS_ONCE:
+        return SUCCESS if task.get("max_retries", 0) != 0 else FAILED
+    return {None: SUCCESS, FAILS: FAILED, TIMES_OUT: TIMEDOUT}[tries]
+
+
+def fails_itself(task: dict, states: dict[str, tuple[str, bool | None]]) -> bool:
+    """``lakejoin acceptance --fail``, which exits 1 whenever it runs, and ``lakejoin failed``, which exits 1 when a
+    task it names is in a state that is no success (tests/test_cli.py), each state as Databricks puts it in
+    ``{{tasks.NAME.result_state}}``."""
     wheel = task.get("python_wheel_task")
-    arguments = None if wheel is None else _parser().parse_args(wheel["parameters"])
-    return arguments is not None and (arguments.command == "failed" or getattr(arguments, "fail", False))
+    if wheel is None:
+        return False
+    named = [
+        re.sub(r"\{\{tasks\.(\w+)\.result_state\}\}", lambda match: states[match[1]][0].lower(), parameter)
+        for parameter in wheel["parameters"]
+    ]
+    arguments = _parser().parse_args([RUN_VALUES.get(parameter, parameter) for parameter in named])
+    if arguments.command == "failed":
+        return any(state.partition("=")[2] not in SUCCEEDED for state in arguments.tasks)
+    return bool(getattr(arguments, "fail", False))
 
 
-def run_result(tasks: list[dict], trigger: datetime, failing: set[str], upstream_failed_is_failed: bool) -> str:
-    """The run's result state: FAILED when a leaf task failed, SUCCESS_WITH_FAILURES when some other task did."""
-    states = task_states(tasks, trigger, failing, upstream_failed_is_failed)
+def run_result(
+    tasks: list[dict],
+    trigger: datetime,
+    failing: set[str] | dict[str, str],
+    upstream_failed_is_failed: bool,
+    timed_out_is_failed: bool = True,
+) -> str:
+    """The run's result state: FAILED when a leaf task failed (or timed out), SUCCESS_WITH_FAILURES when some other
+    task did."""
+    states = task_states(tasks, trigger, failing, upstream_failed_is_failed, timed_out_is_failed)
     depended_on = {dependency["task_key"] for task in tasks for dependency in task.get("depends_on", [])}
     leaves = [states[task["task_key"]][0] for task in tasks if task["task_key"] not in depended_on]
-    failing_states = (FAILED, UPSTREAM_FAILED) if upstream_failed_is_failed else (FAILED,)
+    failing_states = (FAILED, TIMEDOUT, UPSTREAM_FAILED) if upstream_failed_is_failed else (FAILED, TIMEDOUT)
     if any(state in failing_states for state in leaves):
         return "FAILED"
-    return "SUCCESS_WITH_FAILURES" if any(state == FAILED for state, _ in states.values()) else "SUCCESS"
+    return "SUCCESS_WITH_FAILURES" if any(state in (FAILED, TIMEDOUT) for state, _ in states.values()) else "SUCCESS"
 
 
 def ran(tasks: list[dict], trigger: datetime) -> list[str]:
@@ -121,17 +162,34 @@ def every_job() -> dict[str, list[dict]]:
     }
 
 
+@pytest.mark.parametrize("timed_out_is_failed", [True, False], ids=["timed-out-fails", "timed-out-passes"])
 @pytest.mark.parametrize(
     "upstream_failed_is_failed", [True, False], ids=["upstream-failed-fails", "upstream-failed-passes"]
 )
 @pytest.mark.parametrize("trigger", [FIRST_RUN_OF_THE_DAY, ORDINARY_RUN], ids=["00:00", "05:30"])
-def test_any_task_that_fails_fails_the_run_of_every_job(trigger, upstream_failed_is_failed):
+def test_any_task_that_fails_or_times_out_fails_the_run_of_every_job(
+    trigger, upstream_failed_is_failed, timed_out_is_failed
+):
+    """With retries and timeouts: a task whose every try fails or times out fails the run, and a try that a retry
+    cures does not."""
+    readings = (upstream_failed_is_failed, timed_out_is_failed)
     for key, tasks in every_job().items():
-        if key == ACCEPTANCE:  # it fails on purpose: below
+        if key == NOTIFICATION_CHECK:  # it fails on purpose: below
             continue
-        assert run_result(tasks, trigger, set(), upstream_failed_is_failed) == "SUCCESS", key
+        assert run_result(tasks, trigger, set(), *readings) == "SUCCESS", key
         for task in ran(tasks, trigger):
-            assert run_result(tasks, trigger, {task}, upstream_failed_is_failed) == "FAILED", (key, task)
+            for tries in (FAILS, TIMES_OUT):
+                assert run_result(tasks, trigger, {task: tries}, *readings) == "FAILED", (key, task, tries)
+            retried = next(each for each in tasks if each["task_key"] == task).get("max_retries", 0) != 0
+            cured = run_result(tasks, trigger, {task: FAILS_ONCE}, *readings)
+            assert cured == ("SUCCESS" if retried else "FAILED"), (key, task)
+
+
+def test_the_join_is_the_task_that_retries():
+    """Retried: the join, which resumes what a dead try cut short; validate and maintain fail the day's run as they
+    are (the next day's run audits again)."""
+    for key in ("lakejoin_join", "lakejoin_join_serverless"):
+        assert [task["task_key"] for task in every_job()[key] if task.get("max_retries")] == ["join"], key
 
 
 def test_the_daily_audit_runs_after_a_join_that_failed_and_the_run_still_fails():
@@ -167,15 +225,31 @@ def test_the_rules_read_the_earlier_graph_as_masking_a_failed_join(upstream_fail
 
 
 @pytest.mark.parametrize("upstream_failed_is_failed", [True, False])
-def test_the_acceptance_run_checks_both_computes_whatever_fails_and_always_ends_failed(upstream_failed_is_failed):
-    """Its forced failure must end the run FAILED (and so notify) after both checks ran, whether they passed or not."""
+def test_the_acceptance_run_ends_success_only_when_both_computes_passed(upstream_failed_is_failed):
+    """Both checks run whatever the other did; the run is SUCCESS when both passed and FAILED otherwise, a compute
+    that could not run its checks (a workspace without serverless) included."""
     tasks = every_job()[ACCEPTANCE]
-    for failing in (set(), {"classic"}, {"serverless"}, {"classic", "serverless"}):
+    assert run_result(tasks, ORDINARY_RUN, set(), upstream_failed_is_failed) == "SUCCESS"
+    for failing in ({"classic"}, {"serverless"}, {"classic", "serverless"}):
         states = task_states(tasks, ORDINARY_RUN, failing, upstream_failed_is_failed)
-        assert {key: states[key][0] for key in ("classic", "serverless", "forced_failure", "failed")} == {
+        assert {key: states[key][0] for key in ("classic", "serverless", "passed")} == {
             "classic": FAILED if "classic" in failing else SUCCESS,
             "serverless": FAILED if "serverless" in failing else SUCCESS,
-            "forced_failure": FAILED,
-            "failed": FAILED,
+            "passed": FAILED,
         }, failing
         assert run_result(tasks, ORDINARY_RUN, failing, upstream_failed_is_failed) == "FAILED"
+
+
+def test_the_notification_check_always_ends_failed():
+    assert run_result(every_job()[NOTIFICATION_CHECK], ORDINARY_RUN, set(), True) == "FAILED"
+
+
+def test_the_rules_read_a_leaf_run_only_if_one_failed_as_masking_a_timed_out_join():
+    """The simulation can fail: the leaf as it stood at 979df51 (run only AT_LEAST_ONE_FAILED) is excluded after a
+    timed-out join when that rule does not count TIMEDOUT as failed, and the run ends SUCCESS_WITH_FAILURES."""
+    earlier = [
+        {**task, "run_if": "AT_LEAST_ONE_FAILED"} if task["task_key"] == "failed" else task
+        for task in every_job()["lakejoin_join"]
+    ]
+    assert run_result(earlier, ORDINARY_RUN, {"join": TIMES_OUT}, True, False) == "SUCCESS_WITH_FAILURES"
+    assert run_result(every_job()["lakejoin_join"], ORDINARY_RUN, {"join": TIMES_OUT}, True, False) == "FAILED"

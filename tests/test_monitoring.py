@@ -85,6 +85,7 @@ def test_the_page_shows_each_query_the_bundle_deploys_and_the_tests_run():
             alert["query_text"]
             .replace("${var.catalog}.${var.schema}.", THE_PAGES_WAREHOUSE)
             .replace("${resources.jobs.lakejoin_join.id}", "<job id>")
+            .replace("${var.workspace_id}", "<workspace id>")
         )
         assert deployed == shown[ALERTS[key]], key
     for dataset in dashboard()["datasets"]:  # the dashboard's datasets run in the warehouse's catalog and schema
@@ -176,10 +177,13 @@ def test_rules_that_broke_name_the_rule_its_table_and_rows_and_fire_the_hours_al
     assert hour["rows_failed"] == 1 and fires(alerts()["lakejoin_rules_broke"], [hour])
 
 
-def test_the_join_task_alert_reads_the_scheduled_jobs_join_task_runs():
+def test_the_join_task_alert_reads_the_scheduled_jobs_join_task_runs_in_this_workspace_only():
+    """system.lakeflow holds every workspace's runs of the account in the region, and a job id is unique only within
+    one: without the workspace filter another workspace's job of the same id would fire it."""
     text = alerts()["lakejoin_join_task_failed"]["query_text"]
     assert (
         "system.lakeflow.job_task_run_timeline" in text
         and "task_key = 'join'" in text
-        and "'${resources.jobs.lakejoin_join.id}'" in text
+        and "job_id = '${resources.jobs.lakejoin_join.id}'" in text
+        and "workspace_id = '${var.workspace_id}'" in text
     )

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from pyspark.sql import SparkSession
 
 from state.config import Config
-from state.errors import LakejoinError, WarehouseBusy
+from state.errors import LakejoinError, WarehouseBusy, first_line
 from state.layout import Warehouse, is_catalog_schema
 
 CHANGES = {"op": "op", "sequence_by": "seq"}
@@ -131,11 +131,19 @@ def _lock_excludes(spark: SparkSession, schema: str) -> str:
     return "one held, one busy"
 
 
+# How Unity Catalog refuses a path in managed storage (Databricks' knowledge base: "INVALID_PARAMETER_VALUE.
+# LOCATION_OVERLAP ... overlaps with managed storage"): any other error is no proof that it refuses path reads.
+MANAGED_STORAGE_REFUSAL = ("LOCATION_OVERLAP", "overlaps with managed storage")
+
+
 def _path_read_refused(spark: SparkSession, schema: str) -> str:
     gold = Config.of(**CONFIG).placed(Warehouse(schema)).gold
     location = spark.sql(f"DESCRIBE DETAIL {gold}").first()["location"]
     try:
         spark.read.format("delta").load(location).limit(1).collect()
-    except Exception as exc:  # noqa: BLE001 - the refusal is what is checked; its type is the catalog's
-        return f"refused: {(str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]}"
+    except Exception as exc:  # noqa: BLE001 - told apart below by Unity Catalog's own words
+        said = first_line(exc)
+        if not any(words in str(exc) for words in MANAGED_STORAGE_REFUSAL):
+            raise AssertionError(f"the path read failed, but not as Unity Catalog refuses it: {said[:200]}") from None
+        return f"refused: {said[:200]}"
     raise AssertionError(f"{location} was read by path")
