@@ -214,3 +214,27 @@ def test_acceptance_forced_to_fail_exits_1_in_one_line(tmp_path):
     """The acceptance job's forced failure, whose run must end FAILED: one line, no Spark started."""
     forced = lakejoin("acceptance", "--fail", "--warehouse", "main.lakejoin_acceptance", cwd=str(tmp_path))
     assert forced.returncode == 1 and forced.stderr.strip().splitlines() == [f"lakejoin: error: {FORCED}"]
+
+
+def test_the_path_read_check_passes_on_unity_catalog_s_refusal_only():
+    """Any exception used to pass it: a missing file, a typo or an outage proved nothing about managed storage."""
+    from types import SimpleNamespace
+
+    from pipelines.commands.acceptance import _path_read_refused
+
+    def session(error: Exception) -> SimpleNamespace:
+        def collect() -> None:
+            raise error
+
+        detail = SimpleNamespace(first=lambda: {"location": "s3://bucket/managed/gold"})
+        read = SimpleNamespace(limit=lambda _: SimpleNamespace(collect=collect))
+        reader = SimpleNamespace(format=lambda _: SimpleNamespace(load=lambda _: read))
+        return SimpleNamespace(sql=lambda _: detail, read=reader)
+
+    refusal = RuntimeError(
+        "[RequestId=1 ErrorClass=INVALID_PARAMETER_VALUE.LOCATION_OVERLAP] Input path url 's3://bucket/managed/gold' "
+        "overlaps with managed storage within 'CheckPathAccess' call"
+    )
+    assert _path_read_refused(session(refusal), "main.acceptance").startswith("refused: ")
+    with pytest.raises(AssertionError, match="not as Unity Catalog refuses it"):
+        _path_read_refused(session(FileNotFoundError("No such file or directory")), "main.acceptance")

@@ -440,3 +440,31 @@ def test_pointers_that_landed_without_their_log_row_are_joined_by_the_next_run_w
     assert gold(pipeline) == expected_gold([order(1, 0, "ann")], [payment(1, 10, "ann")])
     reasons = [row["reason"] for row in deltars.read(pipeline.warehouse.quarantine).collect()]
     assert set(reasons) == {"missing paid_at"}
+
+
+@pytest.mark.parametrize("step", ["source_identity", "source_commits"])
+def test_a_table_with_a_row_filter_or_column_mask_is_refused_in_one_line_with_nothing_written(
+    deltars, tmp_path, sources, monkeypatch, step
+):
+    """Databricks reads neither the history nor a past version of a table with a row filter or column mask, which
+    lakejoin reads a source table by: emulated here by its documented error on the first history read (a first run)
+    and on the versions after the last ingested (a later run, the filter added since)."""
+    from pyspark.errors import AnalysisException
+
+    orders, payments = sources
+    pipeline = joined_once(deltars, str(tmp_path), orders, payments)
+    append(payments, [payment(2, 20, "ann")])
+    before = {path: deltars.version(path) for path in pipeline.warehouse.tables()}
+
+    def refused(*_: object) -> None:
+        raise AnalysisException(
+            "[ROW_LEVEL_SECURITY_COLUMN_MASK_FEATURE_NOT_SUPPORTED.DESCRIBE_HISTORY] Row level security policies and "
+            f"column mask policies for {payments} are not supported: Reading commit history is not supported for "
+            "tables with row level security and column mask policies. SQLSTATE: 0A000"
+        )
+
+    monkeypatch.setattr(deltars, step, refused)
+    with pytest.raises(LakejoinError, match=r"^source table \S+ has a row filter or column mask") as error:
+        pipeline.run()
+    assert "\n" not in str(error.value)
+    assert {path: deltars.version(path) for path in pipeline.warehouse.tables()} == before

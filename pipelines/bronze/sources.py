@@ -32,7 +32,7 @@ from state.errors import LakejoinError
 from state.frames import union_by_name
 from state.join.relations import INSERT, Relation, RelationSpec
 from state.layout import Warehouse
-from state.log.pointers import read_failure, require_distinct_names, schema_at
+from state.log.pointers import protected, read_failure, require_distinct_names, schema_at
 from state.names import column
 
 # A row's place within one ingest of a table: its data file's ordinal (by version, then write time and path), then
@@ -142,6 +142,15 @@ def _listed(
     the first logged ingest, the first is the table's snapshot: its latest, or the one an ingest that died before its
     log row had read (read again: its rows are found as duplicates, its quarantined rows recorded, nothing skipped)."""
     logged, pointed, known = _last_ingested(engine, warehouse, rel, table)
+    try:
+        return _listed_after(engine, rel, table, logged, pointed, known)
+    except (PySparkException, Py4JJavaError) as exc:  # a table whose history Databricks will not read: refused here
+        raise protected(table, exc) or exc
+
+
+def _listed_after(
+    engine: DeltaReader, rel: Relation, table: str, logged: int | None, pointed: int | None, known: set[str]
+) -> tuple[int | None, str | None, list[SourceCommit]]:
     found = engine.source_identity(table)
     if found is None:
         raise LakejoinError(

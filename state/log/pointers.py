@@ -96,8 +96,33 @@ def require_distinct_names(table: str, paths: list[str]) -> None:
         )
 
 
+# Databricks' error classes for a table whose row filter or column mask forbids reading its history or a past version
+# (error-messages: ROW_LEVEL_SECURITY_COLUMN_MASK_FEATURE_NOT_SUPPORTED, its DESCRIBE_HISTORY and TIME_TRAVEL;
+# ROW_LEVEL_SECURITY_FEATURE_NOT_SUPPORTED and COLUMN_MASKS_FEATURE_NOT_SUPPORTED, their TIME_TRAVEL).
+PROTECTED_TABLE = (
+    "ROW_LEVEL_SECURITY_COLUMN_MASK_FEATURE_NOT_SUPPORTED",
+    "ROW_LEVEL_SECURITY_FEATURE_NOT_SUPPORTED",
+    "COLUMN_MASKS_FEATURE_NOT_SUPPORTED",
+)
+
+
+def protected(table: str, exc: BaseException) -> LakejoinError | None:
+    """The refusal of a source table lakejoin cannot read exactly: one with a row filter or column mask, whose history
+    and past versions Databricks does not read (None: ``exc`` is another error)."""
+    text = str(exc.java_exception.toString()) if isinstance(exc, Py4JJavaError) else str(exc)
+    if not any(name in text for name in PROTECTED_TABLE):
+        return None
+    return LakejoinError(
+        f"source table {table} has a row filter or column mask, so Databricks reads neither its history nor its past "
+        "versions, which lakejoin reads it by; nothing was written: join a table without them (one the filter's "
+        "owner writes from it), or land its rows as files"
+    )
+
+
 def read_failure(table: str):  # noqa: ANN202 - the ``refuse`` of ``land``
     def failure(exc: BaseException) -> LakejoinError:
+        if (refusal := protected(table, exc)) is not None:
+            return refusal
         text = str(exc.java_exception.toString()) if isinstance(exc, Py4JJavaError) else str(exc)
         if "FileNotFound" in text or "PATH_NOT_FOUND" in text or "FILE_NOT_EXIST" in text or "does not exist" in text:
             return LakejoinError(
