@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pyspark.sql import DataFrame
 
@@ -29,6 +29,7 @@ from pipelines.bronze.ingest import IngestResult
 from pipelines.bronze.landing import Known, known_files
 from state.config import Config
 from state.engines import DeltaEngine
+from state.errors import LakejoinError, first_line, lost_a_race
 from state.faults import step
 from state.join.joiner import BROADCAST_ROWS
 from state.join.relations import Relation
@@ -54,6 +55,7 @@ class BatchReport:
     changes: dict[str, int] = field(
         default_factory=dict
     )  # change feeds' counts (state/join/changes.py), with gold rows retracted
+    races: int = 0  # times this batch was tried again after a commit of it lost a race to another writer
 
     def describe(self) -> str:
         arrived = ", ".join(f"{count} {name.upper()}" for name, count in self.arrivals.items())
@@ -63,6 +65,7 @@ class BatchReport:
         notes += [f"{self.changes['retracted']} retracted"] if self.changes.get("retracted") else []
         notes += [f"{self.changes['ignored']} ignored as older"] if self.changes.get("ignored") else []
         notes += [f"{sum(self.rule_failures.values())} rule failures"] if self.rule_failures else []
+        notes += [f"tried again {self.races} times after losing a commit race"] if self.races else []
         extra = "".join(f", {note}" for note in notes)
         return f"batch {self.batch_id}{again}: {arrived} arrivals, {self.pairs} pairs{extra}, {self.seconds:.2f} s"
 
@@ -99,6 +102,11 @@ class RunReport:
     def evicted(self) -> int:
         return sum(sum(batch.evicted.values()) for batch in self.batches)
 
+    @property
+    def races(self) -> int:
+        """Times a batch was tried again after a commit of it lost a race to another writer (OPTIMIZE, VACUUM)."""
+        return sum(batch.races for batch in self.batches)
+
     def describe(self) -> str:
         """One line for the whole run: what it joined, what it set aside as late, what it evicted."""
         if not self.batches:
@@ -107,6 +115,7 @@ class RunReport:
         return (
             f"{len(self.batches)} batches: {self.arrivals} arrivals, {self.pairs} pairs, {self.late} late{where}, "
             f"{self.evicted} evicted from state"
+            + (f", {self.races} batch tries again after losing a commit race" if self.races else "")
         )
 
 
@@ -133,6 +142,12 @@ def run(
     return _batches(Run.of(engine, warehouse, config), progress, stop, fenced, fence)
 
 
+# A batch whose commit lost a race is resumed from its last committed write: tried this many times at most, waiting
+# RACE_BACKOFF seconds, doubled each time, before each try (the winner, an OPTIMIZE, is usually done by then).
+RACES_PER_BATCH = 5
+RACE_BACKOFF = 0.5
+
+
 def _batches(
     run: Run,
     progress: Callable,
@@ -140,16 +155,33 @@ def _batches(
     before_writing: Callable[[], None],
     fence: Callable[[], None],
 ) -> list[BatchReport]:
-    """Batch after batch, from the log's tail: an unfinished batch first (resumed with its plan), then new plans."""
-    tail = check_consistency(run.tables, run.warehouse, creates=bool(run.landings))
-    known = known_files(run.tables.ingest_log, run.tables.batches) if run.landings else Known()
-    reports = []
+    """Batch after batch, from the log's tail: an unfinished batch first (resumed with its plan), then new plans. A
+    batch whose commit lost a race to another writer is resumed as a new run would resume it: each write under its
+    transaction marker, so what it committed before is not written again."""
+    reports: list[BatchReport] = []
+    races = 0
     while True:
-        report, tail = _batch(run, tail, known, progress, stop, before_writing, fence)
-        if report is None:
-            return reports
-        reports.append(report)
-        progress(report)
+        try:
+            tail = check_consistency(run.tables, run.warehouse, creates=bool(run.landings))
+            known = known_files(run.tables.ingest_log, run.tables.batches) if run.landings else Known()
+            while True:
+                report, tail = _batch(run, tail, known, progress, stop, before_writing, fence)
+                if report is None:
+                    return reports
+                report, races = replace(report, races=races), 0
+                reports.append(report)
+                progress(report)
+        except Exception as exc:
+            if not lost_a_race(exc):
+                raise
+            if races == RACES_PER_BATCH:
+                raise LakejoinError(
+                    f"a batch lost {races + 1} commit races in a row to another writer of its tables (OPTIMIZE, "
+                    f"VACUUM, another job): {first_line(exc)}; nothing is lost, run again once that writer is done"
+                ) from exc
+            time.sleep(RACE_BACKOFF * 2**races)
+            races += 1
+            run.engine.refresh()
 
 
 def _batch(

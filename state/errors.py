@@ -41,3 +41,27 @@ def first_line(exc: BaseException) -> str:
     if len(lines) > 1 and lines[0].startswith("An error occurred while calling"):
         return lines[1]
     return lines[0] if lines else type(exc).__name__
+
+
+# How a commit that lost a race to another writer (OPTIMIZE, VACUUM, predictive optimization) says so: Delta on
+# Spark's conflict conditions (SQLSTATE 2D521, in the message on a classic session, the condition over Spark Connect)
+# and delta-rs's CommitFailedError, which the engine wraps. Nothing of the losing commit was written.
+LOST_RACE = (
+    "DELTA_CONCURRENT_APPEND",
+    "DELTA_CONCURRENT_DELETE_READ",
+    "DELTA_CONCURRENT_DELETE_DELETE",
+    "DELTA_CONCURRENT_TRANSACTION",
+    "DELTA_CONCURRENT_WRITE",
+    "DELTA_METADATA_CHANGED",
+    "DELTA_PROTOCOL_CHANGED",
+)
+
+
+def lost_a_race(exc: BaseException) -> bool:
+    """Whether ``exc``, or an error it was raised from, is a commit that lost a race: what a retry cures."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if type(seen).__name__ == "CommitFailedError" or any(name in str(seen) for name in LOST_RACE):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False

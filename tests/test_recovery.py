@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 
 import pytest
@@ -126,3 +127,140 @@ def test_an_ingest_that_dies_before_its_log_entry_is_not_joined_until_retried(de
     pipeline.land(LATER[2:])
     pipeline.run(max_batch_rows=3)
     assert pipeline.gold_pairs() == Counter(batch_join(FIRST + LATER))  # no expectations config: r99 is plausible
+
+
+def compaction_of(pipeline: Pipeline, path: str, won: list[str]):  # noqa: ANN201 - a racer
+    """An OPTIMIZE of ``path`` by another writer, which must commit (the race happened), noted in ``won``; a table of
+    one file is Z-ordered, which rewrites it."""
+    from deltalake import DeltaTable
+
+    def optimize() -> None:
+        table = DeltaTable(path)
+        before = table.version()
+        if len(table.file_uris()) > 1:
+            table.optimize.compact()
+        else:  # one file: nothing to compact, a Z-order rewrites it
+            table.optimize.z_order([table.schema().fields[0].name])
+        assert DeltaTable(path).version() == before + 1, f"OPTIMIZE of {path} committed nothing: no race"
+        won.append(pipeline.warehouse.name_of(path))
+
+    return optimize
+
+
+def test_a_write_that_loses_a_race_to_optimize_is_retried_from_its_last_commit_and_the_result_is_exact(
+    deltars, tmp_path, started, uninterrupted
+):
+    """An OPTIMIZE commits to each table between a batch's read of it and its commit, as predictive optimization may:
+    the state MERGEs lose their race (delta-rs: a concurrent transaction added data), the batch is retried from its
+    last committed write, and the run ends exact, the retries counted. An append (gold of an inner join, the batch
+    log) cannot lose a race to a compaction (Delta's conflict rules: INSERT and COMPACTION cannot conflict): it
+    meets one and commits."""
+    from state.faults import racing
+
+    pipeline = copied(started, tmp_path, deltars)
+    warehouse, won = pipeline.warehouse, []
+    raced = [warehouse.gold, warehouse.batches, *(warehouse.state(rel) for rel in pipeline.config.joined)]
+    with racing({f"opened:{path}": compaction_of(pipeline, path, won) for path in raced}):
+        reports = pipeline.run(max_batch_rows=3)
+    assert sorted(won) == sorted(warehouse.name_of(path) for path in raced)
+    assert sum(report.races for report in reports) > 0
+    assert pipeline.snapshot() == uninterrupted
+
+
+def test_a_lost_race_is_told_from_other_failures_by_what_each_delta_says():
+    """Delta on Spark's words as a classic session and a Spark Connect client raise them (a MERGE after a concurrent
+    OPTIMIZE, Delta 4.4), and delta-rs's CommitFailedError under the engine's one-line error; nothing else is retried."""
+    from deltalake.exceptions import CommitFailedError
+
+    from state.errors import LakejoinError, lost_a_race
+
+    classic = Exception(
+        "[DELTA_CONCURRENT_APPEND.WITHOUT_HINT] Transaction conflict detected. a concurrent OPTIMIZE added data to "
+        "table delta.`/w/silver/r_state` committed at version 5."
+    )
+    connect = Exception(
+        "(io.delta.exceptions.ConcurrentDeleteReadException) [DELTA_CONCURRENT_DELETE_READ.WITHOUT_HINT]"
+    )
+    try:
+        raise LakejoinError("cannot merge into /w/silver/r_state: Commit failed") from CommitFailedError(
+            "Failed to commit transaction: Commit failed: a concurrent transactions added new data."
+        )
+    except LakejoinError as wrapped:
+        rs = wrapped
+    assert lost_a_race(classic) and lost_a_race(connect) and lost_a_race(rs)
+    assert not lost_a_race(LakejoinError("cannot merge into /w/silver/r_state: Schema error: no field named key"))
+    assert not lost_a_race(Exception("[DELTA_TABLE_NOT_FOUND] Delta table `main`.`x` doesn't exist."))
+
+
+ZORDER_STATS_CHECK = "spark.databricks.delta.optimize.zorder.checkStatsCollection.enabled"
+
+
+def optimized_during_merges(engine, tables: list[str], flags, won: list[str]) -> None:  # noqa: ANN001
+    """Make each MERGE into one of ``tables`` (once each) lose a race to a real OPTIMIZE on Delta on Spark: its source
+    is held at its first row (a Python UDF waiting on a file), after the MERGE has read the table's snapshot, while
+    another thread's OPTIMIZE (Z-ordered: it rewrites even one file) commits; then the MERGE goes on and commits."""
+    import threading
+    import time
+
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import BooleanType
+
+    from state.engines import as_frame
+    from state.engines.delta_log import sql_name
+
+    merge, pending = type(engine)._merge, list(tables)
+
+    def raced(self, path, df, *rest):  # noqa: ANN001, ANN202 - SparkDeltaEngine._merge's own
+        if path not in pending:
+            return merge(self, path, df, *rest)
+        pending.remove(path)
+        held, go = str(flags / f"{len(won)}-held"), str(flags / f"{len(won)}-go")
+
+        def hold(_: int) -> bool:
+            try:
+                os.close(os.open(held, os.O_CREAT | os.O_EXCL))  # the first row only: one task waits, one slot is free
+            except FileExistsError:
+                return True
+            while not os.path.exists(go):
+                time.sleep(0.05)
+            return True
+
+        def optimize() -> None:
+            while not os.path.exists(held):
+                time.sleep(0.05)
+            try:
+                key = self.spark.read.format("delta").load(path).columns[0]
+                self.spark.conf.set(ZORDER_STATS_CHECK, "false")  # a state column may carry no statistics
+                self.spark.sql(f"OPTIMIZE {sql_name(path)} ZORDER BY (`{key}`)").collect()
+                won.append(path)
+            finally:
+                self.spark.conf.unset(ZORDER_STATS_CHECK)
+                open(go, "w").close()
+
+        racer = threading.Thread(target=optimize)
+        racer.start()
+        waiting = F.udf(hold, BooleanType()).asNondeterministic()
+        try:
+            return merge(self, path, as_frame(self.spark, df).where(waiting(F.lit(1))), *rest)
+        finally:
+            racer.join()
+
+    return raced
+
+
+def test_on_delta_spark_a_merge_that_loses_a_race_to_optimize_is_retried_and_the_result_is_exact(
+    spark_engine, tmp_path, monkeypatch, uninterrupted
+):
+    """Delta on Spark's MERGE of each state table meets an OPTIMIZE committed between its read and its commit
+    (DELTA_CONCURRENT_APPEND): the batch is resumed from its last committed write, and the run ends as it would
+    have without the races."""
+    pipeline = bounded(spark_engine, tmp_path)
+    first_part_joined(pipeline)
+    states = [pipeline.warehouse.state(rel) for rel in pipeline.config.joined]
+    flags, won = tmp_path / "flags", []
+    flags.mkdir()
+    monkeypatch.setattr(type(spark_engine), "_merge", optimized_during_merges(spark_engine, states, flags, won))
+    reports = pipeline.run(max_batch_rows=3)
+    assert sorted(won) == sorted(states)
+    assert sum(report.races for report in reports) > 0
+    assert pipeline.snapshot() == uninterrupted

@@ -333,6 +333,7 @@ def main() -> None:
         found["changes"] = serverless_changes(args.workdir, spark)
         if args.every_kind:
             found["kinds"] = serverless_kinds(args.workdir, spark)
+            os.environ.setdefault("DATABRICKS_RUNTIME_VERSION", "client.4.0")  # as serverless sets it, for acceptance
             found["acceptance"] = [
                 outcome.line()
                 for outcome in accept(spark, managed_schema(spark, args.workdir, "lj_acceptance"))

@@ -77,10 +77,15 @@ def _checked(guarantee: str, check: Callable[[SparkSession, str], str], spark: S
 
 
 def _engine(spark: SparkSession, schema: str) -> str:
-    from state.engines import make_engine
+    """The engine as a run chooses it (``Pipeline``: the config's engine, and whether the warehouse holds catalog
+    tables), on a process the runtime marks as Databricks': Delta on Spark without a probe, with the public reader."""
+    from state.engines import make_engine, on_databricks
     from state.engines.public_log import PublicLog
 
-    engine = make_engine(spark, "auto", catalog=True)
+    if not on_databricks():
+        raise AssertionError("DATABRICKS_RUNTIME_VERSION is not set: lakejoin would not know it runs on Databricks")
+    config = Config.of(**CONFIG)
+    engine = make_engine(spark, config.engine, catalog=config.placed(Warehouse(schema)).holds_catalog_tables)
     reader = type(getattr(engine, "_log", None)).__name__
     if engine.name != "spark" or not isinstance(engine._log, PublicLog):
         raise AssertionError(f"engine {engine.name} with the {reader} reader")

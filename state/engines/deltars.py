@@ -43,6 +43,7 @@ from state.engines.base import (
 )
 from state.engines.delta_log import data_file
 from state.errors import LakejoinError, first_line
+from state.faults import reached
 from state.layout import NEW_TABLE_LOG
 
 
@@ -211,6 +212,7 @@ class DeltaRsReader:
         table = self._table(path)  # opened once: the transaction check and the write share it
         if table is not None and _covered(table, commit):
             return None
+        reached(f"opened:{path}")
         data = to_arrow(df)
         try:
             write_deltalake(
@@ -313,6 +315,7 @@ class DeltaRsEngine(DeltaRsReader):
         table = _opened(self._table(path), path)
         if _covered(table, commit):
             return None
+        reached(f"opened:{path}")
         condition, kept = changes_merge(keys, retraction)
         data = to_arrow(df)
         try:
@@ -357,6 +360,7 @@ class DeltaRsEngine(DeltaRsReader):
             return None if written is None else Merged(written, 0)
         if _covered(table, commit):
             return None
+        reached(f"opened:{path}")
         try:
             merger = table.merge(
                 to_arrow(df),
