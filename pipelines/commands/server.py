@@ -224,6 +224,9 @@ def attached(server: Server, verbose: bool = False) -> Iterator[SparkSession]:
         spark.client.set_retry_policies(
             hurried_retries()
         )  # a server killed mid-command fails it in seconds, not minutes
+        # Reattachable execution guards a stream across a network's drops, which a local server has none of; its
+        # asynchronous release can reach the server before the stream's last send, which then logs an ERROR.
+        spark.client.disable_reattachable_execute()
         served = spark.conf.get(VERSION_CONF, None)
         if served != VERSION:
             raise LakejoinError(
