@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # Spark loads when a Pipeline is made, not when the CLI parse
     from pipelines.commands.status import WarehouseStatus
     from pipelines.definition import Settled
     from pipelines.silver import BatchReport, RunReport
+    from state.engines import DeltaEngine
     from state.engines.base import DeltaReader
     from state.join.relations import Relation
     from state.layout import Warehouse
@@ -75,6 +76,7 @@ class Pipeline:
         self.root = os.fspath(warehouse)
         self._given = _config(config)
         self._spark, self._verbose, self._owns_session = spark, verbose, False
+        self._engines: dict[tuple[str, bool], DeltaEngine] = {}
 
     @property
     def spark(self) -> SparkSession:
@@ -388,7 +390,6 @@ class Pipeline:
         definition (which it may extend), else the recorded one. ``reset`` drops the tables of the recorded one.
         With a ``reader`` (``_reader``) no Spark starts, unless a relation reads a catalog table, which needs Spark."""
         from pipelines.definition import Settled, in_force, recorded, settle
-        from state.engines import make_engine
         from state.engines.delta_log import is_connect
         from state.layout import Warehouse
         from state.log.checks import check_ingest_target, require_engine_for, require_warehouse
@@ -402,7 +403,7 @@ class Pipeline:
             # A Spark Connect server resolves a relative path against its own working folder, not this process's.
             root = os.path.abspath(self.root) if is_connect(self.spark) and is_local(self.root) else self.root
             warehouse = given.placed(Warehouse(root))
-            engine = make_engine(self.spark, given.engine, catalog=warehouse.holds_catalog_tables)
+            engine = self._engine(given.engine, warehouse.holds_catalog_tables)
         require_engine_for(warehouse, engine)
         if creates:  # a warehouse is created in an empty folder only
             check_ingest_target(engine, warehouse)
@@ -416,11 +417,24 @@ class Pipeline:
             settled = settle(engine, warehouse, self._given, command)
             warehouse = settled.config.placed(warehouse)
         if engine is reader and _names_catalog_tables(settled.config):
-            engine = make_engine(self.spark, settled.config.engine, catalog=True)
+            engine = self._engine(settled.config.engine, True)
         elif engine is not reader and settled.config.engine not in ("auto", engine.name):
-            engine = make_engine(self.spark, settled.config.engine, catalog=warehouse.holds_catalog_tables)
+            engine = self._engine(settled.config.engine, warehouse.holds_catalog_tables)
             require_engine_for(warehouse, engine)
         return _Opened(engine, warehouse, settled)
+
+    def _engine(self, name: str, catalog: bool) -> DeltaEngine:
+        """The pipeline's engine of that kind, built once: its open tables and what it knows of their snapshots (a
+        column's maximum at a version) serve the next call instead of being read again. Each call forgets the tables
+        it holds open (``refresh``): another process may have replaced one since."""
+        from state.engines import make_engine
+
+        engine = self._engines.get((name, catalog))
+        if engine is None:
+            engine = self._engines[(name, catalog)] = make_engine(self.spark, name, catalog=catalog)
+        else:
+            engine.refresh()
+        return engine
 
     def _require_folder(self, command: str) -> None:
         from state.log.lock import is_local

@@ -51,6 +51,8 @@ CHANGED_ROWS = (
 
 
 class PublicLog:
+    statistics = False  # SQL says which files a version holds, not what they hold
+
     def __init__(self, spark: SparkSession) -> None:
         self.spark = spark
 
@@ -180,8 +182,8 @@ class PublicLog:
             return []
         bound = "" if limit is None else f" LIMIT {limit}"
         try:
-            history = self.spark.sql(f"DESCRIBE HISTORY {sql_name(table)}{bound}")
-            return history.select("version", "timestamp", "userMetadata", "operationMetrics").collect()
+            # The command's own rows: a projection of them would be a plan of its own, one Spark job more a look-up
+            return self.spark.sql(f"DESCRIBE HISTORY {sql_name(table)}{bound}").collect()
         except AnalysisException as exc:
             if exc.getCondition() in NOT_A_TABLE:  # a path table over Spark Connect: see _exists
                 return []
@@ -201,6 +203,4 @@ class PublicLog:
         return bool(DeltaTable.isDeltaTable(self.spark, table))
 
     def _detail(self, table: str):  # noqa: ANN202 - a Row
-        return (
-            self.spark.sql(f"DESCRIBE DETAIL {sql_name(table)}").select("id", "partitionColumns", "properties").first()
-        )
+        return self.spark.sql(f"DESCRIBE DETAIL {sql_name(table)}").collect()[0]
