@@ -19,7 +19,7 @@ from state.spans import describe_span, duration
 
 @dataclass(frozen=True)
 class Relation:
-    name: str  # "r": table names (bronze/r, silver/r_store) and the predicate's alias (r.key)
+    name: str  # "r": table names (bronze/r, silver/r_state) and the predicate's alias (r.key)
     rank: int  # breaks timestamp ties in the total order of docs/design.md section 2
 
     @property
