@@ -51,8 +51,6 @@ CHANGED_ROWS = (
 
 
 class PublicLog:
-    statistics = False  # SQL says which files a version holds, not what they hold
-
     def __init__(self, spark: SparkSession) -> None:
         self.spark = spark
 
