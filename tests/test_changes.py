@@ -32,6 +32,21 @@ def change(op: str, seq: int, id: str, ts: int, key: str, amount: float = 1.0) -
     return {"op": op, "seq": seq, "id": id, "ts": ts, "key": key, "amount": amount}
 
 
+# Every batch of two rows retracts what the one before added.
+RETRACTING = [
+    ("r", change("c", 1, "o1", 1, "k1", 10.0)),
+    ("s", change("c", 1, "p1", 2, "k1", 1.0)),
+    ("r", change("u", 2, "o1", 3, "k2", 11.0)),
+    ("s", change("c", 2, "p2", 4, "k2", 2.0)),
+    ("s", change("d", 3, "p2", 4, "k2", 2.0)),
+    ("r", change("c", 3, "o3", 5, "k1", 30.0)),
+    ("s", change("u", 4, "p1", 6, "k2", 3.0)),
+    ("r", change("u", 4, "o3", 7, "k2", 31.0)),
+    ("r", change("d", 5, "o1", 3, "k2", 11.0)),
+    ("s", change("c", 5, "p5", 8, "k2", 5.0)),
+]
+
+
 def current_gold(pipeline: Pipeline) -> Counter:
     gold = pipeline.engine.rows(pipeline.warehouse.gold)  # on the driver: delta-rs reads it without a Spark job
     return (
@@ -384,18 +399,7 @@ def test_a_run_dying_at_each_write_of_change_batches_resumes_to_the_uninterrupte
 ) -> None:
     """Every batch retracts what the one before added: a crash between gold's MERGE and the state tables' (or the
     commit) must neither lose a retraction nor apply one twice."""
-    events = [
-        ("r", change("c", 1, "o1", 1, "k1", 10.0)),
-        ("s", change("c", 1, "p1", 2, "k1", 1.0)),
-        ("r", change("u", 2, "o1", 3, "k2", 11.0)),
-        ("s", change("c", 2, "p2", 4, "k2", 2.0)),
-        ("s", change("d", 3, "p2", 4, "k2", 2.0)),
-        ("r", change("c", 3, "o3", 5, "k1", 30.0)),
-        ("s", change("u", 4, "p1", 6, "k2", 3.0)),
-        ("r", change("u", 4, "o3", 7, "k2", 31.0)),
-        ("r", change("d", 5, "o1", 3, "k2", 11.0)),
-        ("s", change("c", 5, "p5", 8, "k2", 5.0)),
-    ]
+    events = RETRACTING
     uninterrupted = Pipeline(deltars, str(tmp_path_factory.mktemp("uninterrupted")), Config.of(**CONFIG))
     for relation, row in events:
         uninterrupted.ingest(relation, uninterrupted.write_file([row]))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 
 import pytest
@@ -11,6 +10,7 @@ from state.config import Config
 from state.engines import make_engine
 from state.faults import CRASH_AT, InjectedCrash
 from tests.helpers import Pipeline, copied, crash_at_each
+from tests.racing import losses
 from tests.reference import Pair, Record, batch_join
 
 STEPS = ["gold", "late_arrivals", "r_state", "s_state", "dq_quarantine", "commit"]
@@ -148,7 +148,7 @@ def compaction_of(pipeline: Pipeline, path: str, won: list[str]):  # noqa: ANN20
 
 
 def test_a_write_that_loses_a_race_to_optimize_is_retried_from_its_last_commit_and_the_result_is_exact(
-    deltars, tmp_path, started, uninterrupted
+    deltars, tmp_path, monkeypatch, started, uninterrupted
 ):
     """An OPTIMIZE commits to each table between a batch's read of it and its commit, as predictive optimization may:
     the state MERGEs lose their race (delta-rs: a concurrent transaction added data), the batch is retried from its
@@ -160,11 +160,40 @@ def test_a_write_that_loses_a_race_to_optimize_is_retried_from_its_last_commit_a
     pipeline = copied(started, tmp_path, deltars)
     warehouse, won = pipeline.warehouse, []
     raced = [warehouse.gold, warehouse.batches, *(warehouse.state(rel) for rel in pipeline.config.joined)]
+    lost = losses(monkeypatch.setattr, type(pipeline.engine))
     with racing({f"opened:{path}": compaction_of(pipeline, path, won) for path in raced}):
         reports = pipeline.run(max_batch_rows=3)
     assert sorted(won) == sorted(warehouse.name_of(path) for path in raced)
+    assert sorted(set(lost)) == sorted(raced[2:]), "each state table's MERGE lost, the appends committed"
     assert sum(report.races for report in reports) > 0
     assert pipeline.snapshot() == uninterrupted
+
+
+def test_with_change_feeds_gold_s_merge_that_loses_a_race_to_optimize_is_retried_and_gold_stays_exact(
+    deltars, tmp_path, monkeypatch
+):
+    """delta-rs: a batch that takes results out of gold (one MERGE) and merges both state tables meets an OPTIMIZE of
+    each table it writes, gold/changes and the batch log included; gold is the join of the current records."""
+    from state.faults import racing
+    from tests.test_changes import CONFIG, RETRACTING, current_gold, reference_gold
+
+    pipeline = Pipeline(deltars, str(tmp_path), Config.of(**CONFIG))
+    for relation, row in RETRACTING[:2]:
+        pipeline.ingest(relation, pipeline.write_file([row]))
+    pipeline.run()
+    for relation, row in RETRACTING[2:4]:  # r's o1 moves to another key: the batch takes (o1, p1) out of gold
+        pipeline.ingest(relation, pipeline.write_file([row]))
+    warehouse, won = pipeline.warehouse, []
+    raced = [warehouse.gold, warehouse.gold_changes, warehouse.batches, *map(warehouse.state, pipeline.config.joined)]
+    monkeypatch.setattr("pipelines.silver.RACE_BACKOFF", 0.0)
+    lost = losses(monkeypatch.setattr, type(pipeline.engine))
+    with racing({f"opened:{path}": compaction_of(pipeline, path, won) for path in raced}):
+        reports = pipeline.run()
+    assert sorted(won) == sorted(warehouse.name_of(path) for path in raced)
+    merged = [warehouse.gold, *raced[3:]]
+    assert sorted(set(lost)) == sorted(merged), "gold's and the state tables' MERGEs lost, the appends committed"
+    assert sum(report.races for report in reports) > 0
+    assert current_gold(pipeline) == reference_gold(RETRACTING[:4])
 
 
 def test_a_lost_race_is_told_from_other_failures_by_what_each_delta_says():
@@ -192,75 +221,44 @@ def test_a_lost_race_is_told_from_other_failures_by_what_each_delta_says():
     assert not lost_a_race(Exception("[DELTA_TABLE_NOT_FOUND] Delta table `main`.`x` doesn't exist."))
 
 
-ZORDER_STATS_CHECK = "spark.databricks.delta.optimize.zorder.checkStatsCollection.enabled"
-
-
-def optimized_during_merges(engine, tables: list[str], flags, won: list[str]) -> None:  # noqa: ANN001
-    """Make each MERGE into one of ``tables`` (once each) lose a race to a real OPTIMIZE on Delta on Spark: its source
-    is held at its first row (a Python UDF waiting on a file), after the MERGE has read the table's snapshot, while
-    another thread's OPTIMIZE (Z-ordered: it rewrites even one file) commits; then the MERGE goes on and commits."""
-    import threading
-    import time
-
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import BooleanType
-
-    from state.engines import as_frame
-    from state.engines.delta_log import sql_name
-
-    merge, pending = type(engine)._merge, list(tables)
-
-    def raced(self, path, df, *rest):  # noqa: ANN001, ANN202 - SparkDeltaEngine._merge's own
-        if path not in pending:
-            return merge(self, path, df, *rest)
-        pending.remove(path)
-        held, go = str(flags / f"{len(won)}-held"), str(flags / f"{len(won)}-go")
-
-        def hold(_: int) -> bool:
-            try:
-                os.close(os.open(held, os.O_CREAT | os.O_EXCL))  # the first row only: one task waits, one slot is free
-            except FileExistsError:
-                return True
-            while not os.path.exists(go):
-                time.sleep(0.05)
-            return True
-
-        def optimize() -> None:
-            while not os.path.exists(held):
-                time.sleep(0.05)
-            try:
-                key = self.spark.read.format("delta").load(path).columns[0]
-                self.spark.conf.set(ZORDER_STATS_CHECK, "false")  # a state column may carry no statistics
-                self.spark.sql(f"OPTIMIZE {sql_name(path)} ZORDER BY (`{key}`)").collect()
-                won.append(path)
-            finally:
-                self.spark.conf.unset(ZORDER_STATS_CHECK)
-                open(go, "w").close()
-
-        racer = threading.Thread(target=optimize)
-        racer.start()
-        waiting = F.udf(hold, BooleanType()).asNondeterministic()
-        try:
-            return merge(self, path, as_frame(self.spark, df).where(waiting(F.lit(1))), *rest)
-        finally:
-            racer.join()
-
-    return raced
-
-
-def test_on_delta_spark_a_merge_that_loses_a_race_to_optimize_is_retried_and_the_result_is_exact(
+def test_on_delta_spark_a_write_that_loses_a_race_to_optimize_is_retried_and_the_result_is_exact(
     spark_engine, tmp_path, monkeypatch, uninterrupted
 ):
-    """Delta on Spark's MERGE of each state table meets an OPTIMIZE committed between its read and its commit
-    (DELTA_CONCURRENT_APPEND): the batch is resumed from its last committed write, and the run ends as it would
-    have without the races."""
+    """Delta on Spark: each state table's MERGE meets an OPTIMIZE committed between its read and its commit
+    (DELTA_CONCURRENT_APPEND) and the batch is resumed from its last committed write; gold's and the batch log's
+    appends meet one too and commit (a blind append and a compaction never conflict). The run ends as it would have
+    without the races."""
+    from tests.racing import APPEND, MERGE, race_writes
+
     pipeline = bounded(spark_engine, tmp_path)
     first_part_joined(pipeline)
-    states = [pipeline.warehouse.state(rel) for rel in pipeline.config.joined]
-    flags, won = tmp_path / "flags", []
+    warehouse = pipeline.warehouse
+    writes = [(MERGE, warehouse.state(rel)) for rel in pipeline.config.joined]
+    writes += [(APPEND, warehouse.gold), (APPEND, warehouse.batches)]
+    flags = tmp_path / "flags"
     flags.mkdir()
-    monkeypatch.setattr(type(spark_engine), "_merge", optimized_during_merges(spark_engine, states, flags, won))
+    won, lost = race_writes(monkeypatch.setattr, writes, flags), losses(monkeypatch.setattr, type(spark_engine))
     reports = pipeline.run(max_batch_rows=3)
-    assert sorted(won) == sorted(states)
+    assert sorted(won) == sorted(table for _, table in writes)
+    assert sorted(set(lost)) == sorted(table for kind, table in writes if kind == MERGE), "the MERGEs lost"
     assert sum(report.races for report in reports) > 0
     assert pipeline.snapshot() == uninterrupted
+
+
+@pytest.mark.spark_delta
+def test_on_a_catalog_warehouse_every_write_of_change_batches_meets_an_optimize_and_gold_stays_exact(spark, tmp_path):
+    """Change feeds on a catalog warehouse (tables reached by name): gold's MERGE taking results out and putting the
+    batch's in, and the state tables' MERGEs, each lose a race to an OPTIMIZE and are retried; gold/changes' and the
+    batch log's appends meet one and commit. Gold after the run is the join of the current records."""
+    from tests.conftest import require_spark_delta
+    from tests.racing import raced_change_batches
+
+    require_spark_delta(spark)
+    spark.sql(f"CREATE SCHEMA lj_raced LOCATION '{tmp_path / 'schema'}'")
+    try:
+        raced = raced_change_batches(spark, "spark_catalog.lj_raced", tmp_path)
+    finally:
+        spark.sql("DROP SCHEMA IF EXISTS lj_raced CASCADE")
+    assert raced["won"] == raced["writes"], "an OPTIMIZE committed inside each write"
+    assert raced["lost"] == raced["merges"], "the MERGEs lost their race, the appends committed"
+    assert raced["races"] > 0 and raced["gold"] == raced["expected"]
