@@ -6,6 +6,13 @@ STAMP := $(VENV)/.installed
 # Flink for bench-peers, in a virtualenv of its own: apache-flink pins pyarrow, pandas and numpy apart from the project
 FLINK_VENV := .venv-flink
 FLINK_STAMP := $(FLINK_VENV)/.installed
+# The client serverless environment 5 ships (Python 3.12, Databricks Connect 18: Spark 4.1), for the on-demand
+# emulation of serverless (tests/test_where_spark_runs.py); it replaces pyspark, so it has a virtualenv of its own
+# (a pyenv-installed 3.12 when there is one: its shim answers only where pyenv selects it)
+SERVERLESS_PYTHON ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) python3.12)
+SERVERLESS_VENV := .venv-serverless
+SERVERLESS_STAMP := $(SERVERLESS_VENV)/.installed
+DATABRICKS_CONNECT := databricks-connect==18.3.7
 
 .PHONY: demo test bench-state bench-dq bench-peers bench-peers-bounded bench-engines bench-memory bench-commit bench-sources bench-nway bench-final bench-cli bench-changes bench-idle bench-sizing bench-backlog bench-history bench-small bench-costs bench-demo sizing-day bench-suite bench-report
 
@@ -26,6 +33,13 @@ $(FLINK_STAMP):
 	$(PYTHON) -m venv $(FLINK_VENV)
 	$(FLINK_VENV)/bin/pip install --quiet apache-flink==2.3.0
 	touch $(FLINK_STAMP)
+
+$(SERVERLESS_STAMP): pyproject.toml constraints.txt
+	@$(SERVERLESS_PYTHON) --version >/dev/null 2>&1 || { echo "Python 3.12 is required by Databricks Connect 18: install it, or pass SERVERLESS_PYTHON=/path/to/python3.12"; exit 1; }
+	@$(SERVERLESS_PYTHON) -m venv $(SERVERLESS_VENV)
+	@$(SERVERLESS_VENV)/bin/pip install --quiet --quiet --constraint constraints.txt $(DATABRICKS_CONNECT) --editable . \
+		pytest==9.0.3 hypothesis==6.155.2
+	@touch $(SERVERLESS_STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/lakejoin demo

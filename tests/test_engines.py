@@ -486,3 +486,23 @@ print("detected:", session_has_delta(spark), make_engine(spark).name)
         timeout=300,
     )
     assert "detected: True spark" in done.stdout, done.stderr[-2000:]
+
+
+def test_an_empty_frame_s_schema_reaches_arrow_with_timestamps_in_utc_on_either_pyspark_4_1_converter(monkeypatch):
+    """pyspark's internal converter changed within 4.1: 4.1.0's, which Databricks Connect 18 (serverless environment 5)
+    ships, takes the zone as ``timezone`` and fails without it. A MERGE of gold that changed nothing commits a marker of
+    no rows with gold's schema (its ``produced_at`` a timestamp), which failed there."""
+    from pyspark.sql.types import StructField, TimestampType
+
+    from state.engines import spark_delta
+
+    schema = StructType([StructField("produced_at", TimestampType())])
+    expected = pa.schema([("produced_at", pa.timestamp("us", tz="UTC"))])
+    assert spark_delta.arrow_schema(schema) == expected
+
+    def converter_of_4_1_0(schema: StructType, *, timezone: str | None = None) -> pa.Schema:
+        assert timezone is not None  # as pyspark 4.1.0's to_arrow_type asserts for a TimestampType
+        return pa.schema([(field.name, pa.timestamp("us", tz=timezone)) for field in schema.fields])
+
+    monkeypatch.setattr(spark_delta, "to_arrow_schema", converter_of_4_1_0)
+    assert spark_delta.arrow_schema(schema) == expected

@@ -14,9 +14,9 @@ from tests.helpers import REPO
 
 # The libraries each runtime ships, from its release notes' "Installed Python libraries": Databricks Runtime 18 LTS
 # (https://docs.databricks.com/aws/en/release-notes/runtime/18, the bundle's job_cluster spark_version 18.x) and
-# serverless environment 4 (https://docs.databricks.com/aws/en/release-notes/serverless/environment-version/four, the
+# serverless environment 5 (https://docs.databricks.com/aws/en/release-notes/serverless/environment-version/five, the
 # bundle's serverless_environment), as Databricks' own github.com/databricks/environments transcribes them
-# (python/dbr/18.x-scala2.13/constraints.txt, python/serverless/serverless-v4/constraints.txt). None: not shipped.
+# (python/dbr/18.x-scala2.13/constraints.txt, python/serverless/serverless-v5/pyproject.toml). None: not shipped.
 RUNTIMES = {
     "Databricks Runtime 18 LTS": {
         "deltalake": "1.1.4",
@@ -25,9 +25,9 @@ RUNTIMES = {
         "pyyaml": "6.0.2",
         "great-expectations": None,
     },
-    "serverless environment 4": {
-        "deltalake": None,
-        "pyarrow": "19.0.1",
+    "serverless environment 5": {
+        "deltalake": "1.1.4",
+        "pyarrow": "21.0.0",
         "pandas": "2.2.3",
         "pyyaml": "6.0.2",
         "great-expectations": None,

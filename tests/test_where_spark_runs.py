@@ -37,6 +37,7 @@ from tests.where_spark_runs import TYPED_CONFIG, TYPES, WORKED_BATCH_ROWS, WORKE
 SPARK_HOME = os.path.dirname(pyspark.__file__)
 JVM_SIDE = re.compile(r"\b(_jvm|_jsc|_jsparkSession|_jdf|_jdt|sparkContext|SparkContext|rdd)\b")
 THE_JVM_MODULE = Path(REPO, "state", "engines", "jvm.py")
+SERVERLESS_VENV = ".venv-serverless"  # the Makefile's: serverless environment 5's client
 
 pytestmark = pytest.mark.spark_delta
 
@@ -59,26 +60,11 @@ def test_on_a_session_that_refuses_what_serverless_refuses_every_join_is_exact_t
 ):
     """On a Spark Connect session that refuses settings, caching and clones: the typed join through crashes (a folder
     warehouse), and change feeds on a catalog warehouse whose tables the client reaches by name only (a path read of
-    their storage is refused). Then the CLI as a new user tries it, SPARK_REMOTE naming the server: its run is one more
-    batch, probing the state the others left."""
+    their storage is refused), twice: the second time with an OPTIMIZE committed inside each write of one batch. Then
+    the CLI as a new user tries it, SPARK_REMOTE naming the server: its run is one more batch, probing the state the
+    others left."""
     found = _scenarios(tmp_path, "--remote", connect_server)
-    assert (found["session"], found["engine"]) == ("pyspark.sql.connect.session", "spark")
-    assert found["refused"] == ["cloneSession"], "only the engine's one question to the session was refused"
-    typed = found["typed"]
-    assert len(typed["crashed"]) == 2 and typed["valid"] and typed["committed"] == 3
-    # r's state: made by batch 1's append, then per batch a commit of no rows carrying the marker and the MERGE; the
-    # MERGE cut short by the first crash ran when resumed, the one before the second was not run again
-    assert typed["operations"] == ["WRITE", "WRITE", "MERGE", "WRITE", "MERGE"], typed["operations"]
-    assert found["r_state_merges"] == 2, "a MERGE run again would commit nothing, so the statements are counted too"
-    assert "columns 'Note' and 'note' differ only in case" in typed["refusal"], (
-        "inferred without telling case apart, still refused"
-    )
-    _assert_join_exact(typed, spark)
-    changes = found["changes"]  # change feeds: gold after each run, beside the reference's
-    assert [[tuple(row) for row in run] for run in changes["gold"]] == [
-        [tuple(row) for row in run] for run in changes["expected"]
-    ]
-    assert changes["gold"][-1], "the last run holds pairs"
+    typed = _assert_serverless_scenarios(found, spark)
     records = tmp_path / "more.jsonl"
     records.write_text(json.dumps({"id": "r99", "customer": "c1", "at": "2026-01-01T11:00:00Z"}) + "\n")
     warehouse, env = os.path.join(str(tmp_path), "serverless"), {"SPARK_REMOTE": connect_server}
@@ -92,6 +78,18 @@ def test_on_a_session_that_refuses_what_serverless_refuses_every_join_is_exact_t
     assert status.returncode == 0 and json.loads(status.stdout)["last_committed_batch"] == typed["committed"] + 1, (
         status.stderr
     )
+
+
+@ON_DEMAND
+def test_with_the_client_serverless_environment_5_ships_every_join_is_exact_through_crashes_and_races(
+    serverless_server, serverless_client, spark, tmp_path
+):
+    """The same scenarios run by the client of the bundle's serverless environment (5: Databricks Connect 18, Python
+    3.12, from PyPI), refusing what serverless refuses, against the local Spark Connect server (its Python workers on
+    3.12 too, as serverless runs the client's Python)."""
+    found = _scenarios(tmp_path, "--remote", serverless_server, python=serverless_client)
+    assert found["client"].startswith("databricks-connect 18."), found["client"]
+    _assert_serverless_scenarios(found, spark)
 
 
 @ON_DEMAND
@@ -132,13 +130,38 @@ def test_on_a_standalone_cluster_joins_are_exact_and_the_cli_runs_there(standalo
     assert ran.returncode == 0 and "1 arrivals, 3 pairs" in ran.stdout, ran.stdout + ran.stderr[-2000:]
 
 
-def _scenarios(tmp_path: Path, *where: str, timeout: int = 1800) -> dict:
+def _scenarios(tmp_path: Path, *where: str, timeout: int = 1800, python: str = sys.executable) -> dict:
     ran = subprocess.run(
-        [sys.executable, "-m", "tests.where_spark_runs", str(tmp_path), *where],
+        [python, "-m", "tests.where_spark_runs", str(tmp_path), *where],
         capture_output=True, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": REPO}, timeout=timeout,
     )  # fmt: skip
     assert ran.returncode == 0, ran.stderr[-3000:]
     return json.loads(ran.stdout.strip().splitlines()[-1])
+
+
+def _assert_serverless_scenarios(found: dict, spark: SparkSession) -> dict:
+    """The scenarios a client refusing what serverless refuses ran, each exact; returns the typed join's."""
+    assert (found["session"], found["engine"]) == ("pyspark.sql.connect.session", "spark")
+    assert found["refused"] == ["cloneSession"], "only the engine's one question to the session was refused"
+    typed = found["typed"]
+    assert len(typed["crashed"]) == 2 and typed["valid"] and typed["committed"] == 3
+    # r's state: made by batch 1's append, then per batch a commit of no rows carrying the marker and the MERGE; the
+    # MERGE cut short by the first crash ran when resumed, the one before the second was not run again
+    assert typed["operations"] == ["WRITE", "WRITE", "MERGE", "WRITE", "MERGE"], typed["operations"]
+    assert found["r_state_merges"] == 2, "a MERGE run again would commit nothing, so the statements are counted too"
+    assert "columns 'Note' and 'note' differ only in case" in typed["refusal"], (
+        "inferred without telling case apart, still refused"
+    )
+    _assert_join_exact(typed, spark)
+    changes = found["changes"]  # change feeds: gold after each run, beside the reference's
+    assert [[tuple(row) for row in run] for run in changes["gold"]] == [
+        [tuple(row) for row in run] for run in changes["expected"]
+    ]
+    assert changes["gold"][-1], "the last run holds pairs"
+    raced = found["raced"]  # change feeds on a catalog warehouse, an OPTIMIZE committed inside each write of a batch
+    assert raced["won"] == raced["writes"] and raced["lost"] == raced["merges"], raced
+    assert raced["races"] > 0 and raced["gold"] == raced["expected"], raced
+    return typed
 
 
 def _assert_worked_example(found: dict) -> None:
@@ -165,20 +188,42 @@ def _assert_join_exact(typed: dict, spark: SparkSession) -> None:
 
 @pytest.fixture(scope="module")
 def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    yield from _connect_server(tmp_path_factory, sys.executable)
+
+
+@pytest.fixture(scope="module")
+def serverless_client() -> str:
+    """The Python of the client serverless environment 5 ships (Databricks Connect 18 on Python 3.12), in a
+    virtualenv the Makefile makes once."""
+    made = subprocess.run(["make", "-s", f"{SERVERLESS_VENV}/.installed"], cwd=REPO, capture_output=True, text=True)
+    assert made.returncode == 0, made.stdout + made.stderr
+    return str(Path(REPO, SERVERLESS_VENV, "bin", "python"))
+
+
+@pytest.fixture(scope="module")
+def serverless_server(tmp_path_factory: pytest.TempPathFactory, serverless_client: str) -> Iterator[str]:
+    yield from _connect_server(tmp_path_factory, serverless_client)
+
+
+def _connect_server(tmp_path_factory: pytest.TempPathFactory, workers: str) -> Iterator[str]:
     """A Spark Connect server from pyspark's own jars (spark-connect ships in pyspark), with Delta's jars and its two
-    settings, as a user starts one; lakejoin's local tuning (few shuffle partitions, one task per snapshot) too."""
+    settings, as a user starts one; lakejoin's local tuning (few shuffle partitions, one task per snapshot) too; its Python workers run ``workers``
+    (a Python UDF needs the client's Python version)."""
     jars = _jars()
     port = _free_port()
     conf = {
         **DELTA_CONF, "spark.connect.grpc.binding.port": str(port), "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4",
         "spark.sql.session.timeZone": "UTC",
+        # its default, as a number: Spark 4.1.4 shows it as "3221225472b", which Databricks Connect 18.3's client (its
+        # pyspark 4.1.0) cannot parse, so no DataFrame of local rows could be made through it
+        "spark.sql.session.localRelationSizeLimit": "3221225472",
     }  # fmt: skip
     command = [
         f"{SPARK_HOME}/bin/spark-submit", "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
         "--master", "local[2]", "--jars", ",".join(jars), *[arg for item in conf.items() for arg in ("--conf", "=".join(item))], "spark-internal",
     ]  # fmt: skip
     log = tmp_path_factory.mktemp("connect") / "server.log"
-    with _started(command, log, "Spark Connect server started", 1):
+    with _started(command, log, "Spark Connect server started", 1, {"PYSPARK_PYTHON": workers}):
         yield f"sc://127.0.0.1:{port}"
 
 
@@ -224,8 +269,8 @@ def _jars() -> list[str]:
 class _started:
     """A JVM process in a group of its own, ready once its log says ``ready`` (``times`` times); stopped on exit."""
 
-    def __init__(self, command: list[str], log: Path, ready: str, times: int) -> None:
-        self.command, self.log, self.ready, self.times = command, log, ready, times
+    def __init__(self, command: list[str], log: Path, ready: str, times: int, env: dict | None = None) -> None:
+        self.command, self.log, self.ready, self.times, self.env = command, log, ready, times, env or {}
 
     def __enter__(self) -> Path:
         with open(self.log, "w") as out:
@@ -234,7 +279,7 @@ class _started:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                env={**os.environ, "SPARK_HOME": SPARK_HOME},
+                env={**os.environ, "SPARK_HOME": SPARK_HOME, **self.env},
             )
         try:
             _wait_for(self.log, self.ready, self.times, self.process)

@@ -14,6 +14,7 @@ import json
 import os
 from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -24,6 +25,7 @@ from pipelines.commands.acceptance import accept
 from pipelines.spark import get_spark
 from state.faults import CRASH_AT, InjectedCrash
 from state.layout import Warehouse
+from tests.racing import raced_change_batches
 from tests.test_join_pipeline import ORDERS
 
 WORKED_ORDER = "delayed store r4"
@@ -311,6 +313,16 @@ def serverless_changes(root: str, spark) -> dict:  # noqa: ANN001
     return {"gold": found, "expected": expected}
 
 
+def client() -> str:
+    """The Spark Connect client this process runs: Databricks Connect (serverless ships it) or pyspark's own."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"databricks-connect {version('databricks-connect')}"
+    except PackageNotFoundError:
+        return f"pyspark {version('pyspark')}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("workdir")
@@ -328,9 +340,11 @@ def main() -> None:
         from tests.serverless import refuse_what_serverless_refuses
 
         calls = refuse_what_serverless_refuses(managed=os.path.join(args.workdir, MANAGED))
-        found = {"session": type(spark).__module__, "engine": make_engine(spark).name}
+        found = {"session": type(spark).__module__, "engine": make_engine(spark).name, "client": client()}
         found["typed"] = serverless_join(args.workdir, spark)
         found["changes"] = serverless_changes(args.workdir, spark)
+        os.makedirs(raced := os.path.join(args.workdir, "raced"))
+        found["raced"] = raced_change_batches(spark, managed_schema(spark, args.workdir, "lj_raced"), Path(raced))
         if args.every_kind:
             found["kinds"] = serverless_kinds(args.workdir, spark)
             os.environ.setdefault("DATABRICKS_RUNTIME_VERSION", "client.4.0")  # as serverless sets it, for acceptance

@@ -344,7 +344,10 @@ def as_frame(spark: SparkSession, data: Data) -> DataFrame:
     Connect session cannot infer a schema from no rows)."""
     if isinstance(data, DataFrame):
         return data
-    return spark.createDataFrame(data) if data.num_rows else spark.createDataFrame([], from_arrow_schema(data.schema))
+    if data.num_rows:
+        return spark.createDataFrame(data)
+    # a naive timestamp stays a TIMESTAMP: pyspark 4.1.0 (Databricks Connect 18's) would make it TIMESTAMP_NTZ
+    return spark.createDataFrame([], from_arrow_schema(data.schema, prefer_timestamp_ntz=False))
 
 
 @dataclass(frozen=True)

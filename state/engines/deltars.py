@@ -397,7 +397,7 @@ def _plain(result: pa.Table, table: DeltaTable) -> pa.Table:
 
 
 def _spark_schema(table: DeltaTable) -> StructType:
-    return from_arrow_schema(pa.schema(table.schema().to_arrow()))
+    return from_arrow_schema(pa.schema(table.schema().to_arrow()), prefer_timestamp_ntz=False)  # as pyspark 4.1.4
 
 
 def _opened(table: DeltaTable | None, path: str) -> DeltaTable:

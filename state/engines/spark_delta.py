@@ -226,7 +226,7 @@ class SparkDeltaEngine:
             return self.rows(path, where=one_of(column, values, where))
         candidates = listed.holding(column, values)
         if not candidates:
-            return pa.Table.from_pylist([], to_arrow_schema(listed.schema))
+            return pa.Table.from_pylist([], arrow_schema(listed.schema))
         return self._frame(path, None, listed, candidates).where(one_of(column, values, where)).toArrow()
 
     def max_value(self, path: str, column: str, version: int | None = None) -> int | None:
@@ -432,7 +432,7 @@ class SparkDeltaEngine:
             )
         changed = int(counts["num_affected_rows"])
         if changed == 0:  # a MERGE that changes nothing commits nothing: the write is recorded by a commit of no rows
-            self.append(path, pa.Table.from_pylist([], to_arrow_schema(as_frame(self.spark, df).schema)), commit=commit)
+            self.append(path, pa.Table.from_pylist([], arrow_schema(as_frame(self.spark, df).schema)), commit=commit)
         return changed
 
     def _written(self, path: str, recorded: Recorded | None, commit: Commit | None) -> bool:
@@ -588,6 +588,16 @@ def merge_statement(
 
 def _assignments(updates: dict[str, str]) -> str:
     return ", ".join(f"target.`{name}` = {value}" for name, value in updates.items())
+
+
+def arrow_schema(schema: StructType) -> pa.Schema:
+    """``schema`` in Arrow, timestamps in UTC. pyspark's converter is internal and changed within 4.1: 4.1.0 (the
+    client of Databricks Connect 18, serverless environment 5) takes the zone as ``timezone`` and fails without it;
+    4.1.4 takes ``timestamp_utc``, UTC by default."""
+    try:
+        return to_arrow_schema(schema, timezone="UTC")  # pyspark 4.1.0
+    except TypeError:
+        return to_arrow_schema(schema)
 
 
 def _append_to(table: str, frame: DataFrame, options: dict[str, str]) -> None:
