@@ -195,10 +195,22 @@ def _parser() -> argparse.ArgumentParser:
     acceptance.add_argument(
         "--report", metavar="FILE", help="also write each guarantee's outcome there as JSON lines (a Volume path)"
     )
-    acceptance.add_argument(
+    chosen = acceptance.add_mutually_exclusive_group()
+    chosen.add_argument(
         "--fail",
         action="store_true",
         help="check nothing and exit 1: the job's forced failure, whose run must end FAILED and notify",
+    )
+    chosen.add_argument(
+        "--seed",
+        metavar="FOLDER",
+        help="make the warehouse anew for the join jobs to join: a landing file and config.yml in FOLDER (a Volume "
+        "path), a source table in the warehouse's schema",
+    )
+    chosen.add_argument(
+        "--seeded",
+        action="store_true",
+        help="check that gold holds the join of what --seed seeded, each pair once, after the join jobs ran",
     )
 
     demo = command(
@@ -399,13 +411,19 @@ def _failed(tasks: list[str]) -> int:
 
 def _acceptance(args: argparse.Namespace) -> int:
     from pipelines.api import Pipeline
-    from pipelines.commands.acceptance import FORCED, accept, report
+    from pipelines.commands.acceptance import FORCED, accept, joined_as_seeded, report, seed
 
     if args.fail:
         print(f"lakejoin: error: {FORCED}", file=sys.stderr)
         return 1
     with _served_spark(args) as served, Pipeline(args.warehouse, spark=served, verbose=args.verbose) as pipeline:
-        outcomes = accept(pipeline.spark, args.warehouse)
+        if args.seed:
+            print(f"seeded {args.warehouse}: its config is {seed(pipeline.spark, args.warehouse, args.seed)}")
+            return 0
+        if args.seeded:
+            outcomes = [joined_as_seeded(pipeline.spark, args.warehouse)]
+        else:
+            outcomes = accept(pipeline.spark, args.warehouse)
     for outcome in outcomes:
         print(outcome.line(), flush=True)
     if args.report:

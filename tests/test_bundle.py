@@ -172,11 +172,13 @@ def test_every_task_runs_a_real_lakejoin_command_from_the_wheel(bundle):
     commands = set()
     for path, job in joining_jobs(bundle).values():
         every = {
-            task["task_key"]: task for task in resolved(job, defaults(bundle))["tasks"] if "python_wheel_task" in task
+            task["task_key"]: task
+            for task in as_run(resolved(job, defaults(bundle)))["tasks"]
+            if "python_wheel_task" in task
         }
         if "failed" in every:
             commands.add(parsed(every["failed"]["python_wheel_task"]["parameters"]).command)
-        for task in wheel_tasks(resolved(job, defaults(bundle))).values():
+        for task in wheel_tasks(as_run(resolved(job, defaults(bundle)))).values():
             wheel_task = task["python_wheel_task"]
             assert wheel_task["package_name"] == project["name"]
             assert wheel_task["entry_point"] in project["scripts"]
@@ -441,7 +443,7 @@ def test_prod_deploys_one_copy_whoever_deploys_it(bundle):
 
 def test_the_following_join_is_a_paused_continuous_job_that_runs_on_the_scheduled_join_s_warehouse(bundle):
     follow, scheduled = (
-        resolved(jobs(bundle)[key][1], defaults(bundle)) for key in ("lakejoin_join_follow", "lakejoin_join")
+        as_run(resolved(jobs(bundle)[key][1], defaults(bundle))) for key in ("lakejoin_join_follow", "lakejoin_join")
     )
     assert "schedule" not in follow and follow["continuous"] == {
         "pause_status": "PAUSED"
@@ -583,11 +585,34 @@ def test_no_workspace_url_or_secret_is_hard_coded(bundle):
         assert not forbidden.search(text), (path, forbidden.search(text))
 
 
-def task_parameters(bundle: dict[str, Any], key: str, task: str, **variables: str) -> list[str]:
+def task_parameters(
+    bundle: dict[str, Any], key: str, task: str, job_parameters: dict[str, str] | None = None, **variables: str
+) -> list[str]:
     """The parameters of task ``task`` of job ``key`` as a run of it passes them, with ``variables`` set (``-t`` a
-    target, ``--var name=value``)."""
-    given = wheel_tasks(resolved(jobs(bundle)[key][1], {**defaults(bundle), **variables}))[task]["python_wheel_task"]
-    return [RUN_VALUES.get(parameter, parameter) for parameter in given["parameters"]]
+    target, ``--var name=value``) and the run given ``job_parameters`` (the others at their defaults)."""
+    job = as_run(resolved(jobs(bundle)[key][1], {**defaults(bundle), **variables}), job_parameters)
+    return [
+        RUN_VALUES.get(parameter, parameter) for parameter in wheel_tasks(job)[task]["python_wheel_task"]["parameters"]
+    ]
+
+
+def as_run(job: dict[str, Any], given: dict[str, str] | None = None) -> dict[str, Any]:
+    """``job`` (deployed) as a run of it sees it: each ``{{job.parameters.NAME}}`` the value the run was given, or the
+    parameter's default; a parameter the job does not declare is refused, as the Jobs API refuses it."""
+    values = {parameter["name"]: parameter["default"] for parameter in job.get("parameters", [])}
+    assert set(given or {}) <= set(values), f"{job['name']} takes no parameter {set(given or {}) - set(values)}"
+    values |= given or {}
+
+    def run_value(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {key: run_value(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [run_value(item) for item in value]
+        if isinstance(value, str):
+            return re.sub(r"\{\{job\.parameters\.(\w+)\}\}", lambda match: values[match[1]], value)
+        return value
+
+    return run_value(job)
 
 
 def test_every_task_takes_the_config_and_names_no_relation_and_no_batch_size(bundle):
@@ -607,17 +632,44 @@ def test_the_acceptance_job_checks_both_computes_in_schemas_of_their_own_and_is_
     assert not set(TRIGGERS) & set(job), "run by hand, once"
     tasks = wheel_tasks(resolved(job, defaults(bundle)))
     checks = {key: parsed(task["python_wheel_task"]["parameters"]) for key, task in tasks.items()}
-    assert {key: (args.command, args.fail) for key, args in checks.items()} == {
-        "classic": ("acceptance", False),
-        "serverless": ("acceptance", False),
+    assert {key: args.command for key, args in checks.items()} == {
+        "seed": "acceptance",
+        "validate": "validate",
+        "maintain": "maintain",
+        "joined": "acceptance",
+        "classic": "acceptance",
+        "serverless": "acceptance",
     }
+    assert not any(checks[key].fail for key in ("seed", "joined", "classic", "serverless"))
     assert "job_cluster_key" in tasks["classic"] and "environment_key" in tasks["serverless"]
-    schemas = {checks["classic"].warehouse, checks["serverless"].warehouse}
-    assert len(schemas) == 2 and "main.lakejoin" not in schemas, "never the join's warehouse, nor each other's"
-    assert {volume(checks[key].report) for key in ("classic", "serverless")} == {defaults(bundle)["docs"]}
+    schemas = {checks["classic"].warehouse, checks["serverless"].warehouse, checks["seed"].warehouse}
+    assert len(schemas) == 3 and "main.lakejoin" not in schemas, "never the join's warehouse, nor each other's"
+    assert {volume(checks[key].report) for key in ("classic", "serverless", "joined")} == {defaults(bundle)["docs"]}
     assert job["email_notifications"]["on_failure"] == "${var.notify_on_failure}"
     with open(os.path.join(REPO, "docs", "databricks.md"), encoding="utf-8") as handle:
         assert "databricks bundle run -t dev lakejoin_acceptance" in handle.read()
+
+
+def test_the_acceptance_run_joins_a_seeded_warehouse_with_the_real_join_jobs_at_once_never_the_target_s(bundle):
+    """Both join jobs run as themselves (run_job_task), given the seeded warehouse and config as job parameters each
+    declares, started together after the seed; validate, maintain and the gold check work on that warehouse."""
+    job = resolved(jobs(bundle)[ACCEPTANCE][1], defaults(bundle))
+    tasks = {task["task_key"]: task for task in job["tasks"]}
+    seeded = parsed(tasks["seed"]["python_wheel_task"]["parameters"])
+    for key, joined in (("join_classic", "lakejoin_join"), ("join_serverless", "lakejoin_join_serverless")):
+        run = tasks[key]["run_job_task"]
+        assert run["job_id"] == "${resources.jobs." + joined + ".id}", key
+        assert [dependency["task_key"] for dependency in tasks[key]["depends_on"]] == ["seed"], "at once, after it"
+        arguments = parsed(task_parameters(bundle, joined, "join", job_parameters=run["job_parameters"]))
+        assert (arguments.warehouse, arguments.config) == (seeded.warehouse, seeded.seed + "/config.yml"), key
+        assert arguments.warehouse != defaults(bundle)["catalog"] + "." + defaults(bundle)["schema"]
+        assert volume(run["job_parameters"]["docs"]) == defaults(bundle)["docs"]
+    for key in ("validate", "maintain"):
+        arguments = parsed(tasks[key]["python_wheel_task"]["parameters"])
+        assert (arguments.warehouse, arguments.config) == (seeded.warehouse, seeded.seed + "/config.yml"), key
+    assert parsed(tasks["joined"]["python_wheel_task"]["parameters"]).warehouse == seeded.warehouse
+    assert parsed(tasks["joined"]["python_wheel_task"]["parameters"]).seeded
+    assert {dependency["task_key"] for dependency in tasks["passed"]["depends_on"]} == set(tasks) - {"passed"}
 
 
 def test_the_notification_check_fails_on_purpose_and_pages_no_one_unless_asked(bundle):
@@ -708,6 +760,45 @@ def test_the_join_job_ingests_and_joins_a_config_s_own_relations_from_their_land
         ("o2", "p0"),
         ("o3", "p1"),
     ]
+
+
+@pytest.mark.spark_delta
+def test_an_acceptance_run_s_commands_pass_on_what_they_seeded_and_its_gold_check_fails_on_a_gold_that_is_not(
+    bundle, spark, tmp_path
+):
+    """The acceptance run's tasks in order, each by its command in the bundle on a local catalog: the seed, each join
+    job's join task as its run_job_task's job parameters point it, validate (Data Docs in the quality folder),
+    maintain, and the gold check, every one exiting 0; with a pair taken out of gold, the gold check fails."""
+    from pipelines.cli import main
+    from state.layout import Warehouse
+    from tests.conftest import require_spark_delta
+
+    require_spark_delta(spark)
+    variables = {"catalog": "spark_catalog", "schema": "lj_seeded", "docs": str(tmp_path / "quality")}
+    tasks = {
+        task["task_key"]: task
+        for task in resolved(jobs(bundle)[ACCEPTANCE][1], {**defaults(bundle), **variables})["tasks"]
+    }
+
+    def ran(key: str) -> int:
+        return main(
+            [RUN_VALUES.get(parameter, parameter) for parameter in tasks[key]["python_wheel_task"]["parameters"]]
+        )
+
+    spark.sql(f"CREATE SCHEMA lj_seeded_acceptance_join LOCATION '{tmp_path / 'schema'}'")
+    try:
+        assert ran("seed") == 0
+        for key, joined in (("join_classic", "lakejoin_join"), ("join_serverless", "lakejoin_join_serverless")):
+            given = tasks[key]["run_job_task"]["job_parameters"]
+            assert main(task_parameters(bundle, joined, "join", job_parameters=given, **variables)) == 0, key
+        for key in ("validate", "maintain", "joined"):
+            assert ran(key) == 0, key
+        assert os.listdir(tmp_path / "quality" / "acceptance" / "seeded" / "docs"), "Data Docs in the quality Volume"
+        gold = Warehouse("spark_catalog.lj_seeded_acceptance_join").gold
+        spark.sql(f"DELETE FROM {gold} WHERE _s_id = 's2'")
+        assert ran("joined") == 1
+    finally:
+        spark.sql("DROP SCHEMA IF EXISTS lj_seeded_acceptance_join CASCADE")
 
 
 # What Databricks refuses or ignores in a bundle, from its documentation and the CLI's source, as data: each rule a
@@ -825,7 +916,7 @@ def test_a_join_try_is_retried_past_its_dead_try_s_lease_and_a_lasting_failure_f
     from state.log.lease import LEASE_SECONDS
 
     for key in ("lakejoin_join", "lakejoin_join_serverless"):
-        join = wheel_tasks(resolved(jobs(bundle)[key][1], defaults(bundle)))["join"]
+        join = wheel_tasks(as_run(resolved(jobs(bundle)[key][1], defaults(bundle))))["join"]
         assert join["max_retries"] >= 1 and join["retry_on_timeout"] is True, key
         assert 0 < join["timeout_seconds"] and join["notification_settings"] == {"alert_on_last_attempt": True}, key
         assert join["email_notifications"]["on_failure"] == defaults(bundle)["notify_on_failure"], key

@@ -6,12 +6,14 @@ Databricks, not with Databricks. The bundle's ``lakejoin-acceptance`` job, which
 (classic compute and serverless), runs these checks there and reports each guarantee as passed or failed
 (``lakejoin acceptance``); the tests run the same checks against a local catalog under each emulation.
 
-Each check is independent: one that fails says why in one line and the others still run.
+Each check is independent: one that fails says why in one line and the others still run. The job also seeds a
+warehouse (``seed``) for the real join jobs to join, and checks their gold against what it seeded (``joined_as_seeded``).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -33,6 +35,12 @@ FIRST = (
 SECOND = [("u", 2, "r1", 14, "c", 5.0), ("d", 2, "r2", 15, "b", 2.0)], [("c", 2, "s3", 16, "a", 6.0)]
 # Gold after each ingest's batches: the current version of every record, joined on key
 GOLD = ([("r1", "s1", 1.0, 3.0)], [("r1", "s2", 5.0, 4.0)])
+# The warehouse the real join jobs share in an acceptance run (resources/acceptance.yml): r's records land as a file in
+# a landing folder, s's are a source table read by name; gold must then hold their join on key (the default predicate)
+SEEDED_R = [("r1", 1, "a"), ("r2", 3, "b"), ("r3", 5, "a")]
+SEEDED_S = [("s1", 2, "a"), ("s2", 4, "b"), ("s3", 6, "c")]
+SEEDED_GOLD = [("r1", "s1"), ("r2", "s2"), ("r3", "s1")]
+SOURCE_TABLE = "acceptance_source_s"  # in the seeded warehouse's schema, beside lakejoin's tables
 FORCED = (
     "a failure forced by 'lakejoin acceptance --fail': this run must end FAILED and send the job's on_failure "
     "notifications"
@@ -53,8 +61,7 @@ class Outcome:
 
 def accept(spark: SparkSession, schema: str) -> list[Outcome]:
     """Each guarantee checked in ``schema`` (``catalog.schema``, made for the purpose: its tables are dropped first)."""
-    if not is_catalog_schema(schema):
-        raise LakejoinError(f"acceptance runs in a catalog schema (catalog.schema), got {schema!r}")
+    _require_catalog_schema(schema)
     checks: list[tuple[str, Callable[[SparkSession, str], str]]] = [
         ("Delta on Spark is chosen without a probe, with the public log reader", _engine),
         ("a change-feed join on managed tables is exact over two ingests and their batches", _joins_exactly),
@@ -152,3 +159,46 @@ def _path_read_refused(spark: SparkSession, schema: str) -> str:
             raise AssertionError(f"the path read failed, but not as Unity Catalog refuses it: {said[:200]}") from None
         return f"refused: {said[:200]}"
     raise AssertionError(f"{location} was read by path")
+
+
+def _require_catalog_schema(schema: str) -> None:
+    if not is_catalog_schema(schema):
+        raise LakejoinError(f"acceptance runs in a catalog schema (catalog.schema), got {schema!r}")
+
+
+def seed(spark: SparkSession, schema: str, folder: str) -> str:
+    """Make the seeded warehouse anew (the tables a previous run left dropped, the landing file replaced): r's records
+    in ``folder``/r, s's in the source table, the config in ``folder``/config.yml, whose path is returned."""
+    import yaml
+
+    _require_catalog_schema(schema)
+    config = {"relations": {"r": {"landing": f"{folder}/r"}, "s": {"table": f"{schema}.{SOURCE_TABLE}"}}}
+    for table in [*Config.of(**config).placed(Warehouse(schema)).tables(), f"{schema}.{SOURCE_TABLE}"]:
+        spark.sql(f"DROP TABLE IF EXISTS {table}")
+    spark.createDataFrame(SEEDED_S, "id STRING, ts LONG, key STRING").write.format("delta").saveAsTable(
+        f"{schema}.{SOURCE_TABLE}"
+    )
+    os.makedirs(f"{folder}/r", exist_ok=True)
+    for name in os.listdir(f"{folder}/r"):
+        os.remove(f"{folder}/r/{name}")
+    with open(f"{folder}/r/records.jsonl", "w", encoding="utf-8") as handle:
+        handle.write("".join(json.dumps(dict(zip(("id", "ts", "key"), row))) + "\n" for row in SEEDED_R))
+    with open(f"{folder}/config.yml", "w", encoding="utf-8") as handle:
+        yaml.safe_dump(config, handle)
+    return f"{folder}/config.yml"
+
+
+def joined_as_seeded(spark: SparkSession, schema: str) -> Outcome:
+    """After the join jobs: gold holds the join of what was seeded, each pair once (validate reconciles gold with the
+    batch join of bronze, which an ingest that took nothing would pass too)."""
+
+    def check(spark: SparkSession, schema: str) -> str:
+        gold = Warehouse(schema).gold  # the seeded config places no layer
+        pairs = sorted(tuple(row) for row in spark.table(gold).select("_r_id", "_s_id").collect())
+        if pairs != SEEDED_GOLD:
+            raise AssertionError(f"gold holds {pairs}, expected {SEEDED_GOLD}")
+        return f"{len(pairs)} pairs, each once"
+
+    return _checked(
+        "the join jobs joined what was seeded, a landing file and a source table, exactly", check, spark, schema
+    )
