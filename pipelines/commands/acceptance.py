@@ -7,7 +7,8 @@ Databricks, not with Databricks. The bundle's ``lakejoin-acceptance`` job, which
 (``lakejoin acceptance``); the tests run the same checks against a local catalog under each emulation.
 
 Each check is independent: one that fails says why in one line and the others still run. The job also seeds a
-warehouse (``seed``) for the real join jobs to join, and checks their gold against what it seeded (``joined_as_seeded``).
+warehouse (``seed``) for the real join jobs to join, and checks their gold against what it seeded
+(``joined_as_seeded``).
 """
 
 from __future__ import annotations
