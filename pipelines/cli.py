@@ -208,6 +208,12 @@ def _parser() -> argparse.ArgumentParser:
         "path), a source table in the warehouse's schema",
     )
     chosen.add_argument(
+        "--killed-join",
+        metavar="FOLDER",
+        help="on a seeded warehouse: a first try adds more records to FOLDER and the source table, then dies mid-batch "
+        "as a killed process does; its retry (a mark in FOLDER says it is one) must resume that batch",
+    )
+    chosen.add_argument(
         "--seeded",
         action="store_true",
         help="check that gold holds the join of what --seed seeded, each pair once, after the join jobs ran",
@@ -411,7 +417,7 @@ def _failed(tasks: list[str]) -> int:
 
 def _acceptance(args: argparse.Namespace) -> int:
     from pipelines.api import Pipeline
-    from pipelines.commands.acceptance import FORCED, accept, joined_as_seeded, report, seed
+    from pipelines.commands.acceptance import FORCED, accept, joined_as_seeded, killed_join, report, seed
 
     if args.fail:
         print(f"lakejoin: error: {FORCED}", file=sys.stderr)
@@ -420,7 +426,9 @@ def _acceptance(args: argparse.Namespace) -> int:
         if args.seed:
             print(f"seeded {args.warehouse}: its config is {seed(pipeline.spark, args.warehouse, args.seed)}")
             return 0
-        if args.seeded:
+        if args.killed_join:
+            outcomes = [killed_join(pipeline.spark, args.warehouse, args.killed_join)]
+        elif args.seeded:
             outcomes = [joined_as_seeded(pipeline.spark, args.warehouse)]
         else:
             outcomes = accept(pipeline.spark, args.warehouse)

@@ -634,13 +634,14 @@ def test_the_acceptance_job_checks_both_computes_in_schemas_of_their_own_and_is_
     checks = {key: parsed(task["python_wheel_task"]["parameters"]) for key, task in tasks.items()}
     assert {key: args.command for key, args in checks.items()} == {
         "seed": "acceptance",
+        "killed_join": "acceptance",
         "validate": "validate",
         "maintain": "maintain",
         "joined": "acceptance",
         "classic": "acceptance",
         "serverless": "acceptance",
     }
-    assert not any(checks[key].fail for key in ("seed", "joined", "classic", "serverless"))
+    assert not any(checks[key].fail for key in ("seed", "killed_join", "joined", "classic", "serverless"))
     assert "job_cluster_key" in tasks["classic"] and "environment_key" in tasks["serverless"]
     schemas = {checks["classic"].warehouse, checks["serverless"].warehouse, checks["seed"].warehouse}
     assert len(schemas) == 3 and "main.lakejoin" not in schemas, "never the join's warehouse, nor each other's"
@@ -669,6 +670,14 @@ def test_the_acceptance_run_joins_a_seeded_warehouse_with_the_real_join_jobs_at_
         assert (arguments.warehouse, arguments.config) == (seeded.warehouse, seeded.seed + "/config.yml"), key
     assert parsed(tasks["joined"]["python_wheel_task"]["parameters"]).warehouse == seeded.warehouse
     assert parsed(tasks["joined"]["python_wheel_task"]["parameters"]).seeded
+    killed = parsed(tasks["killed_join"]["python_wheel_task"]["parameters"])
+    assert (killed.warehouse, killed.killed_join) == (seeded.warehouse, seeded.seed), "more records, seeded there"
+    assert {dependency["task_key"] for dependency in tasks["killed_join"]["depends_on"]} == {
+        "join_classic",
+        "join_serverless",
+    }
+    assert tasks["killed_join"]["max_retries"] >= 1 and "job_cluster_key" in tasks["killed_join"]
+    assert [dependency["task_key"] for dependency in tasks["validate"]["depends_on"]] == ["killed_join"]
     assert {dependency["task_key"] for dependency in tasks["passed"]["depends_on"]} == set(tasks) - {"passed"}
 
 
@@ -764,14 +773,21 @@ def test_the_join_job_ingests_and_joins_a_config_s_own_relations_from_their_land
 
 @pytest.mark.spark_delta
 def test_an_acceptance_run_s_commands_pass_on_what_they_seeded_and_its_gold_check_fails_on_a_gold_that_is_not(
-    bundle, spark, tmp_path
+    bundle, spark, tmp_path, monkeypatch
 ):
     """The acceptance run's tasks in order, each by its command in the bundle on a local catalog: the seed, each join
-    job's join task as its run_job_task's job parameters point it, validate (Data Docs in the quality folder),
-    maintain, and the gold check, every one exiting 0; with a pair taken out of gold, the gold check fails."""
+    job's join task as its run_job_task's job parameters point it, the killed join (its first try dies before gold's
+    write, its retry resumes that batch), validate (Data Docs in the quality folder), maintain, and the gold check,
+    every one exiting 0 but the killed try; a retry with no batch to resume fails, and with a pair taken out of gold,
+    the gold check fails."""
     from pipelines.cli import main
+    from pipelines.commands import acceptance
+    from state.faults import InjectedCrash
     from state.layout import Warehouse
     from tests.conftest import require_spark_delta
+
+    def killed() -> None:  # the process must live on here: a crash that unwinds instead of exiting
+        raise InjectedCrash(acceptance.KILLED_AT)
 
     require_spark_delta(spark)
     variables = {"catalog": "spark_catalog", "schema": "lj_seeded", "docs": str(tmp_path / "quality")}
@@ -791,6 +807,13 @@ def test_an_acceptance_run_s_commands_pass_on_what_they_seeded_and_its_gold_chec
         for key, joined in (("join_classic", "lakejoin_join"), ("join_serverless", "lakejoin_join_serverless")):
             given = tasks[key]["run_job_task"]["job_parameters"]
             assert main(task_parameters(bundle, joined, "join", job_parameters=given, **variables)) == 0, key
+        assert tasks["killed_join"]["max_retries"] >= 1
+        with monkeypatch.context() as patched:
+            patched.setattr(acceptance, "_die", killed)
+            with pytest.raises(InjectedCrash):
+                ran("killed_join")
+        assert ran("killed_join") == 0, "the retry resumes the batch cut short"
+        assert ran("killed_join") == 1, "a retry with nothing cut short fails"
         for key in ("validate", "maintain", "joined"):
             assert ran(key) == 0, key
         assert os.listdir(tmp_path / "quality" / "acceptance" / "seeded" / "docs"), "Data Docs in the quality Volume"

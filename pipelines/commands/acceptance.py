@@ -7,14 +7,15 @@ Databricks, not with Databricks. The bundle's ``lakejoin-acceptance`` job, which
 (``lakejoin acceptance``); the tests run the same checks against a local catalog under each emulation.
 
 Each check is independent: one that fails says why in one line and the others still run. The job also seeds a
-warehouse (``seed``) for the real join jobs to join, and checks their gold against what it seeded
-(``joined_as_seeded``).
+warehouse (``seed``) for the real join jobs to join, kills a join of more records mid-batch and has Databricks retry it
+(``killed_join``), and checks gold against what it seeded (``joined_as_seeded``).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -40,7 +41,14 @@ GOLD = ([("r1", "s1", 1.0, 3.0)], [("r1", "s2", 5.0, 4.0)])
 # a landing folder, s's are a source table read by name; gold must then hold their join on key (the default predicate)
 SEEDED_R = [("r1", 1, "a"), ("r2", 3, "b"), ("r3", 5, "a")]
 SEEDED_S = [("s1", 2, "a"), ("s2", 4, "b"), ("s3", 6, "c")]
-SEEDED_GOLD = [("r1", "s1"), ("r2", "s2"), ("r3", "s1")]
+# What the killed join adds before it dies (another landing file, rows appended to the source table); gold then holds
+# the join of both rounds
+KILLED_R = [("r4", 7, "c")]
+KILLED_S = [("s4", 8, "b")]
+SEEDED_GOLD = [("r1", "s1"), ("r2", "s2"), ("r2", "s4"), ("r3", "s1"), ("r4", "s3")]
+KILLED_AT = "before:gold"  # the batch is planned, nothing of it written to gold or state: a retry must resume it
+KILLED_EXIT = 137  # a process killed by SIGKILL exits with 128 + 9
+SEEDED_SCHEMA = "id STRING, ts LONG, key STRING"
 SOURCE_TABLE = "acceptance_source_s"  # in the seeded warehouse's schema, beside lakejoin's tables
 FORCED = (
     "a failure forced by 'lakejoin acceptance --fail': this run must end FAILED and send the job's on_failure "
@@ -176,17 +184,63 @@ def seed(spark: SparkSession, schema: str, folder: str) -> str:
     config = {"relations": {"r": {"landing": f"{folder}/r"}, "s": {"table": f"{schema}.{SOURCE_TABLE}"}}}
     for table in [*Config.of(**config).placed(Warehouse(schema)).tables(), f"{schema}.{SOURCE_TABLE}"]:
         spark.sql(f"DROP TABLE IF EXISTS {table}")
-    spark.createDataFrame(SEEDED_S, "id STRING, ts LONG, key STRING").write.format("delta").saveAsTable(
-        f"{schema}.{SOURCE_TABLE}"
-    )
+    spark.createDataFrame(SEEDED_S, SEEDED_SCHEMA).write.format("delta").saveAsTable(f"{schema}.{SOURCE_TABLE}")
     os.makedirs(f"{folder}/r", exist_ok=True)
     for name in os.listdir(f"{folder}/r"):
         os.remove(f"{folder}/r/{name}")
-    with open(f"{folder}/r/records.jsonl", "w", encoding="utf-8") as handle:
-        handle.write("".join(json.dumps(dict(zip(("id", "ts", "key"), row))) + "\n" for row in SEEDED_R))
+    if os.path.exists(_killed_mark(folder)):
+        os.remove(_killed_mark(folder))
+    _land(f"{folder}/r/records.jsonl", SEEDED_R)
     with open(f"{folder}/config.yml", "w", encoding="utf-8") as handle:
         yaml.safe_dump(config, handle)
     return f"{folder}/config.yml"
+
+
+def killed_join(spark: SparkSession, schema: str, folder: str) -> Outcome:
+    """A join killed mid-batch, then retried by Databricks (the task's ``max_retries``), on the seeded warehouse.
+
+    The first try (no mark in ``folder``) marks itself, adds a second round of records (a landing file, rows appended
+    to the source table) and joins them until right before gold's write, where the process exits as a killed one does:
+    no ``finally`` runs, so the lease stays held. The retry finds the mark, waits out the lease and must resume the
+    batch its try cut short; a retry with nothing to resume fails, so a kill that never happened cannot pass.
+    """
+    from pipelines.api import Pipeline
+    from state.faults import racing
+    from state.log.lease import LEASE_SECONDS
+
+    def check(spark: SparkSession, schema: str) -> str:
+        with Pipeline(schema, f"{folder}/config.yml", spark=spark) as pipeline:
+            if not os.path.exists(_killed_mark(folder)):
+                open(_killed_mark(folder), "w", encoding="utf-8").close()
+                spark.createDataFrame(KILLED_S, SEEDED_SCHEMA).write.format("delta").mode("append").saveAsTable(
+                    f"{schema}.{SOURCE_TABLE}"
+                )
+                _land(f"{folder}/r/killed.jsonl", KILLED_R)
+                with racing({KILLED_AT: _die}):
+                    pipeline.run()
+                raise AssertionError(f"the join ended without reaching {KILLED_AT}, where it was to be killed")
+            batches = pipeline.run(wait=LEASE_SECONDS + 60).batches
+        if not batches or not batches[0].resumed:
+            raise AssertionError("the retry found no batch cut short: its try was not killed mid-batch")
+        return f"killed at {KILLED_AT}; the retry resumed batch {batches[0].batch_id}, {len(batches)} batches"
+
+    return _checked("a join killed mid-batch and retried resumes the batch it cut short", check, spark, schema)
+
+
+def _die() -> None:
+    """Exit the way a killed process does: at once, no cleanup, the warehouse's lease still held."""
+    print(f"killed at {KILLED_AT} on purpose: the task's retry must resume this batch", flush=True)
+    sys.stderr.flush()
+    os._exit(KILLED_EXIT)
+
+
+def _killed_mark(folder: str) -> str:
+    return f"{folder}/killed"
+
+
+def _land(path: str, rows: list[tuple]) -> None:
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write("".join(json.dumps(dict(zip(("id", "ts", "key"), row))) + "\n" for row in rows))
 
 
 def joined_as_seeded(spark: SparkSession, schema: str) -> Outcome:
@@ -201,5 +255,5 @@ def joined_as_seeded(spark: SparkSession, schema: str) -> Outcome:
         return f"{len(pairs)} pairs, each once"
 
     return _checked(
-        "the join jobs joined what was seeded, a landing file and a source table, exactly", check, spark, schema
+        "the join jobs joined what was seeded, landing files and a source table, exactly", check, spark, schema
     )
