@@ -532,13 +532,11 @@ def _join_pending(
         require_landing(
             folder, relation(name, opened.warehouse.relations).name
         )  # before the definition is recorded: a refused run writes nothing
-    with opened.engine.pinned():  # the run's lock is held; the ingest lock and each batch pin again
+    with opened.engine.pinned():  # the run's lock is held; the ingest lock and each batch forget what others write
         if config.reads_tables:
             record()
-            with (
-                hold(opened.warehouse.root, INGEST, None, opened.engine.spark),
-                opened.engine.pinned(),
-            ):  # new rows take places in the arrival order
+            with hold(opened.warehouse.root, INGEST, None, opened.engine.spark):  # new rows take places in the order
+                opened.engine.refresh(*opened.warehouse.beside_runs())
                 for result in ingest_sources(opened.engine, opened.warehouse, config.relations):
                     report(result)
         run(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 from pyspark.sql import DataFrame
@@ -171,6 +171,7 @@ def _batches(
                 report, races = replace(report, races=races), 0
                 reports.append(report)
                 progress(report)
+                run.engine.refresh(*run.warehouse.beside_runs())  # the next plan sees what was ingested meanwhile
         except Exception as exc:
             if not lost_a_race(exc):
                 raise
@@ -194,8 +195,8 @@ def _batch(
     fence: Callable[[], None],
 ) -> tuple[BatchReport | None, LogTail]:
     """The next batch, planned, landed and executed; None when there is nothing (more) to do. Each table's latest
-    commit is looked up once (``pinned``): the run holds the lock of what a batch writes, lands under the ingest lock,
-    and reads bronze at the versions it planned."""
+    commit is looked up once (``pinned``): the run holds the lock of what a batch writes, lands under the ingest lock
+    (taking it forgets what ingests write), and reads bronze at the versions it planned."""
     started = time.perf_counter()  # a batch's seconds include planning
     take()  # and so do its phases
     resumed = tail.unfinished
@@ -222,10 +223,11 @@ def _batch(
 def _landing(run: Run, lands: bool) -> Iterator[None]:
     """Under the ingest lock when the batch may land files: its files' places in the arrival order follow every place
     taken, and no ingest takes one while it plans and lands them."""
-    with (
-        hold(run.warehouse.root, INGEST, None, run.engine.spark) if run.landings and lands else nullcontext(),
-        run.engine.pinned(),
-    ):
+    if not (run.landings and lands):
+        yield
+        return
+    with hold(run.warehouse.root, INGEST, None, run.engine.spark):
+        run.engine.refresh(*run.warehouse.beside_runs())
         yield
 
 

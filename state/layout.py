@@ -244,6 +244,18 @@ class Warehouse:
             self.batches,
         ]
 
+    def beside_runs(self) -> list[str]:
+        """The tables other calls write while a run holds the warehouse's lock: bronze, its ingest log and quarantine
+        (ingests, under the ingest lock), the definition and declared progress (``advance``). A run looks at them again
+        when it takes the ingest lock and before each batch it plans."""
+        return [
+            *(self.bronze(rel) for rel in self.relations),
+            self.ingest_log,
+            self.quarantine,
+            self.definition,
+            self.progress,
+        ]
+
     def tables(self) -> list[str]:
         """Every table, in the order data flows through them."""
         bronze = [self.bronze(rel) for rel in self.relations]

@@ -439,6 +439,28 @@ def test_info_is_version_schema_and_transaction_from_one_look_at_the_table(engin
     assert engine.info(path, "other-app").txn_version is None
 
 
+@pytest.mark.spark_delta
+def test_a_pin_keeps_each_table_as_first_seen_until_refresh_forgets_it_and_a_pin_within_it_forgets_nothing(
+    spark, tmp_path
+):
+    """A run pins once for its lock; the ingest lock and each batch within it forget only what others write beside the
+    run (bronze, the ingest log): every other table's look-up, a Spark job on the public reader, is made once."""
+    require_spark_delta(spark)
+    mine, other = (SparkDeltaEngine(spark, PublicLog(spark)) for _ in range(2))
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    for path in (a, b):
+        other.append(path, frame(spark, [("x", 1)]))
+    with mine.pinned():
+        seen = (mine.version(a), mine.version(b))
+        for path in (a, b):
+            other.append(path, frame(spark, [("y", 2)]))
+        with mine.pinned():
+            assert (mine.version(a), mine.version(b)) == seen
+        mine.refresh(a)
+        assert (mine.version(a), mine.version(b)) == (seen[0] + 1, seen[1])
+    assert mine.version(b) == seen[1] + 1  # outside any pin, the log is asked
+
+
 def test_drop_deletes_the_table(engine, spark, tmp_path):
     path = str(tmp_path / "t")
     engine.append(path, frame(spark, [("a", 1)]), commit=Commit("pipe:t", 1))

@@ -35,9 +35,6 @@ def plan_next(run: Run, tail: LogTail, known: Known) -> Planned:
     ingest log before bronze's versions makes every logged arrival part of those versions."""
     tables, config = run.tables, run.config
     pending_to = max(tail.last_seq, tables.ingest_log.max_value("seq_to") or 0)
-    bronze_versions = {
-        rel.name: version for rel, bronze in tables.bronze.items() if (version := bronze.version()) is not None
-    }
     idle_after = {rel: seconds for rel in run.relations if (seconds := config.spec(rel.name).idle_after) is not None}
     progress = decide(tables, idle_after, tail.last_seq, now())
     ingested_to = max(tail.last_seq, min(tail.last_seq + config.max_batch_rows, pending_to))
@@ -47,6 +44,9 @@ def plan_next(run: Run, tail: LogTail, known: Known) -> Planned:
     places = [file for file in files if file.lands]
     if ingested_to <= tail.last_seq and not files and not moves(progress, tail.watermarks, run.relations):
         return Planned(None, retried)  # nothing to join, and no watermark to move (an idle relation, declared progress)
+    bronze_versions = {  # looked up only for a plan: with nothing pending, a run's last look costs no bronze look-up
+        rel.name: version for rel, bronze in tables.bronze.items() if (version := bronze.version()) is not None
+    }
     plan = BatchPlan(
         batch_id=tail.last_batch_id + 1,
         seq_from=tail.last_seq,

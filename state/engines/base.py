@@ -249,13 +249,15 @@ class DeltaReader(Protocol):
         ...
 
     def pinned(self) -> AbstractContextManager[None]:
-        """A block within which a table's latest commit, once looked up, is known until the engine's own write moves it:
-        for a step that holds the lock of every table it writes and reads the others at versions it planned."""
+        """A block within which a table's latest commit, once looked up, is known until the engine's own write moves it
+        (or ``refresh`` forgets it): for a step that holds the lock of every table it writes and reads the others at
+        versions it planned. Entering the outermost block forgets every table; a block within it, nothing."""
         ...
 
-    def refresh(self) -> None:
-        """Forget every table held open, so the next use reads its log again: a run starts with it, since between
-        two runs another process may have dropped a table and created it again (``reset``)."""
+    def refresh(self, *paths: str) -> None:
+        """Forget the tables ``paths`` (every one when none) held open or seen, so the next use reads their logs again:
+        a run starts with it, since between two runs another process may have dropped a table and created it again
+        (``reset``), and a lock taken within a run forgets what that lock's other holders write."""
         ...
 
     def drop(self, path: str) -> None:

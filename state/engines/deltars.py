@@ -232,9 +232,12 @@ class DeltaRsReader:
         job."""
         return nullcontext()
 
-    def refresh(self) -> None:
+    def refresh(self, *paths: str) -> None:
         with self._guard:
-            self._latest.clear()
+            if not paths:
+                self._latest.clear()
+            for path in paths:
+                self._latest.pop(path, None)
 
     def drop(self, path: str) -> None:
         with self._guard:

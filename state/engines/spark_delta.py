@@ -126,12 +126,14 @@ class SparkDeltaEngine:
     @contextmanager
     def pinned(self) -> Iterator[None]:
         """Within the block each warehouse table's latest commit is asked of its log once, then known from the
-        engine's own writes: a step asked it ~12 times a table (on the public reader each a ``DESCRIBE HISTORY`` of
-        two Spark jobs). For a caller that holds the lock of what it writes and reads the rest at versions it planned;
-        entering the block (as on taking a lock) forgets what was seen before it."""
+        engine's own writes: a step asked it ~12 times a table (on the public reader each a ``DESCRIBE HISTORY``, a
+        Spark job). For a caller that holds the lock of what it writes and reads the rest at versions it planned;
+        entering the outermost block (as on taking the lock) forgets what was seen before it, and a lock taken within
+        it forgets what that lock's other holders write (``refresh``)."""
         with self._heads_guard:
             self._pins += 1
-            self._heads.clear()
+            if self._pins == 1:
+                self._heads.clear()
         try:
             yield
         finally:
@@ -334,8 +336,13 @@ class SparkDeltaEngine:
             raise no_change_feed(table, str(exc).strip().splitlines()[0]) from exc
         return changes
 
-    def refresh(self) -> None:
-        """This engine holds no table open: outside ``pinned`` each call asks Delta's log for its latest state."""
+    def refresh(self, *paths: str) -> None:
+        """This engine holds no table open; what ``pinned`` keeps of ``paths`` (every table when none) is forgotten."""
+        with self._heads_guard:
+            if not paths:
+                self._heads.clear()
+            for path in paths:
+                self._heads.pop(path, None)
 
     def drop(self, path: str) -> None:
         with self._committing(path):
