@@ -326,6 +326,25 @@ def test_max_value_follows_new_versions_and_a_table_recreated_at_the_same_path(e
     assert engine.max_value(path, "ts", 0) == 2
 
 
+def test_max_value_follows_the_engine_s_own_appends_of_driver_rows_and_is_asked_again_after_another_writer_s(
+    engine, tmp_path
+):
+    path = str(tmp_path / "t")
+    schema = pa.schema([("id", pa.string()), ("ts", pa.int64())])
+
+    def rows(*values: int | None) -> pa.Table:
+        return pa.Table.from_pylist([{"id": "x", "ts": value} for value in values], schema)
+
+    engine.append(path, rows(5))
+    assert engine.max_value(path, "ts") == 5
+    engine.append(path, rows(9, 3))
+    engine.append(path, rows(None))
+    assert engine.max_value(path, "ts") == 9
+    DeltaTable(path).delete("ts = 9")  # another writer's commit between the known maximum and the next append
+    engine.append(path, rows(4))
+    assert engine.max_value(path, "ts") == 5
+
+
 def test_max_value_passes_over_a_file_of_nulls(engine, spark, tmp_path):
     path = str(tmp_path / "t")
     engine.append(path, spark.createDataFrame([("a", None)], "id string, ts bigint"))
