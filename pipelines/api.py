@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import TYPE_CHECKING, TypeVar
@@ -342,8 +342,8 @@ class Pipeline:
         from state.join.relations import relation as named
         from state.log.lock import INGEST, hold
 
-        with self._call("ingest"), hold(self.root, INGEST, None, self._locking_spark()):
-            opened = self._open("ingest")
+        with self._call("ingest"), hold(self.root, INGEST, None, self._locking_spark()), ExitStack() as pin:
+            opened = self._open("ingest", pin=pin)
             rel = named(
                 relation, opened.warehouse.relations
             )  # an unknown relation is refused before anything is recorded
@@ -385,10 +385,12 @@ class Pipeline:
             return None
         return DeltaRsReader()
 
-    def _open(self, command: str, reader: DeltaReader | None = None) -> _Opened:
+    def _open(self, command: str, reader: DeltaReader | None = None, pin: ExitStack | None = None) -> _Opened:
         """The warehouse checked for ``command`` and the config in force: the one given, checked against the recorded
         definition (which it may extend), else the recorded one. ``reset`` drops the tables of the recorded one.
-        With a ``reader`` (``_reader``) no Spark starts, unless a relation reads a catalog table, which needs Spark."""
+        With a ``reader`` (``_reader``) no Spark starts, unless a relation reads a catalog table, which needs Spark.
+        ``pin``: a call that took its lock first (an ingest) pins the engine there as soon as it is made, so what the
+        checks look up is not looked up again."""
         from pipelines.definition import Settled, in_force, recorded, settle
         from state.engines.delta_log import is_connect
         from state.layout import Warehouse
@@ -404,6 +406,8 @@ class Pipeline:
             root = os.path.abspath(self.root) if is_connect(self.spark) and is_local(self.root) else self.root
             warehouse = given.placed(Warehouse(root))
             engine = self._engine(given.engine, warehouse.holds_catalog_tables)
+            if pin is not None:
+                pin.enter_context(engine.pinned())
         require_engine_for(warehouse, engine)
         if creates:  # a warehouse is created in an empty folder only
             check_ingest_target(engine, warehouse)
