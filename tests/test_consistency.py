@@ -46,11 +46,19 @@ DAMAGES = {
         ),
         "silver/s_state was not written by pipeline 'lakejoin'",
     ),
-    "a state table of the earlier layout (a table per buffer)": (
-        lambda p: p.engine.append(
-            os.path.join(p.warehouse.root, "silver", "r_probes"), p.engine.rows(p.warehouse.bronze(R))
+    "a state table of the earlier layout (a table per buffer) and no batch log": (
+        lambda p: (
+            p.engine.drop(p.warehouse.batches),
+            p.engine.append(os.path.join(p.warehouse.root, "silver", "r_probes"), p.engine.rows(p.warehouse.bronze(R))),
         ),
         "silver/r_probes is a table of lakejoin's earlier layout",
+    ),
+    "a batch log of the earlier layout (with phases)": (
+        lambda p: (
+            p.engine.drop(p.warehouse.batches),
+            p.engine.append(p.warehouse.batches, foreign({"batch_id": [1], "phase": ["committed"]})),
+        ),
+        "silver/batches is a table of lakejoin's earlier layout",
     ),
     "batch log replaced by another table": (
         lambda p: (

@@ -23,10 +23,10 @@ BUDGETS: dict[str, dict[str, Cost]] = {
         "landing run": Cost(jobs=13, round_trips=1438, commits=6),
     },
     "spark, JVM log reader": {
-        "ingest": Cost(jobs=14, round_trips=1700, commits=4),
-        "run": Cost(jobs=16, round_trips=1800, commits=4),
-        "micro-batch": Cost(jobs=30, round_trips=3950, commits=8),
-        "landing run": Cost(jobs=22, round_trips=2760, commits=6),
+        "ingest": Cost(jobs=14, round_trips=1640, commits=4),
+        "run": Cost(jobs=16, round_trips=1600, commits=4),
+        "micro-batch": Cost(jobs=30, round_trips=3720, commits=8),
+        "landing run": Cost(jobs=22, round_trips=2630, commits=6),
     },
     # A look-up of a table's newest commit is a Spark job (DESCRIBE HISTORY), a step's each: 82 / 77 / 159 / 92 jobs
     # before the pipeline kept its engine and a look-up ran the command alone, 52 / 52 / 104 / 63 before a lock taken
@@ -34,9 +34,9 @@ BUDGETS: dict[str, dict[str, Cost]] = {
     # logs' own appends carried their maxima, an ingest pinned from its lock on (make bench-costs)
     "spark, public log reader": {
         "ingest": Cost(jobs=42, round_trips=1215, commits=4),
-        "run": Cost(jobs=37, round_trips=1115, commits=4),
-        "micro-batch": Cost(jobs=79, round_trips=2600, commits=8),
-        "landing run": Cost(jobs=56, round_trips=2100, commits=6),
+        "run": Cost(jobs=37, round_trips=1085, commits=4),
+        "micro-batch": Cost(jobs=79, round_trips=2570, commits=8),
+        "landing run": Cost(jobs=56, round_trips=2070, commits=6),
     },
 }
 

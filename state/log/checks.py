@@ -77,9 +77,11 @@ def check_consistency(tables: Tables, warehouse: Warehouse, creates: bool = Fals
         require_warehouse(engine, warehouse)
     fix = _rebuild(warehouse)
     log_schema = tables.batches.schema()
-    _refuse_earlier_layout(engine, warehouse, log_schema)
+    _refuse_earlier_log(warehouse, log_schema)
     _require_columns(tables.batches.name, log_schema, LOG_COLUMNS, fix)
     tail = BatchLog(engine, tables.batches.path, tables.batches.app_id).tail()
+    if tail.last is None:
+        _refuse_earlier_tables(engine, warehouse)
     found: dict[str, Recorded] = {}
     for table in [*tables.bronze.values(), tables.quarantine]:  # ingests write them too, outside any batch
         found |= _check_batches(table, tail, fix)
@@ -125,15 +127,25 @@ def check_consistency(tables: Tables, warehouse: Warehouse, creates: bool = Fals
     return replace(tail, unfinished=unfinished)
 
 
-def _refuse_earlier_layout(engine: DeltaReader, warehouse: Warehouse, log_schema: StructType | None) -> None:
-    """A table per buffer and the rules' results apart, or a batch log with phases: lakejoin's earlier layout, which
-    only a rebuild from bronze turns into today's."""
-    earlier = [
-        path for path in [*warehouse.legacy_state(), warehouse.legacy_rule_results] if engine.version(path) is not None
-    ]
-    if earlier or (log_schema is not None and "phase" in log_schema.fieldNames()):
-        name = warehouse.name_of(earlier[0] if earlier else warehouse.batches)
-        raise LakejoinError(f"{name} is a table of lakejoin's earlier layout: {_rebuild(warehouse)}")
+def _refuse_earlier_log(warehouse: Warehouse, log_schema: StructType | None) -> None:
+    """A batch log with phases: lakejoin's earlier layout, which only a rebuild from bronze turns into today's. The
+    earlier layout's other tables (a table per buffer, the rules' results apart) left lakejoin no later than the log's
+    phases, so a warehouse that ran batches with them has a log with phases: they need no look-up while the log has a
+    batch."""
+    if log_schema is not None and "phase" in log_schema.fieldNames():
+        _refuse_earlier(warehouse, warehouse.batches)
+
+
+def _refuse_earlier_tables(engine: DeltaReader, warehouse: Warehouse) -> None:
+    """The earlier layout's other tables, in a warehouse whose batch log has no batch (a first run, or a log deleted):
+    looked up only then (a statement each on the public reader, a round trip each over Spark Connect)."""
+    for path in [*warehouse.legacy_state(), warehouse.legacy_rule_results]:
+        if engine.version(path) is not None:
+            _refuse_earlier(warehouse, path)
+
+
+def _refuse_earlier(warehouse: Warehouse, path: str) -> None:
+    raise LakejoinError(f"{warehouse.name_of(path)} is a table of lakejoin's earlier layout: {_rebuild(warehouse)}")
 
 
 def _pinned(row: dict) -> BatchPlan:
