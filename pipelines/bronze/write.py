@@ -45,7 +45,7 @@ from state.faults import step
 from state.frames import union_by_name
 from state.join.relations import ID, OP, SEQ, TS, Relation, RelationSpec
 from state.layout import BRONZE_STATISTICS, Warehouse, statistics_of
-from state.log.batch_log import BatchPlan
+from state.log.batch_log import BatchPlan, bronze_read
 from state.names import column, literal, quoted
 
 OUTCOMES = ("accepted", "quarantined", "duplicate")
@@ -489,11 +489,12 @@ def last_arrival_seq(tables: Tables) -> int:
     """The last place taken in the global arrival order, across every relation (0 when none): by an arrival in bronze,
     by an ingest's inputs (the ingest log's places), by a batch's slice (a batch's files reserve places that they may
     not all take), or by the files of a batch that died after landing some of them (its plan, carried by its bronze
-    commits, reserves their places)."""
+    commits after the versions the log's last batch read)."""
     taken = [bronze.max_value("_arrival_seq") for bronze in tables.bronze.values()]
     taken += [tables.batches.max_value("seq_to"), tables.ingest_log.max_value("seq_to")]
-    for bronze in tables.bronze.values():
-        info = bronze.info()
+    read = bronze_read(tables.batches)
+    for rel, bronze in tables.bronze.items():
+        info = bronze.info(read.get(rel.name))
         if info is not None and info.recorded.plan is not None:
             taken.append(BatchPlan.decoded(info.recorded.plan).seq_to)
     return max((value for value in taken if value is not None), default=0)

@@ -144,6 +144,10 @@ class Recorded:
         return self.before_merge and covers(self.version, commit)
 
 
+# What a search bounded below (``after``) finds when no commit after the bound records the app.
+NOT_AFTER = Recorded(None, in_commits=False)
+
+
 @dataclass(frozen=True)
 class TableInfo:
     """What the consistency check needs of a table, from one read of its log."""
@@ -213,9 +217,10 @@ class DeltaReader(Protocol):
         table."""
         ...
 
-    def info(self, path: str, app_id: str) -> TableInfo | None:
+    def info(self, path: str, app_id: str, after: int | None = None) -> TableInfo | None:
         """``version``, ``schema`` and what ``app_id`` last committed (its version and plan) together; None when there
-        is no table."""
+        is no table. ``after``: a version below every commit of the app that matters to the caller (the version a logged
+        batch read): only the commits after it are searched, and none there records nothing (version None)."""
         ...
 
     def source_identity(self, table: str) -> tuple[str, int] | None:

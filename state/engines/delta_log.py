@@ -107,9 +107,10 @@ class DeltaLogReader(Protocol):
     def rows_committed(self, table: str, head: Head) -> int | None:
         """The rows the append that made ``head`` committed, from the commit's metrics; None without them."""
 
-    def recorded(self, table: str, head: Head, app_id: str) -> Recorded:
+    def recorded(self, table: str, head: Head, app_id: str, after: int | None = None) -> Recorded:
         """The newest commit's record of ``app_id`` (its marker, with the plan it carries, or an app transaction);
-        else, once the commits the log keeps are read, the state's app transaction."""
+        else, once the commits the log keeps are read, the state's app transaction. With ``after``, only the commits
+        after that version are read, and none of them recording the app is ``NOT_AFTER``."""
 
     def table_id(self, table: str, head: Head) -> str:
         """The table's Delta id (its metadata's), which a source table's ingests record."""

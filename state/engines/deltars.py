@@ -24,6 +24,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
 from state.engines.base import (
+    NOT_AFTER,
     Actions,
     Aligned,
     Commit,
@@ -149,9 +150,11 @@ class DeltaRsReader:
         table = self._table(path)
         return None if table is None else _recorded(table, app_id).version
 
-    def info(self, path: str, app_id: str) -> TableInfo | None:
+    def info(self, path: str, app_id: str, after: int | None = None) -> TableInfo | None:
         table = self._table(path)
-        return None if table is None else TableInfo(table.version(), _spark_schema(table), _recorded(table, app_id))
+        return (
+            None if table is None else TableInfo(table.version(), _spark_schema(table), _recorded(table, app_id, after))
+        )
 
     def source_identity(self, table: str) -> tuple[str, int] | None:
         opened = self._fresh(table)
@@ -414,18 +417,21 @@ def _covered(table: DeltaTable, commit: Commit | None) -> bool:
     return commit is not None and _recorded(table, commit.app_id).covers(commit)
 
 
-def _recorded(table: DeltaTable, app_id: str) -> Recorded:
+def _recorded(table: DeltaTable, app_id: str, after: int | None = None) -> Recorded:
     """The newest commit's record of ``app_id`` (its ``marker``, with the plan it carries: Delta on Spark writes no
     app transaction), looked for from the latest commit back (one commit file in the usual case); else, once the
     commits the log keeps are read, the state's app transaction, which every write of this engine also carries."""
     limit = 1
     while True:
         commits = table.history(limit)  # newest first
+        kept = [commit for commit in commits if after is None or commit["version"] > after]
         found = next(
-            (record for commit in commits if (record := marked(commit.get("userMetadata"), app_id)) is not None), None
+            (record for commit in kept if (record := marked(commit.get("userMetadata"), app_id)) is not None), None
         )
         if found is not None:
             return found
+        if len(kept) < len(commits):  # the search reached ``after``
+            return NOT_AFTER
         if len(commits) < limit:
             return Recorded(table.transaction_version(app_id), in_commits=False)
         limit *= 8

@@ -29,7 +29,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from state.engines.base import Actions, Recorded, marked
+from state.engines.base import NOT_AFTER, Actions, Recorded, marked
 from state.engines.delta_log import Head, Listed
 from state.errors import LakejoinError
 from state.layout import is_table_name
@@ -190,10 +190,10 @@ class JvmLog:
                     return int(written.get())
         return None
 
-    def recorded(self, table: str, head: Head, app_id: str) -> Recorded:
-        """Looked for from the head's commit back (one commit file in the usual case)."""
+    def recorded(self, table: str, head: Head, app_id: str, after: int | None = None) -> Recorded:
+        """Looked for from the head's commit back (one commit file in the usual case), down to ``after``."""
         log = self._log(table)
-        for version in range(head.version, -1, -1):
+        for version in range(head.version, -1 if after is None else after, -1):
             changes = log.getChanges(version, self._none, False)
             commit = changes.next() if changes.hasNext() else None
             if commit is None or commit._1() != version:  # this commit has left the log, and so have older ones
@@ -201,6 +201,9 @@ class JvmLog:
             found = _commit_record(commit._2(), app_id)
             if found is not None:
                 return found
+        else:  # every commit down to ``after`` read
+            if after is not None:
+                return NOT_AFTER
         return Recorded(_txn_version(head.handle, app_id), in_commits=False)
 
     def source_snapshot(self, table: str, head: Head, version: int | None) -> tuple[int, Actions]:

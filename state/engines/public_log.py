@@ -21,7 +21,7 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
-from state.engines.base import Actions, Recorded, marked
+from state.engines.base import NOT_AFTER, Actions, Recorded, marked
 from state.engines.delta_log import Head, Listed, is_connect, sql_name
 from state.errors import LakejoinError
 from state.layout import is_table_name
@@ -76,14 +76,18 @@ class PublicLog:
         written = (head.handle[0]["operationMetrics"] or {}).get("numOutputRows")
         return None if written is None else int(written)
 
-    def recorded(self, table: str, head: Head, app_id: str) -> Recorded:
-        """The newest commit the history keeps that records ``app_id``; when none does and the history has lost its
-        oldest commits (its first kept version is not 0), unknown: lakejoin's batch log is the record then."""
+    def recorded(self, table: str, head: Head, app_id: str, after: int | None = None) -> Recorded:
+        """The newest commit the history keeps that records ``app_id`` (after ``after``); when none does and the
+        history has lost its oldest commits (its first kept version is not 0), unknown: lakejoin's batch log is the
+        record then."""
         rows = head.handle
         for deeper in (False, True):
-            found = next((record for row in rows if (record := marked(row["userMetadata"], app_id)) is not None), None)
+            kept = [row for row in rows if after is None or int(row["version"]) > after]
+            found = next((record for row in kept if (record := marked(row["userMetadata"], app_id)) is not None), None)
             if found is not None:
                 return found
+            if after is not None and len(kept) < len(rows):  # the search reached ``after``
+                return NOT_AFTER
             if deeper or len(rows) < HISTORY_DEPTH:
                 break
             rows = self._history(table, None)

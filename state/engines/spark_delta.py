@@ -270,12 +270,12 @@ class SparkDeltaEngine:
             known = [int(value) for value in (maximum, added) if value is not None]
             self._maxima[(table, name)] = (after.stamp, after.version, max(known, default=None))
 
-    def info(self, path: str, app_id: str) -> TableInfo | None:
+    def info(self, path: str, app_id: str, after: int | None = None) -> TableInfo | None:
         head = self._head(path)
         return (
             None
             if head is None
-            else TableInfo(head.version, self._log.schema(path, head), self._log.recorded(path, head, app_id))
+            else TableInfo(head.version, self._log.schema(path, head), self._log.recorded(path, head, app_id, after))
         )
 
     def txn_version(self, path: str, app_id: str) -> int | None:

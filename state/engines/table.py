@@ -45,9 +45,10 @@ class Table:
     def max_value(self, column: str) -> int | None:
         return self.engine.max_value(self.path, column)
 
-    def info(self) -> TableInfo | None:
-        """Its version, schema and the pipeline's last commit to it, from one read of its log."""
-        return self.engine.info(self.path, self.app_id)
+    def info(self, after: int | None = None) -> TableInfo | None:
+        """Its version, schema and the pipeline's last commit to it (after version ``after``), from one read of its
+        log."""
+        return self.engine.info(self.path, self.app_id, after)
 
     def commit(self, version: int, plan: str | None = None, part: str | None = None) -> Commit:
         """The commit of write ``version`` (a batch id) carrying ``plan``; ``part`` names one of several commits a

@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from state.clock import now
 from state.engines.base import DeltaReader
-from state.engines.table import Writer
+from state.engines.table import Table, Writer
 from state.log.progress import Progress
 
 VERSIONS = pa.map_(pa.string(), pa.int64())
@@ -196,6 +196,16 @@ class LogTail:
     raised: dict[str, str] = field(default_factory=dict)  # why those watermarks stand (state/log/progress.py)
     last: dict[str, Any] | None = None  # the last committed batch's log row
     unfinished: BatchPlan | None = None
+
+
+def bronze_read(batches: Table) -> dict[str, int]:
+    """The version of each relation's bronze the log's last batch read, from the plan its log row's commit carries (no
+    read of the log's rows): every commit of a later batch comes after it, so a search for one reads only the commits
+    since (the ingests' since that batch, not bronze's history). Empty when the log has no batch, or its commits no
+    longer carry its plan."""
+    info = batches.info()
+    plan = None if info is None else info.recorded.plan
+    return {} if plan is None else BatchPlan.decoded(plan).bronze_versions
 
 
 class BatchLog:

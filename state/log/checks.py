@@ -14,7 +14,7 @@ from dataclasses import replace
 from pyspark.sql.types import StructType
 
 from state.engines import DeltaEngine
-from state.engines.base import DeltaReader, Recorded
+from state.engines.base import DeltaReader, Recorded, TableInfo
 from state.engines.table import Table, Tables
 from state.errors import LakejoinError
 from state.join.joiner import identity_column
@@ -83,8 +83,10 @@ def check_consistency(tables: Tables, warehouse: Warehouse, creates: bool = Fals
     if tail.last is None:
         _refuse_earlier_tables(engine, warehouse)
     found: dict[str, Recorded] = {}
-    for table in [*tables.bronze.values(), tables.quarantine]:  # ingests write them too, outside any batch
-        found |= _check_batches(table, tail, fix)
+    read = dict(tail.last["bronze_versions"] or {}) if tail.last else {}  # where a later batch's commits start
+    for rel, bronze in tables.bronze.items():  # ingests write bronze too, outside any batch
+        found |= _check_batches(bronze, bronze.info(read.get(rel.name)), tail, fix)
+    found |= _check_batches(tables.quarantine, tables.quarantine.info(), tail, fix)
     outputs = [(table, STATE_COLUMNS) for table in tables.state.values()] + [
         (tables.late_arrivals, LATE_COLUMNS),
         (tables.dq_quarantine, DQ_QUARANTINE_COLUMNS),
@@ -169,10 +171,9 @@ def _require_columns(name: str, schema: StructType | None, columns: tuple[str, .
         raise LakejoinError(f"{name} was not written by lakejoin (no column {missing[0]}): move it away, or {fix}")
 
 
-def _check_batches(table: Table, tail: LogTail, fix: str) -> dict[str, Recorded]:
-    """A table's record of this pipeline's batches: none after the one after the log's last. Returns the record of
-    that next batch when the table has it (the batch died after writing here)."""
-    info = table.info()
+def _check_batches(table: Table, info: TableInfo | None, tail: LogTail, fix: str) -> dict[str, Recorded]:
+    """A table's record of this pipeline's batches (``info``): none after the one after the log's last. Returns the
+    record of that next batch when the table has it (the batch died after writing here)."""
     if info is None or info.txn_version is None or info.txn_version <= tail.last_batch_id:
         return {}
     batch = info.txn_version
@@ -223,4 +224,4 @@ def _check_output(
             f"{table.name} ends at batch {info.txn_version}, but the batch log has committed batch "
             f"{tail.last_batch_id} (was it restored to an older version?): {fix}"
         )
-    return _check_batches(table, tail, fix)
+    return _check_batches(table, info, tail, fix)
