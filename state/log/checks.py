@@ -83,7 +83,8 @@ def check_consistency(tables: Tables, warehouse: Warehouse, creates: bool = Fals
     if tail.last is None:
         _refuse_earlier_tables(engine, warehouse)
     found: dict[str, Recorded] = {}
-    read = dict(tail.last["bronze_versions"] or {}) if tail.last else {}  # where a later batch's commits start
+    last = _pinned(tail.last) if tail.last else None
+    read = last.bronze_versions if last else {}  # where a later batch's commits start
     for rel, bronze in tables.bronze.items():  # ingests write bronze too, outside any batch
         found |= _check_batches(bronze, bronze.info(read.get(rel.name)), tail, fix)
     found |= _check_batches(tables.quarantine, tables.quarantine.info(), tail, fix)
@@ -102,7 +103,7 @@ def check_consistency(tables: Tables, warehouse: Warehouse, creates: bool = Fals
             f"{next(iter(found))} holds batch {tail.last_batch_id + 1}, which the batch log has not committed, without "
             f"its plan: {fix}"
         )
-    newest = unfinished or (tail.last and _pinned(tail.last))
+    newest = unfinished or last
     batch = tail.last_batch_id + (unfinished is not None)  # the batch that read what ``newest`` pins
     for rel, bronze in tables.bronze.items():
         read = (newest.bronze_versions if newest else {}).get(rel.name)
