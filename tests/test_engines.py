@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
 import pytest
@@ -478,6 +479,36 @@ def test_a_pin_keeps_each_table_as_first_seen_until_refresh_forgets_it_and_a_pin
         mine.refresh(a)
         assert (mine.version(a), mine.version(b)) == (seen[0] + 1, seen[1])
     assert mine.version(b) == seen[1] + 1  # outside any pin, the log is asked
+
+
+@pytest.mark.spark_delta
+def test_a_write_on_the_public_reader_knows_the_head_it_made_as_a_look_up_would_find_it_from_threads_at_once(
+    spark, tmp_path
+):
+    """Its commit's version as Delta reports it on the session, not a look-up (a Spark job): a head as a look-up finds
+    it (its stamp keys what the engine knows of the table), and each thread's own even when both write at once."""
+    require_spark_delta(spark)
+    engine, looking = SparkDeltaEngine(spark, PublicLog(spark)), PublicLog(spark)
+    tables = [str(tmp_path / name) for name in ("a", "b")]
+    for path in tables:
+        engine.append(path, frame(spark, [("x", 0)]))
+
+    def write(path: str) -> list[tuple[int, int | None]]:
+        seen = []
+        for number in range(1, 5):
+            rows = frame(spark, [("y", number)] * number) if number % 2 else pa.table({"id": ["y"], "ts": [number]})
+            written = engine.append(path, rows, commit=Commit(f"pipe:{path}", number))
+            seen.append((engine.version(path), written))
+        return seen
+
+    with engine.pinned(), ThreadPoolExecutor(max_workers=2) as pool:
+        seen = dict(zip(tables, pool.map(write, tables)))
+        known = {path: engine._head(path) for path in tables}
+    for path in tables:
+        found = looking.head(path)
+        assert seen[path] == [(1, 1), (2, 1), (3, 3), (4, 1)]
+        assert (known[path].version, known[path].stamp) == (found.version, found.stamp)
+        assert looking.recorded(path, found, f"pipe:{path}").version == 4
 
 
 def test_drop_deletes_the_table(engine, spark, tmp_path):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import threading
 import weakref
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import unquote, urlparse
@@ -106,6 +106,16 @@ class DeltaLogReader(Protocol):
 
     def rows_committed(self, table: str, head: Head) -> int | None:
         """The rows the append that made ``head`` committed, from the commit's metrics; None without them."""
+
+    # Whether ``committed`` can build a head from what a commit reports: the engine reads the version back from the
+    # session only for a reader that uses it.
+    builds_own_heads: bool
+
+    def committed(
+        self, table: str, before: Head, version: int, metadata: str | None, rows: Callable[[], int] | None
+    ) -> Head | None:
+        """The head after the engine's own commit of ``version`` (carrying ``metadata``, ``rows`` rows for an append)
+        on top of ``before``, without reading the log; None when the log must be read (another commit came between)."""
 
     def recorded(self, table: str, head: Head, app_id: str, after: int | None = None) -> Recorded:
         """The newest commit's record of ``app_id`` (its marker, with the plan it carries, or an app transaction);

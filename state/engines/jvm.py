@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from py4j.protocol import Py4JJavaError
@@ -152,6 +152,14 @@ class JvmLog:
 
     def schema(self, table: str, head: Head) -> StructType:
         return _schema(head.handle)
+
+    builds_own_heads = False
+
+    def committed(
+        self, table: str, before: Head, version: int, metadata: str | None, rows: Callable[[], int] | None
+    ) -> Head | None:
+        """None: a head is a snapshot of Delta's, read from the log in milliseconds and without a Spark job."""
+        return None
 
     def table_id(self, table: str, head: Head) -> str:
         return head.stamp

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from urllib.parse import urlparse
 
 from pyspark.errors import AnalysisException
@@ -52,6 +52,14 @@ CHANGED_ROWS = (
 )
 
 
+def _stamp(rows: list) -> str:
+    """A head's version with its oldest row's version and commit time: a table recreated at the same path starts
+    again at version 0, and its commits' times tell it from the one it replaced. Not the newest commit's time, which a
+    head the engine builds from its own commit does not know (``committed``), so that head's stamp is a look-up's."""
+    oldest = rows[-1]
+    return f"{rows[0]['version']}@{oldest['version']}:{oldest['timestamp']}"
+
+
 class PublicLog:
     def __init__(self, spark: SparkSession) -> None:
         self.spark = spark
@@ -62,8 +70,7 @@ class PublicLog:
         rows = self._history(table, HISTORY_DEPTH)
         if not rows:
             return None
-        # A recreated table starts again at version 0: its newest commit's time tells it from the one it replaced.
-        return Head(int(rows[0]["version"]), f"{rows[0]['version']}@{rows[0]['timestamp']}", rows)
+        return Head(int(rows[0]["version"]), _stamp(rows), rows)
 
     def schema(self, table: str, head: Head) -> StructType:
         return self._read(table).schema
@@ -75,6 +82,21 @@ class PublicLog:
     def rows_committed(self, table: str, head: Head) -> int | None:
         written = (head.handle[0]["operationMetrics"] or {}).get("numOutputRows")
         return None if written is None else int(written)
+
+    builds_own_heads = True
+
+    def committed(
+        self, table: str, before: Head, version: int, metadata: str | None, rows: Callable[[], int] | None
+    ) -> Head | None:
+        """The history ``before`` read, with the engine's own commit on top as what it wrote says of it (its marker,
+        its rows): a ``DESCRIBE HISTORY`` (a Spark job) saved per write. Only when the commit came right after
+        ``before``: then no other commit came between, and the rows read are still the newest but one."""
+        if version != before.version + 1:
+            return None
+        metrics = {} if rows is None else {"numOutputRows": str(rows())}
+        entry = {"version": version, "timestamp": None, "userMetadata": metadata, "operationMetrics": metrics}
+        handle = [entry, *before.handle[: HISTORY_DEPTH - 1]]  # the rows a look-up now would read, but one time
+        return Head(version, _stamp(handle), handle)
 
     def recorded(self, table: str, head: Head, app_id: str, after: int | None = None) -> Recorded:
         """The newest commit the history keeps that records ``app_id`` (after ``after``); when none does and the

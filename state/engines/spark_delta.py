@@ -27,7 +27,7 @@ from contextlib import contextmanager
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
@@ -72,12 +72,15 @@ TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 WRITER_OPTIONS = {"app_id": "txnAppId", "version": "txnVersion", "marker": "userMetadata"}
 SESSION_CONFS = {"app_id": TXN_APP_ID, "version": TXN_VERSION, "marker": USER_METADATA}
 SORT_WITHIN_FILES = "spark.databricks.io.skipping.mdc.sortWithinFiles"
+# The version of the last commit made on a session, which Delta sets on the session a commit ran on (``DeltaSQLConf``:
+# documented, not internal; a conf read is no Spark job, over Spark Connect too).
+LAST_COMMIT = "spark.databricks.delta.lastCommitVersionInSession"
 MATERIALIZE_SOURCE = "spark.databricks.delta.merge.materializeSource"
 # Tables must stay writable by delta-rs too (docs/design.md section 5): no deletion vectors, a property of each table
 # the engine creates (a session's default would be a setting, which serverless refuses, and the caller's to keep).
 NEW_TABLE = {"delta.enableDeletionVectors": "false"} | NEW_TABLE_LOG
 # The settings one command may need: a session lent to it has each either set for it or unset.
-COMMAND_CONFS = (TXN_APP_ID, TXN_VERSION, USER_METADATA, SORT_WITHIN_FILES, MATERIALIZE_SOURCE)
+COMMAND_CONFS = (TXN_APP_ID, TXN_VERSION, USER_METADATA, SORT_WITHIN_FILES, MATERIALIZE_SOURCE, LAST_COMMIT)
 GLOBAL_VIEWS = "spark.sql.globalTempDatabase"
 # The Delta line lakejoin is tested with (pyproject.toml's delta-spark pin): the one whose internals the JVM
 # reader knows.
@@ -86,6 +89,9 @@ PINNED_DELTA = "4.4."
 # on different tables run at once without seeing each other's settings: per session lakejoin computes with.
 _POOLS: weakref.WeakKeyDictionary[SparkSession, queue.SimpleQueue[SparkSession]] = weakref.WeakKeyDictionary()
 _POOLS_LOCK = threading.Lock()
+# Per session: held by a write that reads back the version it committed, and by every other commit lakejoin makes on
+# the session meanwhile (``committing_on``).
+_COMMIT_LOCKS: weakref.WeakKeyDictionary[SparkSession, threading.Lock] = weakref.WeakKeyDictionary()
 
 
 def log_reader(spark: SparkSession) -> DeltaLogReader:
@@ -119,6 +125,9 @@ class SparkDeltaEngine:
         self._restricted = (
             is_restricted(spark) if restricted is None else restricted
         )  # a test forces it in a classic session
+        # Whether a write reads back the version it committed (``_commit``): where the reader builds a head from it,
+        # and the session lets lakejoin clear the setting first.
+        self._reports = self._log.builds_own_heads and not self._restricted
         # Within ``pinned``: each warehouse table's head as last seen, kept up to date by the engine's own writes.
         self._heads: dict[str, Head | None] = {}
         self._pins = 0
@@ -166,6 +175,33 @@ class SparkDeltaEngine:
         finally:
             with self._heads_guard:
                 self._heads.pop(path, None)
+
+    def _commit(self, session: SparkSession, write: Callable[[], None]) -> int | None:
+        """Run ``write``, commits on ``session``, and return the version of its last commit as Delta reports it, where
+        the engine reads it back (``_reports``); None elsewhere, or when it committed nothing. Other commits on the
+        session are held off meanwhile: Delta reports the session's last commit, whoever made it."""
+        if not self._reports:
+            write()
+            return None
+        with committing_on(session):
+            session.conf.unset(LAST_COMMIT)
+            write()
+            return _reported(session)
+
+    def _learn(
+        self, path: str, before: Head | None, version: int | None, metadata: str | None, rows: Callable[[], int] | None
+    ) -> Head | None:
+        """The head after a write of the engine's own that committed ``version`` on top of ``before``, kept for the
+        next look, when the reader can build it without reading the log; None otherwise. No version reported is
+        taken for a question, not for "nothing committed": the log answers it."""
+        if version is None or before is None:
+            return None
+        known = self._log.committed(path, before, version, metadata, rows)
+        if known is not None:
+            with self._heads_guard:
+                if self._pins:
+                    self._heads[path] = known
+        return known
 
     def version(self, path: str) -> int | None:
         head = self._head(path)
@@ -377,15 +413,25 @@ class SparkDeltaEngine:
         )  # a writer's ``delta.*`` options set a new table's properties
         if head is not None and isinstance(df, pa.Table) and df.num_rows == 0:
             recorded = None  # no rows: only an app transaction, an action of its own, makes Delta commit
-        with self._committing(path):
+        options = _recording(commit, recorded, WRITER_OPTIONS)
+        counted, written = _counting(frame) if self._reports and not isinstance(df, pa.Table) else (None, frame)
+
+        def write() -> None:
+            nonlocal creating
             if head is None and is_table_name(path):
                 # A write that creates a catalog table runs as CREATE TABLE AS SELECT, which reports none of the metrics
                 # observed on ``frame`` (ingest counts its rows that way): the table is made empty first, then
                 # appended to.
                 _append_to(path, self.spark.createDataFrame([], frame.schema), creating)
                 creating = {}
-            _append_to(path, frame, _recording(commit, recorded, WRITER_OPTIONS) | creating)
-        after = _present(path, self._seen(path))
+            _append_to(path, written, options | creating)
+
+        with self._committing(path):
+            version = self._commit(frame.sparkSession, write)
+        rows = (lambda: df.num_rows) if isinstance(df, pa.Table) else counted
+        after = self._learn(path, head, version, options.get(WRITER_OPTIONS["marker"]), rows) or _present(
+            path, self._seen(path)
+        )
         if head is None or after.version != head.version:
             if isinstance(df, pa.Table):
                 self._carry_maxima(path, head, after, df)
@@ -419,13 +465,14 @@ class SparkDeltaEngine:
         if self._written(path, recorded, commit):
             return None
         with self._committing(path):
-            counts = self._merge(
+            counts, version = self._merge(
                 path,
                 df,
                 commit,
                 recorded,
                 lambda source: merge_statement(sql_name(path), source, match_condition(key, aligned), evict, on_match),
             )
+        self._learn(path, head, version, _marker_of(commit), None)
         return Merged(int(counts["num_inserted_rows"]), int(counts["num_deleted_rows"]))
 
     def apply_changes(
@@ -441,7 +488,7 @@ class SparkDeltaEngine:
             f"{kept} THEN INSERT *"
         )
         with self._committing(path):
-            counts = self._merge(
+            counts, version = self._merge(
                 path,
                 df,
                 commit,
@@ -451,6 +498,7 @@ class SparkDeltaEngine:
                     f"{condition} {clauses}"
                 ),
             )
+        self._learn(path, head, version, _marker_of(commit), None)
         changed = int(counts["num_affected_rows"])
         if changed == 0:  # a MERGE that changes nothing commits nothing: the write is recorded by a commit of no rows
             self.append(path, pa.Table.from_pylist([], arrow_schema(as_frame(self.spark, df).schema)), commit=commit)
@@ -482,9 +530,9 @@ class SparkDeltaEngine:
         """Run the MERGE ``statement`` names for a source view of ``df``, recording ``commit``: on a session of its own
         with the marker as its setting, or, where settings are refused, after a commit of no rows that carries it;
         the MERGE's own counts (a MERGE that changes nothing commits nothing, so the history's latest entry would
-        be an earlier commit's)."""
+        be an earlier commit's) and the version it committed as its session reports it (None: none, or unreported)."""
         if self._restricted:
-            return self._merge_after_marker(path, df, commit, recorded, statement)
+            return self._merge_after_marker(path, df, commit, recorded, statement), None
         # A source built from rows on the driver is an immutable local relation: MERGE need not copy it first.
         confs = ({MATERIALIZE_SOURCE: "none"} if isinstance(df, pa.Table) else {}) | _recording(
             commit, recorded, SESSION_CONFS
@@ -503,7 +551,7 @@ class SparkDeltaEngine:
                     lambda: self.spark.catalog.dropGlobalTempView(view),
                 )
             try:
-                return session.sql(statement(source)).first()
+                return session.sql(statement(source)).first(), _reported(session) if self._reports else None
             finally:
                 drop()
 
@@ -568,6 +616,32 @@ class SparkDeltaEngine:
             yield session
         finally:
             self._sessions.put(session)
+
+
+@contextmanager
+def committing_on(session: SparkSession) -> Iterator[None]:
+    """Hold off lakejoin's other commits on ``session`` (one thread's write, another's lease renewal) while a write
+    reads back the version it committed (``LAST_COMMIT``, the session's last commit, whoever made it)."""
+    with _POOLS_LOCK:
+        lock = _COMMIT_LOCKS.setdefault(session, threading.Lock())
+    with lock:
+        yield
+
+
+def _reported(session: SparkSession) -> int | None:
+    value = session.conf.get(LAST_COMMIT, None)
+    return None if value is None else int(value)
+
+
+def _counting(frame: DataFrame) -> tuple[Callable[[], int], DataFrame]:
+    """``frame`` counting its rows as a write of it runs (no job of its own), and the count, once it ran."""
+    observation = Observation()
+    return lambda: int(observation.get["rows"]), frame.observe(observation, F.count(F.lit(1)).alias("rows"))
+
+
+def _marker_of(commit: Commit | None) -> str | None:
+    """The marker a MERGE of ``commit`` on a session of its own records (``_recording``)."""
+    return None if commit is None else marker(commit)
 
 
 def _cloned(spark: SparkSession) -> SparkSession:
