@@ -327,14 +327,18 @@ def test_max_value_follows_new_versions_and_a_table_recreated_at_the_same_path(e
     assert engine.max_value(path, "ts", 0) == 2
 
 
-def test_max_value_follows_the_engine_s_own_appends_of_driver_rows_and_is_asked_again_after_another_writer_s(
-    engine, tmp_path
+@pytest.mark.parametrize("on_driver", [True, False], ids=["driver rows", "a DataFrame"])
+def test_max_value_follows_the_engine_s_own_appends_and_is_asked_again_after_another_writer_s(
+    engine, spark, tmp_path, on_driver
 ):
+    """A maximum known before an append of the engine's own is carried to its commit (the rows on the driver, or
+    observed as a DataFrame is written: on the public reader, an aggregate's Spark job saved per look)."""
     path = str(tmp_path / "t")
     schema = pa.schema([("id", pa.string()), ("ts", pa.int64())])
 
     def rows(*values: int | None) -> pa.Table:
-        return pa.Table.from_pylist([{"id": "x", "ts": value} for value in values], schema)
+        table = pa.Table.from_pylist([{"id": "x", "ts": value} for value in values], schema)
+        return table if on_driver else spark.createDataFrame(table.to_pylist(), "id string, ts bigint")
 
     engine.append(path, rows(5))
     assert engine.max_value(path, "ts") == 5

@@ -24,6 +24,7 @@ import uuid
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -75,6 +76,7 @@ SORT_WITHIN_FILES = "spark.databricks.io.skipping.mdc.sortWithinFiles"
 # The version of the last commit made on a session, which Delta sets on the session a commit ran on (``DeltaSQLConf``:
 # documented, not internal; a conf read is no Spark job, over Spark Connect too).
 LAST_COMMIT = "spark.databricks.delta.lastCommitVersionInSession"
+ROWS = "_lakejoin_rows"  # what a write of a DataFrame observes of it (``_observing``)
 MATERIALIZE_SOURCE = "spark.databricks.delta.merge.materializeSource"
 # Tables must stay writable by delta-rs too (docs/design.md section 5): no deletion vectors, a property of each table
 # the engine creates (a session's default would be a setting, which serverless refuses, and the caller's to keep).
@@ -294,17 +296,21 @@ class SparkDeltaEngine:
         self._maxima[(path, column)] = (*at, maximum)
         return maximum
 
-    def _carry_maxima(self, path: str, before: Head | None, after: Head, rows: pa.Table) -> None:
-        """The maxima known at ``before`` carried to ``after`` when it is ``rows``' own commit on top of it: the batch
-        log's and the ingest log's next look costs no aggregate (on the public reader, two Spark jobs each)."""
+    def _known_maxima(self, path: str, head: Head | None, columns: Sequence[str]) -> list[str]:
+        """Which of ``columns`` have a maximum known at ``head``: a write of them carries it to its commit."""
+        at = None if head is None else (head.stamp, head.version)
+        return [name for name in columns if at is not None and self._maxima.get((path, name), (None, None))[:2] == at]
+
+    def _carry_maxima(self, path: str, before: Head | None, after: Head, added: dict[str, int | None]) -> None:
+        """The maxima known at ``before`` carried to ``after`` when it is the commit of rows whose maxima are ``added``
+        on top of it: the next look at the logs, or at bronze's arrival places, costs no aggregate (on the public
+        reader, a Spark job each)."""
         if before is None or after.version != before.version + 1:
             return
-        for (table, name), (stamp, version, maximum) in list(self._maxima.items()):
-            if table != path or (stamp, version) != (before.stamp, before.version) or name not in rows.column_names:
-                continue
-            added = pc.max(rows[name]).as_py()
-            known = [int(value) for value in (maximum, added) if value is not None]
-            self._maxima[(table, name)] = (after.stamp, after.version, max(known, default=None))
+        for name, value in added.items():
+            maximum = self._maxima[(path, name)][2]
+            known = [int(number) for number in (maximum, value) if number is not None]
+            self._maxima[(path, name)] = (after.stamp, after.version, max(known, default=None))
 
     def info(self, path: str, app_id: str, after: int | None = None) -> TableInfo | None:
         head = self._head(path)
@@ -414,7 +420,16 @@ class SparkDeltaEngine:
         if head is not None and isinstance(df, pa.Table) and df.num_rows == 0:
             recorded = None  # no rows: only an app transaction, an action of its own, makes Delta commit
         options = _recording(commit, recorded, WRITER_OPTIONS)
-        counted, written = _counting(frame) if self._reports and not isinstance(df, pa.Table) else (None, frame)
+        # The rows' count and the maxima the engine knows of the table: from the rows on the driver, or observed as
+        # the write runs where the reader builds its head (its commit's row count) from them.
+        carried = self._known_maxima(path, head, frame.columns)
+        observed, written = (
+            (partial(_found_in, df, carried), frame)
+            if isinstance(df, pa.Table)
+            else _observing(frame, carried)
+            if self._reports
+            else (None, frame)
+        )
 
         def write() -> None:
             nonlocal creating
@@ -428,13 +443,14 @@ class SparkDeltaEngine:
 
         with self._committing(path):
             version = self._commit(frame.sparkSession, write)
-        rows = (lambda: df.num_rows) if isinstance(df, pa.Table) else counted
+        rows = None if observed is None else lambda: observed()[ROWS]
         after = self._learn(path, head, version, options.get(WRITER_OPTIONS["marker"]), rows) or _present(
             path, self._seen(path)
         )
         if head is None or after.version != head.version:
+            if observed is not None and (isinstance(df, pa.Table) or version is not None):  # a DataFrame's, if written
+                self._carry_maxima(path, head, after, {name: observed()[name] for name in carried})
             if isinstance(df, pa.Table):
-                self._carry_maxima(path, head, after, df)
                 return df.num_rows
             committed = self._log.rows_committed(path, after)
             return frame.count() if committed is None else committed  # metrics off: history.metricsEnabled=false
@@ -633,10 +649,25 @@ def _reported(session: SparkSession) -> int | None:
     return None if value is None else int(value)
 
 
-def _counting(frame: DataFrame) -> tuple[Callable[[], int], DataFrame]:
-    """``frame`` counting its rows as a write of it runs (no job of its own), and the count, once it ran."""
+def _found_in(rows: pa.Table, columns: Sequence[str]) -> dict:
+    """What ``_observing`` finds of a DataFrame, of rows on the driver."""
+    return {ROWS: rows.num_rows, **{name: pc.max(rows[name]).as_py() for name in columns}}
+
+
+def _observing(frame: DataFrame, columns: Sequence[str]) -> tuple[Callable[[], dict], DataFrame]:
+    """``frame`` counting its rows (``ROWS``) and taking the maxima of ``columns`` as a write of it runs (no job of its
+    own), and what it found, by name: to be asked only once a write of it ran (Spark waits for it until then)."""
     observation = Observation()
-    return lambda: int(observation.get["rows"]), frame.observe(observation, F.count(F.lit(1)).alias("rows"))
+    metrics = [
+        F.count(F.lit(1)).alias(ROWS),
+        *(F.max(column(name)).alias(f"max_{index}") for index, name in enumerate(columns)),
+    ]
+
+    def found() -> dict:
+        got = observation.get
+        return {ROWS: int(got[ROWS]), **{name: got[f"max_{index}"] for index, name in enumerate(columns)}}
+
+    return found, frame.observe(observation, *metrics)
 
 
 def _marker_of(commit: Commit | None) -> str | None:
