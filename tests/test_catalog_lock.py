@@ -6,13 +6,17 @@ before it commits (state/log/lease.py)."""
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 
 import pytest
 
 from pipelines.api import Pipeline as Api
+from state.engines.spark_delta import committing_on
 from state.errors import LakejoinError, WarehouseBusy
+from state.log import lease as lease_module
 from state.log.lease import Lease, LeaseLost, lease_table
+from state.log.lock import hold
 from tests.conftest import require_spark_delta
 from tests.reference import Record, batch_join
 
@@ -115,3 +119,18 @@ def test_a_lease_is_taken_by_one_of_two_and_given_back(spark, warehouse):
     second.release()
     with pytest.raises(LakejoinError):
         Lease(spark, lease_table(warehouse), "run").check()  # never taken: holds nothing
+
+
+def test_a_lease_is_renewed_while_a_write_on_the_run_s_session_holds_its_commits_past_the_lease(
+    spark, warehouse, monkeypatch
+):
+    """A write that reads back the version it committed holds off the session's other commits: the lease, on a session
+    apart, is renewed meanwhile, so a write longer than the lease does not let another run take the warehouse."""
+    monkeypatch.setattr(lease_module, "LEASE_SECONDS", 4)
+    monkeypatch.setattr(lease_module, "RENEW_SECONDS", 1)
+    with hold(warehouse, "run", spark=spark) as held:
+        with committing_on(spark):
+            time.sleep(6)
+            with pytest.raises(WarehouseBusy):
+                Lease(spark.newSession(), lease_table(warehouse), "run").take(wait_seconds=0)
+        held.check()

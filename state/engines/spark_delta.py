@@ -298,8 +298,19 @@ class SparkDeltaEngine:
 
     def _known_maxima(self, path: str, head: Head | None, columns: Sequence[str]) -> list[str]:
         """Which of ``columns`` have a maximum known at ``head``: a write of them carries it to its commit."""
-        at = None if head is None else (head.stamp, head.version)
-        return [name for name in columns if at is not None and self._maxima.get((path, name), (None, None))[:2] == at]
+        if head is None:
+            return []
+        return [
+            name for name in columns if self._maxima.get((path, name), (None, None))[:2] == (head.stamp, head.version)
+        ]
+
+    def _found(self, df: Data, frame: DataFrame, carried: Sequence[str]) -> tuple[Callable[[], dict] | None, DataFrame]:
+        """What an append of ``df`` (as ``frame``) finds of its rows, their count (``ROWS``) and the maxima of
+        ``carried``, and the frame to write: from the rows on the driver, or observed as the write runs where the
+        reader builds its head (its commit's row count) from them; nothing otherwise."""
+        if isinstance(df, pa.Table):
+            return partial(_found_in, df, carried), frame
+        return _observing(frame, carried) if self._reports else (None, frame)
 
     def _carry_maxima(self, path: str, before: Head | None, after: Head, added: dict[str, int | None]) -> None:
         """The maxima known at ``before`` carried to ``after`` when it is the commit of rows whose maxima are ``added``
@@ -420,29 +431,10 @@ class SparkDeltaEngine:
         if head is not None and isinstance(df, pa.Table) and df.num_rows == 0:
             recorded = None  # no rows: only an app transaction, an action of its own, makes Delta commit
         options = _recording(commit, recorded, WRITER_OPTIONS)
-        # The rows' count and the maxima the engine knows of the table: from the rows on the driver, or observed as
-        # the write runs where the reader builds its head (its commit's row count) from them.
         carried = self._known_maxima(path, head, frame.columns)
-        observed, written = (
-            (partial(_found_in, df, carried), frame)
-            if isinstance(df, pa.Table)
-            else _observing(frame, carried)
-            if self._reports
-            else (None, frame)
-        )
-
-        def write() -> None:
-            nonlocal creating
-            if head is None and is_table_name(path):
-                # A write that creates a catalog table runs as CREATE TABLE AS SELECT, which reports none of the metrics
-                # observed on ``frame`` (ingest counts its rows that way): the table is made empty first, then
-                # appended to.
-                _append_to(path, self.spark.createDataFrame([], frame.schema), creating)
-                creating = {}
-            _append_to(path, written, options | creating)
-
+        observed, written = self._found(df, frame, carried)
         with self._committing(path):
-            version = self._commit(frame.sparkSession, write)
+            version = self._commit(frame.sparkSession, partial(_append_creating, path, written, options, creating))
         rows = None if observed is None else lambda: observed()[ROWS]
         after = self._learn(path, head, version, options.get(WRITER_OPTIONS["marker"]), rows) or _present(
             path, self._seen(path)
@@ -480,15 +472,14 @@ class SparkDeltaEngine:
         recorded = self._check(path, head, commit)
         if self._written(path, recorded, commit):
             return None
-        with self._committing(path):
-            counts, version = self._merge(
-                path,
-                df,
-                commit,
-                recorded,
-                lambda source: merge_statement(sql_name(path), source, match_condition(key, aligned), evict, on_match),
-            )
-        self._learn(path, head, version, _marker_of(commit), None)
+        counts = self._merge(
+            path,
+            head,
+            df,
+            commit,
+            recorded,
+            lambda source: merge_statement(sql_name(path), source, match_condition(key, aligned), evict, on_match),
+        )
         return Merged(int(counts["num_inserted_rows"]), int(counts["num_deleted_rows"]))
 
     def apply_changes(
@@ -503,18 +494,17 @@ class SparkDeltaEngine:
             f"WHEN MATCHED AND {retraction} THEN DELETE WHEN MATCHED AND {kept} THEN UPDATE SET * WHEN NOT MATCHED AND "
             f"{kept} THEN INSERT *"
         )
-        with self._committing(path):
-            counts, version = self._merge(
-                path,
-                df,
-                commit,
-                recorded,
-                lambda source: (
-                    f"MERGE WITH SCHEMA EVOLUTION INTO {sql_name(path)} AS target USING {source} AS source ON "
-                    f"{condition} {clauses}"
-                ),
-            )
-        self._learn(path, head, version, _marker_of(commit), None)
+        counts = self._merge(
+            path,
+            head,
+            df,
+            commit,
+            recorded,
+            lambda source: (
+                f"MERGE WITH SCHEMA EVOLUTION INTO {sql_name(path)} AS target USING {source} AS source ON "
+                f"{condition} {clauses}"
+            ),
+        )
         changed = int(counts["num_affected_rows"])
         if changed == 0:  # a MERGE that changes nothing commits nothing: the write is recorded by a commit of no rows
             self.append(path, pa.Table.from_pylist([], arrow_schema(as_frame(self.spark, df).schema)), commit=commit)
@@ -541,20 +531,28 @@ class SparkDeltaEngine:
         return last["marked"] is not None and last["merged"] is not None and last["merged"] > last["marked"]
 
     def _merge(
-        self, path: str, df: Data, commit: Commit | None, recorded: Recorded | None, statement: Callable[[str], str]
+        self,
+        path: str,
+        head: Head | None,
+        df: Data,
+        commit: Commit | None,
+        recorded: Recorded | None,
+        statement: Callable[[str], str],
     ):  # noqa: ANN202 - a Row
-        """Run the MERGE ``statement`` names for a source view of ``df``, recording ``commit``: on a session of its own
-        with the marker as its setting, or, where settings are refused, after a commit of no rows that carries it;
-        the MERGE's own counts (a MERGE that changes nothing commits nothing, so the history's latest entry would
-        be an earlier commit's) and the version it committed as its session reports it (None: none, or unreported)."""
+        """Run the MERGE ``statement`` names for a source view of ``df`` on the table at ``head``, recording ``commit``:
+        on a session of its own with the marker as its setting, or, where settings are refused, after a commit of no
+        rows that carries it. Returns the MERGE's own counts (a MERGE that changes nothing commits nothing, so the
+        history's latest entry would be an earlier commit's); the head it made is learnt from the version its session
+        reports."""
         if self._restricted:
-            return self._merge_after_marker(path, df, commit, recorded, statement), None
+            with self._committing(path):
+                return self._merge_after_marker(path, df, commit, recorded, statement)
         # A source built from rows on the driver is an immutable local relation: MERGE need not copy it first.
         confs = ({MATERIALIZE_SOURCE: "none"} if isinstance(df, pa.Table) else {}) | _recording(
             commit, recorded, SESSION_CONFS
         )
         view = f"lakejoin_merge_{uuid.uuid4().hex}"
-        with self._session(confs) as session:
+        with self._committing(path), self._session(confs) as session:
             # The source is a view of the session the MERGE runs in: rows built there, or (a DataFrame of another
             # session) a global view, which every session of the application sees.
             if isinstance(df, pa.Table):
@@ -567,9 +565,12 @@ class SparkDeltaEngine:
                     lambda: self.spark.catalog.dropGlobalTempView(view),
                 )
             try:
-                return session.sql(statement(source)).first(), _reported(session) if self._reports else None
+                counts = session.sql(statement(source)).first()
+                version = _reported(session) if self._reports else None
             finally:
                 drop()
+        self._learn(path, head, version, confs.get(USER_METADATA), None)
+        return counts
 
     def _merge_after_marker(
         self, path: str, df: Data, commit: Commit | None, recorded: Recorded | None, statement: Callable[[str], str]
@@ -622,7 +623,7 @@ class SparkDeltaEngine:
         try:
             session = self._sessions.get_nowait()
         except queue.Empty:
-            session = self.spark.cloneSession() if is_connect(self.spark) else _cloned(self.spark)
+            session = session_apart(self.spark)
         for name in COMMAND_CONFS:
             if name in confs:
                 session.conf.set(name, confs[name])
@@ -636,17 +637,37 @@ class SparkDeltaEngine:
 
 @contextmanager
 def committing_on(session: SparkSession) -> Iterator[None]:
-    """Hold off lakejoin's other commits on ``session`` (one thread's write, another's lease renewal) while a write
-    reads back the version it committed (``LAST_COMMIT``, the session's last commit, whoever made it)."""
+    """Hold off lakejoin's other commits on ``session`` (another thread's write) while a write reads back the version
+    it committed (``LAST_COMMIT``, the session's last commit, whoever made it). A lease is renewed on a session apart
+    (``session_apart``), so a long write never holds off its renewal."""
     with _POOLS_LOCK:
         lock = _COMMIT_LOCKS.setdefault(session, threading.Lock())
     with lock:
         yield
 
 
+def session_apart(spark: SparkSession) -> SparkSession:
+    """A session of ``spark``'s application with its settings, whose commands and commits leave ``spark``'s alone (its
+    settings, its last commit's version): ``spark`` itself where clones are refused (serverless, whose writes report
+    no version anyway)."""
+    if is_restricted(spark):
+        return spark
+    return spark.cloneSession() if is_connect(spark) else _cloned(spark)
+
+
 def _reported(session: SparkSession) -> int | None:
     value = session.conf.get(LAST_COMMIT, None)
     return None if value is None else int(value)
+
+
+def _append_creating(path: str, written: DataFrame, options: dict[str, str], creating: dict[str, str]) -> None:
+    """Append ``written`` with writer ``options``, making the table with ``creating``'s properties when they are given.
+    A write that creates a catalog table runs as CREATE TABLE AS SELECT, which reports none of the metrics observed on
+    the rows (ingest counts its rows that way): that table is made empty first, then appended to."""
+    if creating and is_table_name(path):
+        _append_to(path, written.sparkSession.createDataFrame([], written.schema), creating)
+        creating = {}
+    _append_to(path, written, options | creating)
 
 
 def _found_in(rows: pa.Table, columns: Sequence[str]) -> dict:
@@ -668,11 +689,6 @@ def _observing(frame: DataFrame, columns: Sequence[str]) -> tuple[Callable[[], d
         return {ROWS: int(got[ROWS]), **{name: got[f"max_{index}"] for index, name in enumerate(columns)}}
 
     return found, frame.observe(observation, *metrics)
-
-
-def _marker_of(commit: Commit | None) -> str | None:
-    """The marker a MERGE of ``commit`` on a session of its own records (``_recording``)."""
-    return None if commit is None else marker(commit)
 
 
 def _cloned(spark: SparkSession) -> SparkSession:

@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 
 from pyspark.sql import SparkSession
 
-from state.engines.spark_delta import committing_on
 from state.errors import LakejoinError, WarehouseBusy
 from state.names import literal
 
@@ -112,12 +111,11 @@ class Lease:
         """The table with a free lease per job, in one commit; a run that made it just before this one is no error."""
         rows = " UNION ALL ".join(f"SELECT {literal(job)} AS job" for job in JOBS)
         try:
-            with committing_on(self.spark):
-                self.spark.sql(
-                    f"CREATE TABLE IF NOT EXISTS {self.table} USING DELTA TBLPROPERTIES "
-                    "('delta.enableDeletionVectors' = 'false') AS SELECT job, CAST(NULL AS STRING) AS holder, "
-                    f"CAST(0 AS BIGINT) AS epoch, CAST(NULL AS TIMESTAMP) AS expires_at FROM ({rows})"
-                )
+            self.spark.sql(
+                f"CREATE TABLE IF NOT EXISTS {self.table} USING DELTA TBLPROPERTIES "
+                "('delta.enableDeletionVectors' = 'false') AS SELECT job, CAST(NULL AS STRING) AS holder, "
+                f"CAST(0 AS BIGINT) AS epoch, CAST(NULL AS TIMESTAMP) AS expires_at FROM ({rows})"
+            )
         except Exception as exc:  # noqa: BLE001 - a concurrent creation surfaces as the catalog's error or Delta's
             if not any(mark in str(exc) for mark in CREATED):
                 raise
@@ -162,8 +160,7 @@ class Lease:
         statement = f"UPDATE {self.table} SET {assignments} WHERE job = {literal(self.job)} AND ({condition})"
         for attempt in range(CONFLICT_RETRIES):
             try:
-                with committing_on(self.spark):
-                    return bool(self.spark.sql(statement).first().num_affected_rows)
+                return bool(self.spark.sql(statement).first().num_affected_rows)
             except Exception as exc:  # noqa: BLE001 - Delta's conflict errors reach Python under several types
                 if not any(mark in str(exc) for mark in CONFLICTS):
                     raise

@@ -59,7 +59,10 @@ def hold(root: str, job: str, wait_seconds: float | None = 0.0, spark: SparkSess
     Raises ``WarehouseBusy`` naming the holder when the wait runs out.
     """
     if is_catalog_schema(root) and spark is not None:
-        lease = Lease(spark, lease_table(root), job)
+        from state.engines.spark_delta import session_apart
+
+        # on a session apart: a renewal never waits for, nor is mistaken for, a commit of the run's on ``spark``
+        lease = Lease(session_apart(spark), lease_table(root), job)
         lease.take(wait_seconds)
         try:
             yield lease
