@@ -99,13 +99,13 @@ def race_writes(patch: Callable[[object, str, object], None], writes: Iterable[t
                 finished.set()
                 racer.join()
 
-    def raced_merge(self, path, df, *rest):  # noqa: ANN001, ANN202 - SparkDeltaEngine._merge's own
+    def raced_merge(self, path, head, df, *rest):  # noqa: ANN001, ANN202 - SparkDeltaEngine._merge's own
         if (MERGE, path) not in pending:
-            return merge(self, path, df, *rest)
+            return merge(self, path, head, df, *rest)
         from state.engines import as_frame
 
         with held(self.spark, (MERGE, path), as_frame(self.spark, df)) as frame:
-            return merge(self, path, frame, *rest)
+            return merge(self, path, head, frame, *rest)
 
     def raced_append(table: str, frame: DataFrame, options: dict[str, str]) -> None:
         if (APPEND, table) not in pending or not exists(frame.sparkSession, table):

@@ -15,11 +15,13 @@ from deltalake import DeltaTable
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from benchmarks.costs import counted
 from pipelines.bronze.sources import APPEND, SourceCommit
 from pipelines.spark import DELTA_JARS, delta_jars
 from state.engines import Commit, Eviction, Memberships, Merged, OnMatch, make_engine
 from state.engines.base import Aligned, Recorded, applied
 from state.engines.delta_log import Listed, greatest_after
+from state.engines.jvm import JvmLog
 from state.engines.public_log import PublicLog
 from state.engines.spark_delta import SparkDeltaEngine
 from state.faults import CRASH_AT, InjectedCrash
@@ -483,6 +485,27 @@ def test_a_pin_keeps_each_table_as_first_seen_until_refresh_forgets_it_and_a_pin
         mine.refresh(a)
         assert (mine.version(a), mine.version(b)) == (seen[0] + 1, seen[1])
     assert mine.version(b) == seen[1] + 1  # outside any pin, the log is asked
+
+
+@pytest.mark.spark_delta
+@pytest.mark.parametrize("reader", [JvmLog, PublicLog], ids=["JVM log reader", "public log reader"])
+def test_within_a_pin_a_read_sees_the_snapshot_first_seen_and_a_snapshot_s_rows_are_read_once(spark, tmp_path, reader):
+    """A table seen within a pin is a snapshot: another writer's commit since is not read until ``refresh`` (the public
+    reader read the newest), and the same snapshot's rows asked again cost no Spark job (a pipeline reads its definition
+    at each call)."""
+    require_spark_delta(spark)
+    mine, other = SparkDeltaEngine(spark, reader(spark)), SparkDeltaEngine(spark, reader(spark))
+    path = str(tmp_path / "t")
+    other.append(path, frame(spark, [("x", 1)]))
+    with mine.pinned():
+        assert mine.rows(path)["id"].to_pylist() == ["x"]
+        other.append(path, frame(spark, [("y", 2)]))
+        assert [row.id for row in mine.read(path).collect()] == ["x"]
+        with counted(spark, str(tmp_path)) as cost:
+            assert mine.rows(path)["id"].to_pylist() == ["x"]
+        assert cost.jobs == 0
+        mine.refresh(path)
+        assert sorted(mine.rows(path)["id"].to_pylist()) == ["x", "y"]
 
 
 @pytest.mark.spark_delta

@@ -73,7 +73,7 @@ class PublicLog:
         return Head(int(rows[0]["version"]), _stamp(rows), rows)
 
     def schema(self, table: str, head: Head) -> StructType:
-        return self._read(table).schema
+        return self._read(table, head.version).schema
 
     def files(self, table: str, head: Head, version: int | None) -> Listed | None:
         """None: a data file list with statistics is the log's to give, so the engine reads through Delta."""

@@ -28,7 +28,7 @@ from functools import partial
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import DataFrame, Observation, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
@@ -124,6 +124,8 @@ class SparkDeltaEngine:
         # (table, column) -> (stamp, version, maximum): the last aggregate asked of each table. A snapshot never
         # changes, so asking again at the same version (each batch's plan, each ingest) needs no Spark job.
         self._maxima: dict[tuple[str, str], tuple[str, int, int | None]] = {}
+        # table -> ((stamp, version, where), rows): the last rows read of each table (``rows``).
+        self._rows: dict[str, tuple[tuple[str, int, str | None], pa.Table]] = {}
         self._restricted = (
             is_restricted(spark) if restricted is None else restricted
         )  # a test forces it in a classic session
@@ -218,9 +220,13 @@ class SparkDeltaEngine:
 
     def read(self, path: str, version: int | None = None, where: str | None = None) -> DataFrame | None:
         head = self._head(path)
-        if head is None:
-            return None
-        df = self._frame(path, version, None if where is not None else self._log.files(path, head, version))
+        return None if head is None else self._read_at(path, head, version, where)
+
+    def _read_at(self, path: str, head: Head, version: int | None, where: str | None) -> DataFrame:
+        """The table at ``version``, else at ``head``: one snapshot, whatever commits came after the head was seen (a
+        read through Delta by name would see the newest)."""
+        at = head.version if version is None else version
+        df = self._frame(path, at, None if where is not None else self._log.files(path, head, version))
         return df if where is None else df.where(where)
 
     def _frame(
@@ -241,8 +247,20 @@ class SparkDeltaEngine:
         )
 
     def rows(self, path: str, version: int | None = None, where: str | None = None) -> pa.Table | None:
-        df = self.read(path, version, where)
-        return None if df is None else df.toArrow()
+        """The rows of a snapshot, read again only when the snapshot or ``where`` is another than the last read of the
+        table: a snapshot never changes, and the commands of one pipeline read some (its definition) at each call."""
+        head = self._head(path)
+        if head is None:
+            return None
+        snapshot = (head.stamp, head.version if version is None else version, where)
+        with self._heads_guard:
+            kept = self._rows.get(path)
+        if kept is not None and kept[0] == snapshot:
+            return kept[1]
+        rows = self._read_at(path, head, version, where).toArrow()
+        with self._heads_guard:
+            self._rows[path] = (snapshot, rows)
+        return rows
 
     def count(self, path: str, where: str | None = None) -> int | None:
         df = self.read(path, where=where)
@@ -469,26 +487,18 @@ class SparkDeltaEngine:
         if head is None:
             written = self.append(path, df, commit=commit)
             return None if written is None else Merged(written, 0)
-        recorded = self._check(path, head, commit)
-        if self._written(path, recorded, commit):
-            return None
         counts = self._merge(
             path,
             head,
             df,
             commit,
-            recorded,
             lambda source: merge_statement(sql_name(path), source, match_condition(key, aligned), evict, on_match),
         )
-        return Merged(int(counts["num_inserted_rows"]), int(counts["num_deleted_rows"]))
+        return None if counts is None else Merged(int(counts["num_inserted_rows"]), int(counts["num_deleted_rows"]))
 
     def apply_changes(
         self, path: str, df: Data, *, keys: Sequence[str], retraction: str, commit: Commit | None = None
     ) -> int | None:
-        head = self._head(path)
-        recorded = self._check(path, head, commit)
-        if self._written(path, recorded, commit):
-            return None
         condition, kept = changes_merge(keys, retraction)
         clauses = (
             f"WHEN MATCHED AND {retraction} THEN DELETE WHEN MATCHED AND {kept} THEN UPDATE SET * WHEN NOT MATCHED AND "
@@ -496,15 +506,16 @@ class SparkDeltaEngine:
         )
         counts = self._merge(
             path,
-            head,
+            self._head(path),
             df,
             commit,
-            recorded,
             lambda source: (
                 f"MERGE WITH SCHEMA EVOLUTION INTO {sql_name(path)} AS target USING {source} AS source ON "
                 f"{condition} {clauses}"
             ),
         )
+        if counts is None:
+            return None
         changed = int(counts["num_affected_rows"])
         if changed == 0:  # a MERGE that changes nothing commits nothing: the write is recorded by a commit of no rows
             self.append(path, pa.Table.from_pylist([], arrow_schema(as_frame(self.spark, df).schema)), commit=commit)
@@ -531,19 +542,16 @@ class SparkDeltaEngine:
         return last["marked"] is not None and last["merged"] is not None and last["merged"] > last["marked"]
 
     def _merge(
-        self,
-        path: str,
-        head: Head | None,
-        df: Data,
-        commit: Commit | None,
-        recorded: Recorded | None,
-        statement: Callable[[str], str],
-    ):  # noqa: ANN202 - a Row
+        self, path: str, head: Head | None, df: Data, commit: Commit | None, statement: Callable[[str], str]
+    ) -> Row | None:
         """Run the MERGE ``statement`` names for a source view of ``df`` on the table at ``head``, recording ``commit``:
         on a session of its own with the marker as its setting, or, where settings are refused, after a commit of no
         rows that carries it. Returns the MERGE's own counts (a MERGE that changes nothing commits nothing, so the
-        history's latest entry would be an earlier commit's); the head it made is learnt from the version its session
-        reports."""
+        history's latest entry would be an earlier commit's), None when the table has ``commit`` already; the head it
+        made is learnt from the version its session reports."""
+        recorded = self._check(path, head, commit)
+        if self._written(path, recorded, commit):
+            return None
         if self._restricted:
             with self._committing(path):
                 return self._merge_after_marker(path, df, commit, recorded, statement)
