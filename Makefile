@@ -14,7 +14,7 @@ SERVERLESS_VENV := .venv-serverless
 SERVERLESS_STAMP := $(SERVERLESS_VENV)/.installed
 DATABRICKS_CONNECT := databricks-connect==18.3.7
 
-.PHONY: demo test bench-state bench-dq bench-peers bench-peers-bounded bench-engines bench-memory bench-commit bench-sources bench-nway bench-final bench-cli bench-changes bench-idle bench-sizing bench-backlog bench-history bench-small bench-costs bench-demo sizing-day bench-suite bench-report
+.PHONY: demo test bench-state bench-dq bench-peers bench-peers-bounded bench-engines bench-memory bench-commit bench-sources bench-nway bench-final bench-cli bench-changes bench-idle bench-sizing bench-backlog bench-history bench-small bench-costs bench-profile bench-demo sizing-day bench-suite bench-report
 
 $(STAMP): pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is required: install it, or pass PYTHON=/path/to/python3.11"; exit 1; }
@@ -144,6 +144,13 @@ bench-costs: $(STAMP)
 	if [ -n "$$LAKEJOIN_DELTA_JARS" ]; then $(VENV)/bin/python -m benchmarks.costs --engine spark && \
 		$(VENV)/bin/python -m benchmarks.costs --engine spark --log-reader public --out benchmarks/results/costs_spark_public_reader.json; \
 	else echo "bench-costs: Delta on Spark skipped: set LAKEJOIN_DELTA_JARS to a folder of Delta's JVM jars"; fi
+
+# Where a step's time goes: its seconds, Spark jobs and driver collects, each named by the line that asked for it
+bench-profile: $(STAMP)
+	env -u LAKEJOIN_DELTA_JARS $(VENV)/bin/python -m benchmarks.profile
+	if [ -n "$$LAKEJOIN_DELTA_JARS" ]; then $(VENV)/bin/python -m benchmarks.profile --engine spark && \
+		$(VENV)/bin/python -m benchmarks.profile --engine spark --log-reader public --out benchmarks/results/profile_spark_public_reader.json; \
+	else echo "bench-profile: Delta on Spark skipped: set LAKEJOIN_DELTA_JARS to a folder of Delta's JVM jars"; fi
 
 # What `make test` costs (its wall time, the ten slowest tests); LOG=FILE reads a finished run's output instead
 bench-suite: $(STAMP)

@@ -29,10 +29,14 @@ import os
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
+from functools import partial
+from typing import Generic, TypeVar
 
 from pyspark.sql import SparkSession
 
+from benchmarks.small import records
 from state.engines.delta_log import is_connect
 
 # Spark Connect client methods that each send one request to the server.
@@ -42,6 +46,7 @@ COUNTS = ("jobs", "round_trips", "commits")
 # Measured: a step's calls to the JVM differ by up to ~1% with what the session did before (on Delta on Spark, an
 # ingest's 3,522 in the tests' session and 3,558 in a session of its own); its jobs and commits do not.
 CALLS_SLACK = 0.05  # so a budget holds in any order of the suite's tests, and a change of a few calls more still fails
+Measure = TypeVar("Measure")  # what ``Cycles`` measures a step by: a ``Cost`` (``counted``), or a profile
 
 
 @dataclass
@@ -69,23 +74,23 @@ class Cost:
 def counted(spark: SparkSession, root: str) -> Iterator[Cost]:
     """Count what the block costs on ``spark``, commits under the folder ``root``."""
     cost = Cost()
-    commits_before = _commits(root)
+    commits_before = commit_files(root)
     if is_connect(spark):
         with _connect_requests(spark, cost):
             yield cost
     else:
-        jobs_before = _jobs_submitted(spark)
+        jobs_before = jobs_submitted(spark)
         with _round_trips(spark, cost):
             yield cost
-        cost.jobs = _jobs_submitted(spark) - jobs_before
-    cost.commits = len(_commits(root) - commits_before)
+        cost.jobs = jobs_submitted(spark) - jobs_before
+    cost.commits = len(commit_files(root) - commits_before)
 
 
-def _commits(root: str) -> set[str]:
+def commit_files(root: str) -> set[str]:
     return set(glob.glob(os.path.join(glob.escape(root), "**", "_delta_log", "*.json"), recursive=True))
 
 
-def _jobs_submitted(spark: SparkSession) -> int:
+def jobs_submitted(spark: SparkSession) -> int:
     """The driver's count of jobs submitted so far (the next job's id): jobs of every thread, unlike a job group."""
     return int(spark.sparkContext._jsc.sc().dagScheduler().nextJobId())
 
@@ -131,18 +136,30 @@ def _connect_requests(spark: SparkSession, cost: Cost) -> Iterator[None]:
             delattr(client, name)
 
 
-class Cycles:
-    """A few-row cycle's steps, each counted, on warehouses under ``root``: ``ingest`` (a file of two records per
-    relation), ``run`` (the batch that joins them), ``micro-batch`` (a DataFrame per relation through
-    ``foreach_batch``, then the run that joins them), ``landing run`` (a run that lands a file per relation from its
-    landing folders, then joins them); with ``floor``, ``by hand``: the ingest and run's work in plain Spark. The first
-    cycle creates the tables; the next ones are what a step costs."""
+class Cycles(Generic[Measure]):
+    """A few-row cycle's steps, each measured (``counted`` by default), on warehouses under ``root``: ``ingest`` (a file
+    of ``rows`` records per relation), ``run`` (the batch that joins them), ``micro-batch`` (a DataFrame per relation
+    through ``foreach_batch``, then the run that joins them), ``landing run`` (a run that lands a file per relation
+    from its landing folders, then joins them); with ``floor``, ``by hand``: the ingest and run's work in plain Spark.
+    Records on ``keys`` keys (``benchmarks/small.py`` ``records``). The first cycle creates the tables; the next ones
+    are what a step costs."""
 
-    def __init__(self, spark: SparkSession, engine: str, root: str, floor: bool = True) -> None:
+    def __init__(
+        self,
+        spark: SparkSession,
+        engine: str,
+        root: str,
+        floor: bool = True,
+        rows: int = 2,
+        keys: int | None = 2,
+        measure: Callable[[SparkSession, str], AbstractContextManager[Measure]] = counted,
+    ) -> None:
         from benchmarks.by_hand import RELATIONS, ByHand
         from pipelines.api import Pipeline
 
-        self.spark, self.root, self.done = spark, root, 0
+        self.spark, self.root, self.done, self.measure = spark, root, 0, measure
+        self.records = partial(records, count=rows, keys=keys)
+        self.rows = rows
         relations = {name: {"required": ["key"]} for name in RELATIONS}
         self.landing = {name: os.path.join(root, "landing", name) for name in RELATIONS}
         self.given = Pipeline(
@@ -154,36 +171,40 @@ class Cycles:
         )
         self.by_hand = ByHand(spark, engine, os.path.join(root, "by-hand")) if floor else None
 
-    def next(self) -> dict[str, Cost]:
-        from benchmarks.small import SCHEMA, records, write_jsonl
+    def next(self) -> dict[str, Measure]:
+        from benchmarks.small import SCHEMA, write_jsonl
 
-        number, spark, costs = self.done, self.spark, {}
+        number, rows, spark, measure, measured = self.done, self.rows, self.spark, self.measure, {}
         given, landed = (os.path.join(self.root, name) for name in ("given", "landed"))
         files = {
-            name: write_jsonl(os.path.join(self.root, "files", f"{name}-{number}.jsonl"), records(name, 2 * number, 2))
+            name: write_jsonl(
+                os.path.join(self.root, "files", f"{name}-{number}.jsonl"), self.records(name, rows * number)
+            )
             for name in self.landing
         }
-        with counted(spark, given) as costs["ingest"]:
+        with measure(spark, given) as measured["ingest"]:
             for name, path in files.items():
                 self.given.ingest(name, path)
-        with counted(spark, given) as costs["run"]:
+        with measure(spark, given) as measured["run"]:
             self.given.run()
-        frames = {name: spark.createDataFrame(records(name, 100 + 2 * number, 2), SCHEMA) for name in self.landing}
-        with counted(spark, given) as costs["micro-batch"]:
+        frames = {  # places of their own, after every file's
+            name: spark.createDataFrame(self.records(name, rows * (50 + number)), SCHEMA) for name in self.landing
+        }
+        with measure(spark, given) as measured["micro-batch"]:
             for name, frame in frames.items():
                 self.given.foreach_batch(name)(frame, number)
             self.given.run()
         for name, folder in self.landing.items():
-            write_jsonl(os.path.join(folder, f"{number}.jsonl"), records(name, 2 * number, 2))
-        with counted(spark, landed) as costs["landing run"]:
+            write_jsonl(os.path.join(folder, f"{number}.jsonl"), self.records(name, rows * number))
+        with measure(spark, landed) as measured["landing run"]:
             self.landed.run()
         if self.by_hand is not None:
-            with counted(spark, self.by_hand.root) as costs["by hand"]:
+            with measure(spark, self.by_hand.root) as measured["by hand"]:
                 arrivals = {name: spark.read.schema(SCHEMA).json(path) for name, path in files.items()}
                 self.by_hand.land(arrivals)
                 self.by_hand.join(arrivals, number + 1)
         self.done += 1
-        return costs
+        return measured
 
 
 def main() -> None:

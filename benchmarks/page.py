@@ -203,6 +203,29 @@ def costs(results: Results) -> str:
     )
 
 
+def profile(results: Results) -> str:
+    runs = [
+        ("delta-rs", results["profile.json"]),
+        ("Delta on Spark, JVM reader", results["profile_spark.json"]),
+        ("Delta on Spark, public reader", results["profile_spark_public_reader.json"]),
+    ]
+    sizes = list(runs[0][1]["cycles"])
+
+    def cell(found: dict) -> str:
+        return f"{s(found['seconds'])}, {len(found['jobs'])} jobs, {len(found['collects'])} collects"
+
+    rows = [
+        [step, *(cell(run["cycles"][size][step]) for _, run in runs for size in sizes)]
+        for step in runs[0][1]["cycles"][sizes[0]]
+    ]
+    return (
+        "Each step of the second cycle, once with 2 records per relation and once with 10,000 (a key per record): its "
+        "wall time, Spark jobs and results handed to the driver; each job and collect named by the line that asked for "
+        "it in the results files.\n\n"
+        + table(["step", *(f"{name}, {size} records" for name, _ in runs for size in sizes)], rows)
+    )
+
+
 def history(results: Results) -> str:
     runs = [("delta-rs", results["history.json"]), ("Delta on Spark", results["history_spark.json"])]
     rows = []
@@ -575,6 +598,13 @@ SECTIONS = (
         "costs",
         ("costs.json", "costs_spark.json", "costs_spark_public_reader.json"),
         costs,
+    ),
+    Section(
+        "Where a step's time goes",
+        "bench-profile",
+        "profile",
+        ("profile.json", "profile_spark.json", "profile_spark_public_reader.json"),
+        profile,
     ),
     Section("A batch after its history", "bench-history", "history", ("history.json", "history_spark.json"), history),
     Section("Change feeds", "bench-changes", "changes", ("changes.json", "changes-spark.json"), changes),

@@ -38,10 +38,16 @@ SCHEMA = "id string, ts bigint, key bigint, payload string"
 DRAIN_FILES, DRAIN_FILE_ROWS, DRAIN_BATCH = 10, 4, 8  # per relation: 40 records, joined 8 arrivals at a time
 
 
-def records(name: str, start: int, count: int) -> list[dict[str, object]]:
-    """``count`` records of relation ``name`` from place ``start``, on two keys, so that every batch has pairs."""
+def records(name: str, start: int, count: int, keys: int | None = 2) -> list[dict[str, object]]:
+    """``count`` records of relation ``name`` from place ``start``, on ``keys`` keys, so that every batch has pairs;
+    None: a key per place, so that each record pairs with the other relation's at its place alone."""
     return [
-        {"id": f"{name}{place}", "ts": 10 * place + (name == "s"), "key": place % 2, "payload": f"{name}-{place}"}
+        {
+            "id": f"{name}{place}",
+            "ts": 10 * place + (name == "s"),
+            "key": place if keys is None else place % keys,
+            "payload": f"{name}-{place}",
+        }
         for place in range(start, start + count)
     ]
 

@@ -11,6 +11,7 @@ import pytest
 from deltalake import DeltaTable
 
 from benchmarks.costs import Cost, Cycles, counted
+from benchmarks.profile import profiled
 from benchmarks.small import records, write_jsonl
 from pipelines.api import Pipeline
 from state.engines import spark_delta
@@ -114,3 +115,25 @@ def _lengthen(path: str, commits: int) -> None:
     while DeltaTable(path).version() < target:
         DeltaTable(path).alter.set_table_properties({"delta.checkpointInterval": "100"})
     DeltaTable(path).create_checkpoint()
+
+
+def test_a_profile_names_each_job_and_each_collect_by_the_line_past_the_engine_that_asked_for_it(spark, tmp_path):
+    """``make bench-profile``'s names: the line that called the engine, not the engine's own line that called Spark
+    (PySpark's name for a job), so that a step's jobs say which of its parts they are."""
+    from state.engines import make_engine
+
+    engine = make_engine(spark, "delta-rs")
+    table, rows = str(tmp_path / "t"), spark.createDataFrame([("a", 1)], "id string, ts bigint")
+    with profiled(spark, str(tmp_path)) as profile:
+        engine.append(table, rows)  # the engine hands the rows to delta-rs from the driver: a collect, a job
+        spark.range(3).collect()
+    line = f"tests/test_costs.py:{_line_of('engine.append(table, rows)')}"
+    assert (profile.commits, len(profile.collects)) == (1, 2) and profile.seconds > 0
+    assert profile.collects[0] == f"toArrow at {line}"
+    assert profile.collects[1].startswith("collect at tests/test_costs.py")
+    assert f"toArrow at {line}" in profile.jobs, profile.jobs
+
+
+def _line_of(text: str) -> int:
+    with open(__file__, encoding="utf-8") as source:
+        return next(number for number, line in enumerate(source, 1) if text in line and "_line_of" not in line)
