@@ -206,23 +206,22 @@ def costs(results: Results) -> str:
 def profile(results: Results) -> str:
     runs = [
         ("delta-rs", results["profile.json"]),
-        ("Delta on Spark, JVM reader", results["profile_spark.json"]),
-        ("Delta on Spark, public reader", results["profile_spark_public_reader.json"]),
+        ("JVM reader", results["profile_spark.json"]),
+        ("public reader", results["profile_spark_public_reader.json"]),
     ]
     sizes = list(runs[0][1]["cycles"])
 
     def cell(found: dict) -> str:
-        return f"{s(found['seconds'])}, {len(found['jobs'])} jobs, {len(found['collects'])} collects"
+        return f"{s(found['seconds'])} / {len(found['jobs'])} / {len(found['collects'])}"
 
     rows = [
         [step, *(cell(run["cycles"][size][step]) for _, run in runs for size in sizes)]
         for step in runs[0][1]["cycles"][sizes[0]]
     ]
     return (
-        "Each step of the second cycle, once with 2 records per relation and once with 10,000 (a key per record): its "
-        "wall time, Spark jobs and results handed to the driver; each job and collect named by the line that asked for "
-        "it in the results files.\n\n"
-        + table(["step", *(f"{name}, {size} records" for name, _ in runs for size in sizes)], rows)
+        "Each step of the second cycle of 2 and of 10,000 records per relation: seconds / Spark jobs / results handed "
+        "to the driver (each named by the line that asked for it in the results files); the readers are Delta on "
+        "Spark's.\n\n" + table(["step", *(f"{name}, {int(size):,}" for name, _ in runs for size in sizes)], rows)
     )
 
 

@@ -1,7 +1,9 @@
 """Where a step's time goes, named: each step of a cycle (``benchmarks/costs.py`` ``Cycles``) of 2 records per relation
 and of 10,000, its wall time, each Spark job it ran named by where it started (its first stage's name: the Python line
-that asked for it), its Delta commits and each result it brought to the driver (a collect, an Arrow or pandas
-conversion) named the same way. Every change to a batch's fixed cost is measured against it, step by step.
+that asked for it, past the engine), its Delta commits and each result it brought to the driver (a collect, an Arrow
+or pandas conversion) named the same way. Every change to a batch's fixed cost is measured against it, step by step.
+A job Delta starts on a thread of its own carries the name its thread inherited (Spark's call site is a thread's
+inheritable property), or a JVM frame's.
 
     .venv/bin/python -m benchmarks.profile [--engine delta-rs|spark] [--log-reader auto|public|jvm] [--out FILE]
 
@@ -109,8 +111,10 @@ def _named_past_the_engine() -> Iterator[None]:
 
 
 def _first_call_past_the_engine() -> CallSite | None:
-    """PySpark's ``first_spark_call``, with the engine's frames skipped on the way out."""
-    stack = traceback.extract_stack()
+    """PySpark's ``first_spark_call``, with the engine's frames skipped on the way out; no source line is read, which
+    PySpark's does for every frame at every call (in a step of Delta on Spark, seconds)."""
+    stack = traceback.StackSummary.extract(traceback.walk_stack(None), lookup_lines=False)
+    stack.reverse()
     spark_dir = os.path.dirname(spark_traceback.__file__)
     entered = next((index for index, frame in enumerate(stack) if frame.filename.startswith(spark_dir)), None)
     if not entered:
