@@ -219,8 +219,8 @@ def profile(results: Results) -> str:
         for step in runs[0][1]["cycles"][sizes[0]]
     ]
     return (
-        "Each step of the second cycle of 2 and of 10,000 records per relation: seconds / Spark jobs / results handed "
-        "to the driver (each named by the line that asked for it in the results files); the readers are Delta on "
+        "Each step of the second cycle of 2 and of 10,000 records per relation: seconds (one run) / Spark jobs / results "
+        "handed to the driver (each named by the line that asked for it in the results files); the readers are Delta on "
         "Spark's.\n\n" + table(["step", *(f"{name}, {int(size):,}" for name, _ in runs for size in sizes)], rows)
     )
 
