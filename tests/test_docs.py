@@ -61,7 +61,7 @@ def test_a_page_is_short_enough_to_read_in_one_sitting(page):
 
 
 def test_the_whole_of_the_docs_reads_in_an_evening():
-    """220 KB in all, the generated benchmarks page and the changelog included: one place for each fact, linked from
-    the others, the design's history in the changelog."""
+    """230 KB in all, the generated benchmarks page, the changelog and the glossary included (220 KB before the glossary
+    and release notes): one place for each fact, linked from the others, the design's history in the changelog."""
     total = sum(os.path.getsize(os.path.join(DOCS, name)) for name in os.listdir(DOCS) if name.endswith(".md"))
-    assert total <= 220_000, f"docs/ holds {total:,} bytes of Markdown"
+    assert total <= 230_000, f"docs/ holds {total:,} bytes of Markdown"
