@@ -97,17 +97,29 @@ def jobs_submitted(spark: SparkSession) -> int:
 
 @contextlib.contextmanager
 def _round_trips(spark: SparkSession, cost: Cost) -> Iterator[None]:
-    client = spark.sparkContext._gateway._gateway_client
-    send = client.send_command
     guard = threading.Lock()
 
-    def counting(command: str, *args: object, **kwargs: object) -> object:
+    def count(command: str) -> None:
         if not command.startswith(RELEASE):
             with guard:
                 cost.round_trips += 1
+
+    with watching_commands(spark, count):
+        yield
+
+
+@contextlib.contextmanager
+def watching_commands(spark: SparkSession, seen: Callable[[str], None]) -> Iterator[None]:
+    """Each py4j command the classic session ``spark`` sends to its JVM while the block runs, from any thread, shown
+    to ``seen`` before it is sent."""
+    client = spark.sparkContext._gateway._gateway_client
+    send = client.send_command
+
+    def watching(command: str, *args: object, **kwargs: object) -> object:
+        seen(command)
         return send(command, *args, **kwargs)
 
-    client.send_command = counting
+    client.send_command = watching
     try:
         yield
     finally:

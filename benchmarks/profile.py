@@ -26,7 +26,7 @@ import pyspark.traceback_utils as spark_traceback
 from pyspark.sql import SparkSession
 from pyspark.traceback_utils import CallSite, first_spark_call
 
-from benchmarks.costs import Cycles, commit_files, jobs_submitted
+from benchmarks.costs import Cycles, commit_files, jobs_submitted, watching_commands
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 ENGINE = os.path.join("state", "engines", "")  # the engine's modules, which only carry a call to Spark
@@ -82,21 +82,15 @@ def _collects(spark: SparkSession, sites: list[str]) -> Iterator[None]:
     """Each result the driver hands to Python while the block runs, by the line that asked for it: the calls to the
     JVM that send one (``COLLECTING``), watched where they are sent, so that no frame of the profile's own comes between
     that line and PySpark (which names a job by that line too)."""
-    client = spark.sparkContext._gateway._gateway_client
-    send = client.send_command
 
-    def watching(command: str, *args: object, **kwargs: object) -> object:
+    def collecting(command: str) -> None:
         parts = command.split("\n", 3)
         if parts[0] == "c" and len(parts) > 2 and parts[2] in COLLECTING:
             site = _first_call_past_the_engine()
             sites.append(_short(f"{site.function} at {site.file}:{site.linenum}" if site else "unknown"))
-        return send(command, *args, **kwargs)
 
-    client.send_command = watching
-    try:
+    with watching_commands(spark, collecting):
         yield
-    finally:
-        del client.send_command  # the class's own again
 
 
 @contextlib.contextmanager
