@@ -45,11 +45,10 @@ from benchmarks.peers import (
     phase_medians,
     same_pairs,
 )
-from benchmarks.report import LOG_READERS, use_log_reader, write_json
+from benchmarks.report import LOG_READERS, require_engine, use_log_reader, write_json
 from pipelines.api import Pipeline
 from pipelines.commands.demo import DemoOptions
 from pipelines.spark import get_spark
-from state.engines import session_has_delta
 
 
 def landed_backlog(files: int, file_rows: int, root: str) -> tuple[int, list[dict[str, str]], dict[str, str]]:
@@ -210,8 +209,7 @@ def main() -> None:
         None if args.max_batch_rows is None else 2 * rows if args.max_batch_rows == "all" else int(args.max_batch_rows)
     )
     spark = get_spark(conf={"spark.driver.memory": args.driver_memory})
-    if args.engine == "spark" and not session_has_delta(spark):
-        raise SystemExit("--engine spark needs Delta on Spark: set LAKEJOIN_DELTA_JARS to Delta's jars")
+    require_engine(spark, args.engine)
     predicate = "r.key = s.key"
     every: dict[str, Callable[[str], Measured]] = {
         "lakejoin": lambda workdir: run_lakejoin(spark, folders, workdir, args.engine, args.route, max_batch_rows),

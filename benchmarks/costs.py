@@ -36,7 +36,7 @@ from typing import Generic, TypeVar
 
 from pyspark.sql import SparkSession
 
-from benchmarks.small import records
+from benchmarks.small import SCHEMA, records, write_jsonl
 from state.engines.delta_log import is_connect
 
 # Spark Connect client methods that each send one request to the server.
@@ -184,8 +184,6 @@ class Cycles(Generic[Measure]):
         self.by_hand = ByHand(spark, engine, os.path.join(root, "by-hand")) if floor else None
 
     def next(self) -> dict[str, Measure]:
-        from benchmarks.small import SCHEMA, write_jsonl
-
         number, rows, spark, measure, measured = self.done, self.rows, self.spark, self.measure, {}
         given, landed = (os.path.join(self.root, name) for name in ("given", "landed"))
         files = {
@@ -220,9 +218,8 @@ class Cycles(Generic[Measure]):
 
 
 def main() -> None:
-    from benchmarks.report import LOG_READERS, use_log_reader, write_json
+    from benchmarks.report import LOG_READERS, require_engine, use_log_reader, write_json
     from pipelines.spark import get_spark
-    from state.engines import session_has_delta
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -241,8 +238,7 @@ def main() -> None:
     args = parser.parse_args()
     use_log_reader(args.log_reader)
     spark = get_spark()  # SPARK_REMOTE names a Spark Connect server: its client's requests are counted, without a floor
-    if args.engine == "spark" and not session_has_delta(spark):
-        raise SystemExit("--engine spark needs Delta on Spark: set LAKEJOIN_DELTA_JARS to Delta's jars")
+    require_engine(spark, args.engine)
     with tempfile.TemporaryDirectory(prefix="lakejoin-costs-") as root:
         cycles = Cycles(spark, args.engine, root, floor=not is_connect(spark))
         cycles.next()

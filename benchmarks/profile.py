@@ -125,9 +125,8 @@ def _short(site: str) -> str:
 
 
 def main() -> None:
-    from benchmarks.report import LOG_READERS, use_log_reader, write_json
+    from benchmarks.report import LOG_READERS, require_engine, use_log_reader, write_json
     from pipelines.spark import get_spark
-    from state.engines import session_has_delta
     from state.engines.delta_log import is_connect
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -139,8 +138,7 @@ def main() -> None:
     spark = get_spark()
     if is_connect(spark):
         raise SystemExit("benchmarks.profile needs a classic session: unset SPARK_REMOTE")
-    if args.engine == "spark" and not session_has_delta(spark):
-        raise SystemExit("--engine spark needs Delta on Spark: set LAKEJOIN_DELTA_JARS to Delta's jars")
+    require_engine(spark, args.engine)
     measured = {}
     for rows, keys in SIZES.items():
         with tempfile.TemporaryDirectory(prefix="lakejoin-profile-") as root:

@@ -8,6 +8,10 @@ import os
 import platform
 import statistics
 import subprocess
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 def write_json(path: str, figures: dict) -> None:
@@ -54,6 +58,14 @@ MEASURED_ON = measured_on()
 
 
 LOG_READERS = ("auto", "public", "jvm")
+
+
+def require_engine(spark: SparkSession, engine: str) -> None:
+    """Refuse ``--engine spark`` on a session without Delta's jars, before anything is measured."""
+    from state.engines import session_has_delta
+
+    if engine == "spark" and not session_has_delta(spark):
+        raise SystemExit("--engine spark needs Delta on Spark: set LAKEJOIN_DELTA_JARS to Delta's jars")
 
 
 def use_log_reader(name: str) -> None:

@@ -29,10 +29,9 @@ import time
 from pyspark.sql import SparkSession
 
 from benchmarks.by_hand import RELATIONS, ByHand
-from benchmarks.report import LOG_READERS, use_log_reader, write_json
+from benchmarks.report import LOG_READERS, require_engine, use_log_reader, write_json
 from pipelines.api import Pipeline
 from pipelines.spark import get_spark
-from state.engines import session_has_delta
 
 SCHEMA = "id string, ts bigint, key bigint, payload string"
 DRAIN_FILES, DRAIN_FILE_ROWS, DRAIN_BATCH = 10, 4, 8  # per relation: 40 records, joined 8 arrivals at a time
@@ -177,8 +176,7 @@ def main() -> None:
     use_log_reader(args.log_reader)
     args.out = args.out or f"benchmarks/results/small{'' if args.engine == 'delta-rs' else '_spark'}.json"
     spark = get_spark()
-    if args.engine == "spark" and not session_has_delta(spark):
-        raise SystemExit("--engine spark needs Delta on Spark: set LAKEJOIN_DELTA_JARS to Delta's jars")
+    require_engine(spark, args.engine)
     root = tempfile.mkdtemp(prefix="lakejoin-small-")
     figures = {
         "scheduled run": scheduled(spark, args.engine, root, args.runs, args.warm),
