@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import date, datetime
+from functools import partial
 from typing import TYPE_CHECKING, TypeVar
 
 from pipelines.commands.maintain import SAFE_RETENTION_HOURS
@@ -36,7 +37,7 @@ if TYPE_CHECKING:  # Spark loads when a Pipeline is made, not when the CLI parse
     from state.engines.base import DeltaReader
     from state.join.relations import Relation
     from state.layout import Warehouse
-    from state.log.lock import Held
+    from state.log.lock import Held, Takings
 
 
 T = TypeVar("T")
@@ -77,6 +78,11 @@ class Pipeline:
         self._given = _config(config)
         self._spark, self._verbose, self._owns_session = spark, verbose, False
         self._engines: dict[tuple[str, bool], DeltaEngine] = {}
+        from state.log.lock import Takings
+
+        # The warehouse locks' takings this pipeline made and saw: a call whose taking finds none other since keeps
+        # what its engines saw of the tables' logs (state/log/lock.py)
+        self._takings = Takings()
 
     @property
     def spark(self) -> SparkSession:
@@ -198,23 +204,27 @@ class Pipeline:
             )
         done: list[BatchReport | SourceResult | Landing | IngestResult] = []
         report, interrupted = _reporting(done, progress), False
-        with self._call("run"):
-            opened = self._open("run")
+        with (
+            self._call("run"),
+            hold(self.root, JOIN, wait, self._locking_spark(), self._takings) as held,
+            ExitStack() as pin,
+        ):
+            opened = self._open("run", pin=pin, kept=held.unchanged)
             record = recorder(opened.engine, opened.warehouse, opened.settled)
             config = opened.config.with_overrides(max_batch_rows=max_batch_rows)
-            with hold(opened.warehouse.root, JOIN, wait, self._locking_spark()) as held:
-                if follow is None:
-                    _join_pending(opened, config, report, lambda: False, record, held)
-                else:
-                    with StopSignal() as stop:
-                        try:
-                            while True:
-                                _join_pending(opened, config, report, stop.asked, record, held)
-                                if stop.wait(follow):
-                                    break
-                        except KeyboardInterrupt:  # a second signal: the work under way is abandoned
-                            interrupted = True
-                record()  # a run with nothing to write records the config it was given too
+            joining = partial(_join_pending, opened, config, report, record=record, held=held, takings=self._takings)
+            if follow is None:
+                joining(lambda: False)
+            else:
+                with StopSignal() as stop:
+                    try:
+                        while True:
+                            joining(stop.asked)
+                            if stop.wait(follow):
+                                break
+                    except KeyboardInterrupt:  # a second signal: the work under way is abandoned
+                        interrupted = True
+            record()  # a run with nothing to write records the config it was given too
         return RunReport(
             [item for item in done if isinstance(item, BatchReport)],
             interrupted,
@@ -280,10 +290,16 @@ class Pipeline:
         from state.engines.table import Tables
         from state.event_time import bronze_kind, on_axis_value, render
         from state.join.relations import relation as named
+        from state.log.lock import INGEST, hold
         from state.log.progress import declare
 
-        with self._call("advance"):
-            opened = self._open("advance")
+        # under the ingest lock, as every lakejoin writer takes one: a declaration queues behind an ingest
+        with (
+            self._call("advance"),
+            hold(self.root, INGEST, None, self._locking_spark(), self._takings) as held,
+            ExitStack() as pin,
+        ):
+            opened = self._open("advance", pin=pin, kept=held.unchanged)
             rel = named(relation, opened.warehouse.relations)
             kind = bronze_kind(Tables.of(opened.engine, opened.warehouse).bronze, opened.config.event_times)
             value = on_axis_value(to, kind, "--to")
@@ -342,8 +358,12 @@ class Pipeline:
         from state.join.relations import relation as named
         from state.log.lock import INGEST, hold
 
-        with self._call("ingest"), hold(self.root, INGEST, None, self._locking_spark()), ExitStack() as pin:
-            opened = self._open("ingest", pin=pin)
+        with (
+            self._call("ingest"),
+            hold(self.root, INGEST, None, self._locking_spark(), self._takings) as held,
+            ExitStack() as pin,
+        ):
+            opened = self._open("ingest", pin=pin, kept=held.unchanged)
             rel = named(
                 relation, opened.warehouse.relations
             )  # an unknown relation is refused before anything is recorded
@@ -385,12 +405,15 @@ class Pipeline:
             return None
         return DeltaRsReader()
 
-    def _open(self, command: str, reader: DeltaReader | None = None, pin: ExitStack | None = None) -> _Opened:
+    def _open(
+        self, command: str, reader: DeltaReader | None = None, pin: ExitStack | None = None, kept: bool = False
+    ) -> _Opened:
         """The warehouse checked for ``command`` and the config in force: the one given, checked against the recorded
         definition (which it may extend), else the recorded one. ``reset`` drops the tables of the recorded one.
         With a ``reader`` (``_reader``) no Spark starts, unless a relation reads a catalog table, which needs Spark.
-        ``pin``: a call that took its lock first (an ingest) pins the engine there as soon as it is made, so what the
-        checks look up is not looked up again."""
+        ``pin``: a call that took its lock first (an ingest, a run) pins the engine there as soon as it is made, so what
+        the checks look up is not looked up again; ``kept``: its taking found no other since this pipeline's last
+        (``Held.unchanged``), so what the engine saw of the tables then is still their newest."""
         from pipelines.definition import Settled, in_force, recorded, settle
         from state.engines.delta_log import is_connect
         from state.layout import Warehouse
@@ -405,9 +428,9 @@ class Pipeline:
             # A Spark Connect server resolves a relative path against its own working folder, not this process's.
             root = os.path.abspath(self.root) if is_connect(self.spark) and is_local(self.root) else self.root
             warehouse = given.placed(Warehouse(root))
-            engine = self._engine(given.engine, warehouse.holds_catalog_tables)
+            engine = self._engine(given.engine, warehouse.holds_catalog_tables, kept)
             if pin is not None:
-                pin.enter_context(engine.pinned())
+                pin.enter_context(engine.pinned(kept))
         require_engine_for(warehouse, engine)
         if creates:  # a warehouse is created in an empty folder only
             check_ingest_target(engine, warehouse)
@@ -427,16 +450,16 @@ class Pipeline:
             require_engine_for(warehouse, engine)
         return _Opened(engine, warehouse, settled)
 
-    def _engine(self, name: str, catalog: bool) -> DeltaEngine:
+    def _engine(self, name: str, catalog: bool, kept: bool = False) -> DeltaEngine:
         """The pipeline's engine of that kind, built once: its open tables and what it knows of their snapshots (a
         column's maximum at a version) serve the next call instead of being read again. Each call forgets the tables
-        it holds open (``refresh``): another process may have replaced one since."""
+        it holds open (``refresh``), as another process may have replaced one since, unless they are ``kept``."""
         from state.engines import make_engine
 
         engine = self._engines.get((name, catalog))
         if engine is None:
             engine = self._engines[(name, catalog)] = make_engine(self.spark, name, catalog=catalog)
-        else:
+        elif not kept:
             engine.refresh()
         return engine
 
@@ -520,12 +543,19 @@ def _files(
 
 
 def _join_pending(
-    opened: _Opened, config: Config, report: Callable, stop: Callable[[], bool], record: Callable[[], None], held: Held
+    opened: _Opened,
+    config: Config,
+    report: Callable,
+    stop: Callable[[], bool],
+    *,
+    record: Callable[[], None],
+    held: Held,
+    takings: Takings,
 ) -> None:
     """Ingest the source tables' new versions, then join every pending arrival and the files new in the landing folders
     (unless ``stop`` says so), handing ``report`` each source's result, what each batch landed and each batch;
     ``record`` records the definition before the first write; ``held``, the run's lock, is proved held before each
-    batch writes and before it commits."""
+    batch writes and before it commits; ``takings``, the pipeline's record of the locks' takings."""
     from pipelines.bronze.landing import require_landing
     from pipelines.bronze.sources import ingest_sources
     from pipelines.silver import run
@@ -539,10 +569,19 @@ def _join_pending(
     with opened.engine.pinned():  # the run's lock is held; the ingest lock and each batch forget what others write
         if config.reads_tables:
             record()
-            with hold(opened.warehouse.root, INGEST, None, opened.engine.spark):  # new rows take places in the order
-                opened.engine.refresh(*opened.warehouse.beside_runs())
+            # new rows take places in the order
+            with hold(opened.warehouse.root, INGEST, None, opened.engine.spark, takings) as ingesting:
+                if not ingesting.unchanged:
+                    opened.engine.refresh(*opened.warehouse.beside_runs())
                 for result in ingest_sources(opened.engine, opened.warehouse, config.relations):
                     report(result)
         run(
-            opened.engine, opened.warehouse, config, progress=report, stop=stop, before_writing=record, fence=held.check
+            opened.engine,
+            opened.warehouse,
+            config,
+            progress=report,
+            stop=stop,
+            before_writing=record,
+            fence=held.check,
+            takings=takings,
         )

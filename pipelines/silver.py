@@ -36,7 +36,7 @@ from state.join.relations import Relation
 from state.layout import Warehouse
 from state.log.batch_log import BatchOutcome, BatchPlan, LogTail
 from state.log.checks import check_consistency
-from state.log.lock import INGEST, hold
+from state.log.lock import INGEST, Takings, hold
 from state.log.pointers import missing_rows
 from state.phases import take, timed
 
@@ -127,19 +127,23 @@ def run(
     stop: Callable[[], bool] = lambda: False,
     before_writing: Callable[[], None] = lambda: None,
     fence: Callable[[], None] = lambda: None,
+    takings: Takings | None = None,
 ) -> list[BatchReport]:
     """Process every pending arrival and every file new in the landing folders, batch by batch (or until ``stop``
     says so, between batches), then return what each batch did; ``progress`` hears of what each batch landed and of
     each batch as it commits, ``before_writing`` is called before each batch's first write (the CLI records the
     definition there, once), ``fence`` before each batch's first write and before its log row: it raises when the
-    run no longer holds the warehouse (a catalog warehouse's lease taken by another run: state/log/lease.py)."""
-    engine.refresh()
+    run no longer holds the warehouse (a catalog warehouse's lease taken by another run: state/log/lease.py).
+    ``takings``: the caller's record of the warehouse locks' takings, given when it took the run's lock and so decided
+    what the engine keeps of the tables it saw (state/log/lock.py); without it, the run forgets every table first."""
+    if takings is None:
+        engine.refresh()
 
     def fenced() -> None:
         before_writing()
         fence()
 
-    return _batches(Run.of(engine, warehouse, config), progress, stop, fenced, fence)
+    return _batches(Run.of(engine, warehouse, config, takings), progress, stop, fenced, fence)
 
 
 # A batch whose commit lost a race is resumed from its last committed write: tried this many times at most, waiting
@@ -171,7 +175,8 @@ def _batches(
                 report, races = replace(report, races=races), 0
                 reports.append(report)
                 progress(report)
-                run.engine.refresh(*run.warehouse.beside_runs())  # the next plan sees what was ingested meanwhile
+                if not run.takings.peek(run.warehouse.root, INGEST):  # the next plan sees what was ingested meanwhile
+                    run.engine.refresh(*run.warehouse.beside_runs())
         except Exception as exc:
             if not lost_a_race(exc):
                 raise
@@ -226,8 +231,9 @@ def _landing(run: Run, lands: bool) -> Iterator[None]:
     if not (run.landings and lands):
         yield
         return
-    with hold(run.warehouse.root, INGEST, None, run.engine.spark):
-        run.engine.refresh(*run.warehouse.beside_runs())
+    with hold(run.warehouse.root, INGEST, None, run.engine.spark, run.takings) as held:
+        if not held.unchanged:
+            run.engine.refresh(*run.warehouse.beside_runs())
         yield
 
 

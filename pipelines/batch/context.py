@@ -17,6 +17,7 @@ from state.join.buffers import StateTable, state_tables
 from state.join.relations import Relation
 from state.layout import Warehouse
 from state.log.batch_log import BatchLog, BatchPlan
+from state.log.lock import Takings
 
 
 @dataclass(frozen=True)
@@ -30,13 +31,14 @@ class Run:
     tables: Tables
     state_tables: dict[Relation, StateTable]
     landings: dict[Relation, str]
+    takings: Takings  # the warehouse locks' takings its pipeline made and saw (state/log/lock.py)
 
     @classmethod
-    def of(cls, engine: DeltaEngine, warehouse: Warehouse, config: Config) -> Run:
+    def of(cls, engine: DeltaEngine, warehouse: Warehouse, config: Config, takings: Takings | None = None) -> Run:
         warehouse = replace(warehouse, pipeline=config.pipeline)  # its commits carry the pipeline in force
         states = {table.relation: table for table in state_tables(warehouse, probes=not config.join_kind.as_of)}
         landings = {rel: config.landings[rel.name] for rel in warehouse.relations if rel.name in config.landings}
-        return cls(engine, warehouse, config, Tables.of(engine, warehouse), states, landings)
+        return cls(engine, warehouse, config, Tables.of(engine, warehouse), states, landings, takings or Takings())
 
     @property
     def relations(self) -> tuple[Relation, ...]:

@@ -253,10 +253,11 @@ class DeltaReader(Protocol):
         """
         ...
 
-    def pinned(self) -> AbstractContextManager[None]:
+    def pinned(self, kept: bool = False) -> AbstractContextManager[None]:
         """A block within which a table's latest commit, once looked up, is known until the engine's own write moves it
         (or ``refresh`` forgets it): for a step that holds the lock of every table it writes and reads the others at
-        versions it planned. Entering the outermost block forgets every table; a block within it, nothing."""
+        versions it planned. Entering the outermost block forgets every table unless what was known is ``kept`` (no
+        lakejoin writer took a lock since it was seen); a block within it, nothing."""
         ...
 
     def refresh(self, *paths: str) -> None:

@@ -230,7 +230,7 @@ class DeltaRsReader:
             raise LakejoinError(f"cannot append to {path}: {first_line(exc)}") from exc
         return data.num_rows
 
-    def pinned(self) -> AbstractContextManager[None]:
+    def pinned(self, kept: bool = False) -> AbstractContextManager[None]:
         """Nothing to pin: a table held open is brought up to date by a listing of its log, milliseconds, no Spark
         job."""
         return nullcontext()

@@ -132,29 +132,29 @@ class SparkDeltaEngine:
         # Whether a write reads back the version it committed (``_commit``): where the reader builds a head from it,
         # and the session lets lakejoin clear the setting first.
         self._reports = self._log.builds_own_heads and not self._restricted
-        # Within ``pinned``: each warehouse table's head as last seen, kept up to date by the engine's own writes.
+        # Each warehouse table's head as last seen within ``pinned``, kept up to date by the engine's own writes, and
+        # kept after it for the next block told it may keep them.
         self._heads: dict[str, Head | None] = {}
         self._pins = 0
         self._heads_guard = threading.Lock()
 
     @contextmanager
-    def pinned(self) -> Iterator[None]:
+    def pinned(self, kept: bool = False) -> Iterator[None]:
         """Within the block each warehouse table's latest commit is asked of its log once, then known from the
         engine's own writes: a step asked it ~12 times a table (on the public reader each a ``DESCRIBE HISTORY``, a
         Spark job). For a caller that holds the lock of what it writes and reads the rest at versions it planned;
-        entering the outermost block (as on taking the lock) forgets what was seen before it, and a lock taken within
-        it forgets what that lock's other holders write (``refresh``)."""
+        entering the outermost block (as on taking the lock) forgets what was seen before it unless it is ``kept``
+        (nothing else took a lock since: state/log/lock.py ``Held.unchanged``), and a lock taken within it forgets
+        what that lock's other holders write (``refresh``)."""
         with self._heads_guard:
             self._pins += 1
-            if self._pins == 1:
+            if self._pins == 1 and not kept:
                 self._heads.clear()
         try:
             yield
         finally:
             with self._heads_guard:
                 self._pins -= 1
-                if not self._pins:
-                    self._heads.clear()
 
     def _head(self, path: str) -> Head | None:
         """The table's latest commit: within ``pinned``, as last seen."""

@@ -61,17 +61,19 @@ class Lease:
     job: str
     holder: str = field(default_factory=lambda: f"pid {os.getpid()} on {socket.gethostname()} ({uuid.uuid4().hex[:8]})")
     epoch: int | None = None
+    unchanged: bool = False  # set by its taker (state/log/lock.py ``Held``)
     _lost: bool = False
     _renewed_at: float = float("-inf")  # when (time.monotonic) the last taking or renewal that held was sent
     _stop: threading.Event = field(default_factory=threading.Event)
     _renewer: threading.Thread | None = None
 
-    def take(self, wait_seconds: float | None) -> None:
+    def take(self, wait_seconds: float | None) -> dict[str, int | None]:
         """Take the lease, waiting up to ``wait_seconds`` (None: as long as it takes) for its holder to let it go or
-        let it lapse; raises ``WarehouseBusy`` naming the holder when the wait runs out."""
+        let it lapse; raises ``WarehouseBusy`` naming the holder when the wait runs out. Returns each job's epoch as
+        the taking saw it: this one's, and the others' where nobody holds them (None where somebody does)."""
         self._create()
         deadline = None if wait_seconds is None else time.monotonic() + wait_seconds
-        while not self._taken():
+        while (epochs := self._taken()) is None:
             if deadline is not None and time.monotonic() >= deadline:
                 row = self.spark.sql(
                     f"SELECT holder, expires_at FROM {self.table} WHERE job = {literal(self.job)}"
@@ -84,6 +86,7 @@ class Lease:
             time.sleep(POLL_SECONDS)
         self._renewer = threading.Thread(target=self._renew_while_held, name=f"lakejoin-lease-{self.job}", daemon=True)
         self._renewer.start()
+        return epochs
 
     def check(self) -> None:
         """Prove the lease held for at least half its length from now: renewed in the last half (its holder's renewals
@@ -120,25 +123,21 @@ class Lease:
             if not any(mark in str(exc) for mark in CREATED):
                 raise
 
-    def _taken(self) -> bool:
-        """Take the lease if it is free or lapsed: whether this run now holds it."""
+    def _taken(self) -> dict[str, int | None] | None:
+        """Take the lease if it is free or lapsed: each job's epoch as ``take`` returns it when this run now holds it,
+        None when it does not. The epochs are one read of the table, which the taking's own epoch needs anyway."""
         started = time.monotonic()
         taken = self._update(
             f"holder = {literal(self.holder)}, epoch = epoch + 1, expires_at = current_timestamp() + INTERVAL "
             f"{LEASE_SECONDS} SECONDS",
             "holder IS NULL OR expires_at < current_timestamp()",
         )
-        if taken:
-            self._renewed_at = started
-            self.epoch = (
-                self.spark.sql(
-                    f"SELECT epoch FROM {self.table} WHERE job = {literal(self.job)} AND holder = "
-                    f"{literal(self.holder)}"
-                )
-                .first()
-                .epoch
-            )
-        return taken
+        if not taken:
+            return None
+        self._renewed_at = started
+        rows = self.spark.sql(f"SELECT job, holder, epoch FROM {self.table}").collect()
+        self.epoch = next(row.epoch for row in rows if row.job == self.job and row.holder == self.holder)
+        return {row.job: row.epoch if row.job == self.job or row.holder is None else None for row in rows}
 
     def _renewed(self) -> bool:
         """Renew the lease if this run still holds it: whether it did."""

@@ -5,6 +5,11 @@ when its holder exits or dies, even by ``kill -9``, so a crashed run never leave
 Catalog schema has no file to lock: there it is a lease in a table of the schema (state/log/lease.py), which a run
 proves still held before each batch's writes and commit (``Held.check``). Object-store folders (``s3://``, ``abfss://``,
 …) have neither: there the scheduler must not overlap runs (the bundle's jobs set ``max_concurrent_runs: 1``).
+
+Each taking of a lock has an epoch, one more than the taking before it (the lock file's second line, the lease row's
+``epoch``). A pipeline records the takings it makes and sees (``Takings``): a taking that finds no other taking of
+either lock since its own last one (``Held.unchanged``) knows that no lakejoin writer has written the warehouse
+meanwhile, so what the pipeline saw of its tables' logs then is still their newest (docs/design.md section 3.10).
 """
 
 from __future__ import annotations
@@ -15,18 +20,25 @@ import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import IO, TYPE_CHECKING, Protocol
 
 from state.errors import WarehouseBusy
 from state.layout import is_catalog_schema
-from state.log.lease import Lease, lease_table
+from state.log.lease import JOBS, Lease, lease_table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 JOIN, INGEST = "run", "ingest"
 POLL_SECONDS = 0.2
+# How long a pipeline keeps what it saw of its tables across takings that find nothing else taken: well within the
+# week Delta keeps the files an older version reads (VACUUM's default retention, and lakejoin's least), so a version
+# kept that long still reads after a foreign OPTIMIZE and VACUUM (Databricks' predictive optimization), which take no
+# lock.
+KEPT_SECONDS = 3600
+EPOCH = "epoch "
 
 
 def is_local(root: str) -> bool:
@@ -39,31 +51,102 @@ def lock_path(root: str, job: str) -> str:
 
 
 class Held(Protocol):
-    """A lock held: ``check`` proves it still is, before a batch writes and before it commits."""
+    """A lock held: ``check`` proves it still is, before a batch writes and before it commits. ``unchanged``: no other
+    taking of either of the warehouse's locks came since the last one the taker's ``Takings`` recorded."""
+
+    unchanged: bool
 
     def check(self) -> None: ...
 
 
+@dataclass(frozen=True)
 class _Unexpiring:
     """A file lock, held until its holder ends (or, on an object store, no lock at all): nothing to prove."""
+
+    unchanged: bool = False
 
     def check(self) -> None:
         return None
 
 
+@dataclass
+class Takings:
+    """The takings of one warehouse's locks a pipeline has made or seen, by epoch: the holder of what the pipeline
+    keeps of its tables' logs between calls. Without a lock there is no epoch, so an object-store folder's takings are
+    never unchanged."""
+
+    seen: dict[str, int] = field(default_factory=dict)  # job -> the epoch of its last taking made or seen
+    holding: set[str] = field(default_factory=set)
+    since: float = float("-inf")  # when (time.monotonic) what is kept was first seen
+
+    def took(self, job: str, epoch: int, others: dict[str, int | None]) -> bool:
+        """Record this pipeline's taking of ``job`` at ``epoch``, the other locks' epochs as seen then (None: held by
+        another, or never seen): whether nothing else took a lock since its last taking, and what it keeps is young
+        enough to read (``KEPT_SECONDS``). Otherwise what it kept is forgotten, and kept again from now."""
+        unchanged = (
+            time.monotonic() - self.since < KEPT_SECONDS
+            and self.seen.get(job) == epoch - 1
+            and all(other in self.holding or self.seen.get(other) == seen for other, seen in others.items())
+        )
+        if not unchanged:
+            self.since = time.monotonic()
+        self.holding.add(job)
+        self._see({job: epoch} | {other: seen for other, seen in others.items() if other not in self.holding})
+        return unchanged
+
+    def released(self, job: str) -> None:
+        self.holding.discard(job)
+
+    def peek(self, root: str, job: str) -> bool:
+        """Whether nothing took ``job``'s lock since this pipeline last saw it, asked of the lock file without taking it
+        (a catalog's lease would cost a read of its table: there, as on an object store, the answer is no)."""
+        epoch = _free_epoch(root, job) if is_local(root) else None
+        unchanged = epoch is not None and self.seen.get(job) == epoch
+        self._see({job: epoch})
+        return unchanged
+
+    def _see(self, epochs: dict[str, int | None]) -> None:
+        for job, epoch in epochs.items():
+            if epoch is None:
+                self.seen.pop(job, None)
+            else:
+                self.seen[job] = epoch
+
+
 @contextmanager
-def hold(root: str, job: str, wait_seconds: float | None = 0.0, spark: SparkSession | None = None) -> Iterator[Held]:
+def hold(
+    root: str,
+    job: str,
+    wait_seconds: float | None = 0.0,
+    spark: SparkSession | None = None,
+    takings: Takings | None = None,
+) -> Iterator[Held]:
     """Hold ``job``'s lock on the warehouse at ``root``, waiting up to ``wait_seconds`` (None: as long as it takes); a
-    catalog schema's lease needs the ``spark`` session its tables are reached through.
+    catalog schema's lease needs the ``spark`` session its tables are reached through. ``takings``: the holder's record
+    of the locks' takings, which says whether the lock held is ``unchanged``.
 
     Raises ``WarehouseBusy`` naming the holder when the wait runs out.
     """
+    takings = Takings() if takings is None else takings
+    try:
+        with _taken(root, job, wait_seconds, spark, takings) as held:
+            yield held
+    finally:
+        takings.released(job)
+
+
+@contextmanager
+def _taken(
+    root: str, job: str, wait_seconds: float | None, spark: SparkSession | None, takings: Takings
+) -> Iterator[Held]:
+    others = [other for other in JOBS if other != job]
     if is_catalog_schema(root) and spark is not None:
         from state.engines.spark_delta import session_apart
 
         # on a session apart: a renewal never waits for, nor is mistaken for, a commit of the run's on ``spark``
         lease = Lease(session_apart(spark), lease_table(root), job)
-        lease.take(wait_seconds)
+        epochs = lease.take(wait_seconds)
+        lease.unchanged = takings.took(job, epochs[job], {other: epochs.get(other) for other in others})
         try:
             yield lease
         finally:
@@ -76,12 +159,35 @@ def hold(root: str, job: str, wait_seconds: float | None = 0.0, spark: SparkSess
     with open(lock_path(root, job), "a+", encoding="utf-8") as handle:
         _acquire(handle, job, root, wait_seconds)
         handle.seek(0)
+        epoch = _epoch(handle.read()) + 1
+        handle.seek(0)
         handle.truncate()
         handle.write(
-            f"pid {os.getpid()} on {socket.gethostname()} since {datetime.now(timezone.utc):%Y-%m-%d %H:%M:%S} UTC"
+            f"pid {os.getpid()} on {socket.gethostname()} since {datetime.now(timezone.utc):%Y-%m-%d %H:%M:%S} UTC\n"
+            f"{EPOCH}{epoch}\n"
         )
         handle.flush()
-        yield _Unexpiring()
+        seen = {other: None if other in takings.holding else _free_epoch(root, other) for other in others}
+        yield _Unexpiring(takings.took(job, epoch, seen))
+
+
+def _epoch(text: str) -> int:
+    """The epoch a lock file records of its last taking: 0 before the first (or in a file written before epochs)."""
+    line = next((line for line in text.splitlines() if line.startswith(EPOCH)), None)
+    return 0 if line is None else int(line.removeprefix(EPOCH))
+
+
+def _free_epoch(root: str, job: str) -> int | None:
+    """The epoch of ``job``'s last taking when nobody holds its lock now; None when somebody does."""
+    path = lock_path(root, job)
+    if not os.path.exists(path):
+        return 0
+    with open(path, encoding="utf-8") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return None
+        return _epoch(handle.read())
 
 
 def holder(root: str, job: str) -> str | None:
@@ -93,8 +199,13 @@ def holder(root: str, job: str) -> str | None:
         try:
             fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
-            return handle.read().strip() or "another process"
+            return _who(handle.read())
     return None
+
+
+def _who(text: str) -> str:
+    """The holder a lock file names: its first line."""
+    return text.strip().split("\n", 1)[0] or "another process"
 
 
 def _acquire(handle: IO[str], job: str, root: str, wait_seconds: float | None) -> None:
@@ -109,7 +220,7 @@ def _acquire(handle: IO[str], job: str, root: str, wait_seconds: float | None) -
         except BlockingIOError:
             if time.monotonic() >= deadline:
                 handle.seek(0)
-                who = handle.read().strip() or "another process"
+                who = _who(handle.read())
                 raise WarehouseBusy(
                     f"another 'lakejoin {job}' holds {root} ({who}); this one did nothing: "
                     "retry when it is done, or pass --wait SECONDS to queue behind it"

@@ -1,0 +1,105 @@
+"""What a pipeline keeps of its tables' logs between calls: only what no other lakejoin writer can have changed. Each
+taking of a warehouse lock has an epoch; a taking that finds no other taking of either lock since the pipeline's own
+last one keeps what the pipeline saw (state/log/lock.py ``Takings``), anything else forgets it."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from benchmarks.small import records, write_jsonl
+from pipelines.api import Pipeline
+from state.engines import spark_delta
+from state.engines.public_log import PublicLog
+from state.log import lock
+from state.log.lock import INGEST, JOIN, Takings, hold
+from tests.conftest import require_spark_delta
+
+
+def unchanged(root: str, job: str, takings: Takings | None = None) -> bool:
+    with hold(root, job, takings=takings) as held:
+        return held.unchanged
+
+
+def test_a_taking_is_unchanged_only_when_no_other_taking_came_since_the_pipeline_s_own(tmp_path):
+    root, mine = str(tmp_path), Takings()
+    assert not unchanged(root, INGEST, mine)  # nothing seen yet
+    assert unchanged(root, INGEST, mine)
+    assert unchanged(root, JOIN, mine)
+    unchanged(root, JOIN)  # another pipeline's run
+    assert not unchanged(root, INGEST, mine)
+    assert unchanged(root, INGEST, mine)
+    unchanged(root, INGEST)  # another pipeline's ingest
+    assert not unchanged(root, JOIN, mine)
+    assert unchanged(root, JOIN, mine)
+
+
+def test_a_lock_held_by_another_at_the_taking_leaves_it_changed_until_a_taking_finds_it_free(tmp_path):
+    root, mine = str(tmp_path), Takings()
+    unchanged(root, INGEST, mine)
+    taken, release = threading.Event(), threading.Event()
+
+    def another_run() -> None:  # a lock held through another open file, as another process holds it
+        with hold(root, JOIN):
+            taken.set()
+            release.wait()
+
+    holder = threading.Thread(target=another_run, daemon=True)
+    holder.start()
+    taken.wait()
+    try:
+        assert not unchanged(root, INGEST, mine)  # the run may be writing now
+    finally:
+        release.set()
+        holder.join()
+    assert not unchanged(root, INGEST, mine)  # what was seen while it ran may be older than what it wrote
+    assert unchanged(root, INGEST, mine)
+
+
+def test_a_pipeline_s_own_lock_taken_within_another_of_its_own_is_no_other_taking(tmp_path):
+    root, mine = str(tmp_path), Takings()
+    unchanged(root, INGEST, mine)
+    with hold(root, JOIN, takings=mine) as run:
+        assert run.unchanged
+        assert unchanged(root, INGEST, mine)  # a run's landing takes the ingest lock within its own
+        assert mine.peek(root, INGEST)
+        unchanged(root, INGEST)  # an ingest of another pipeline while the run runs
+        assert not mine.peek(root, INGEST)
+        assert mine.peek(root, INGEST)
+    assert unchanged(root, INGEST, mine)
+
+
+def test_what_is_kept_is_forgotten_once_older_than_its_age_limit(tmp_path, monkeypatch):
+    root, mine = str(tmp_path), Takings()
+    unchanged(root, INGEST, mine)
+    monkeypatch.setattr(lock, "KEPT_SECONDS", 0)
+    assert not unchanged(root, INGEST, mine)
+
+
+def test_an_object_store_folder_has_no_lock_so_no_taking_is_unchanged():
+    mine = Takings()
+    assert not unchanged("s3://bucket/warehouse", INGEST, mine)
+    assert not unchanged("s3://bucket/warehouse", INGEST, mine)
+
+
+@pytest.mark.spark_delta
+def test_a_pipeline_that_keeps_its_tables_between_calls_joins_what_another_pipeline_ingested_meanwhile(
+    spark, tmp_path, monkeypatch
+):
+    """On the public reader (every Databricks run), where a kept head saves a Spark job a table: a pipeline's run after
+    another pipeline's ingests joins their rows, as a run of a pipeline of its own would."""
+    require_spark_delta(spark)
+    monkeypatch.setattr(spark_delta, "log_reader", PublicLog)
+    root = str(tmp_path / "warehouse")
+    config = {"relations": {"r": {}, "s": {}}, "engine": "spark"}
+    mine, another = Pipeline(root, config, spark=spark), Pipeline(root, config, spark=spark)
+    ingested = {"r": [], "s": []}
+    for cycle, pipeline in enumerate((mine, another)):
+        for name in ("r", "s"):
+            ingested[name] += records(name, 2 * cycle, 2)
+            pipeline.ingest(name, write_jsonl(str(tmp_path / f"{name}{cycle}.jsonl"), ingested[name][-2:]))
+        mine.run()  # the second after another's ingests: its own lock's taking follows its own last one
+    gold = spark.read.format("delta").load(f"{root}/gold/join_results").select("r_id", "s_id").collect()
+    expected = {(r["id"], s["id"]) for r in ingested["r"] for s in ingested["s"] if r["key"] == s["key"]}
+    assert sorted(tuple(row) for row in gold) == sorted(expected)
