@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime, timezone
+from importlib.metadata import version
 from typing import TYPE_CHECKING, NoReturn
 
 from pipelines.commands.terminal import without_native_panics
@@ -30,6 +31,7 @@ DEFAULT_TRIGGER = 10.0  # seconds between two looks for new arrivals of 'run --f
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lakejoin", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"lakejoin {version('lakejoin')}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, help_text: str, warehouse_required: bool = True) -> argparse.ArgumentParser:

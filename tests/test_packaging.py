@@ -1,5 +1,6 @@
 """The wheel's requirements: ranges that the Databricks runtimes the bundle names already satisfy, so a job installs no
-library over the runtime's own copy; the versions tested here pinned apart (constraints.txt), for the local install."""
+library over the runtime's own copy; the versions tested here pinned apart (constraints.txt), for the local install.
+A release: one version, printed by ``lakejoin --version``, with its dated changelog entry and what it was tested with."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ import re
 import tomllib
 from importlib.metadata import version
 
+import pytest
 from packaging.requirements import Requirement
 
+from pipelines.cli import main
 from tests.helpers import REPO
 
 # The libraries each runtime ships, from its release notes' "Installed Python libraries": Databricks Runtime 18 LTS
@@ -72,3 +75,21 @@ def test_the_tested_versions_are_pinned_within_the_ranges_and_installed_here():
         assert version(name) == release, name
     with open(os.path.join(REPO, "Makefile"), encoding="utf-8") as handle:
         assert "--constraint constraints.txt --editable" in handle.read()
+
+
+def test_the_version_is_set_in_one_place_and_lakejoin_version_prints_it(capsys):
+    with open(os.path.join(REPO, "pyproject.toml"), "rb") as handle:
+        assert version("lakejoin") == tomllib.load(handle)["project"]["version"]
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert (exited.value.code, capsys.readouterr().out) == (0, f"lakejoin {version('lakejoin')}\n")
+
+
+def test_the_changelog_dates_the_installed_release_and_names_the_versions_it_was_tested_with():
+    with open(os.path.join(REPO, "docs", "changelog.md"), encoding="utf-8") as handle:
+        text = handle.read()
+    heading = re.search(rf"^## {re.escape(version('lakejoin'))} — \d{{4}}-\d{{2}}-\d{{2}}$", text, re.MULTILINE)
+    assert heading is not None, f"no '## {version('lakejoin')} — YYYY-MM-DD' heading in docs/changelog.md"
+    release = text[heading.end() :].split("\n## ", 1)[0]
+    for package in ("pyspark", "delta-spark", "deltalake", "great-expectations"):
+        assert f"{package} {version(package)}" in release, package

@@ -9,7 +9,7 @@ proves still held before each batch's writes and commit (``Held.check``). Object
 Each taking of a lock has an epoch, one more than the taking before it (the lock file's second line, the lease row's
 ``epoch``). A pipeline records the takings it makes and sees (``Takings``): a taking that finds no other taking of
 either lock since its own last one (``Held.unchanged``) knows that no lakejoin writer has written the warehouse
-meanwhile, so what the pipeline saw of its tables' logs then is still their newest (docs/design.md section 3.10).
+meanwhile, so what the pipeline saw of its tables' logs then is still their newest (docs/design.md section 5.3).
 """
 
 from __future__ import annotations
