@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import date, datetime
 from functools import partial
@@ -196,7 +196,7 @@ class Pipeline:
         from pipelines.commands.follow import StopSignal
         from pipelines.definition import recorder
         from pipelines.silver import BatchReport, RunReport
-        from state.log.lock import JOIN, hold
+        from state.log.lock import JOIN
 
         if follow is not None and not follow > 0:
             raise LakejoinError(
@@ -206,7 +206,7 @@ class Pipeline:
         report, interrupted = _reporting(done, progress), False
         with (
             self._call("run"),
-            hold(self.root, JOIN, wait, self._locking_spark(), self._takings) as held,
+            self._lock("run", JOIN, wait) as held,
             ExitStack() as pin,
         ):
             opened = self._open("run", pin=pin, kept=held.unchanged)
@@ -222,6 +222,7 @@ class Pipeline:
                             joining(stop.asked)
                             if stop.wait(follow):
                                 break
+                            _look_again(opened, self._takings)
                     except KeyboardInterrupt:  # a second signal: the work under way is abandoned
                         interrupted = True
             record()  # a run with nothing to write records the config it was given too
@@ -290,13 +291,13 @@ class Pipeline:
         from state.engines.table import Tables
         from state.event_time import bronze_kind, on_axis_value, render
         from state.join.relations import relation as named
-        from state.log.lock import INGEST, hold
+        from state.log.lock import INGEST
         from state.log.progress import declare
 
         # under the ingest lock, as every lakejoin writer takes one: a declaration queues behind an ingest
         with (
             self._call("advance"),
-            hold(self.root, INGEST, None, self._locking_spark(), self._takings) as held,
+            self._lock("advance", INGEST, None) as held,
             ExitStack() as pin,
         ):
             opened = self._open("advance", pin=pin, kept=held.unchanged)
@@ -319,13 +320,12 @@ class Pipeline:
 
         with self._call("maintain"):
             opened = self._open("maintain")
-            with hold(
-                opened.warehouse.root, JOIN, None, self._locking_spark()
-            ):  # a rewrite must not race a batch's MERGE
+            # a rewrite must not race a batch's MERGE; the definition is recorded under the lock, as every write is
+            with hold(opened.warehouse.root, JOIN, None, self._locking_spark()):
                 maintained = maintain(opened.engine, opened.warehouse, retention_hours)
-            record(
-                opened.engine, opened.warehouse, opened.settled
-            )  # a maintain that fails leaves the definition as it was
+                record(
+                    opened.engine, opened.warehouse, opened.settled
+                )  # a maintain that fails leaves the definition as it was
             return maintained
 
     def reset(self) -> list[str]:
@@ -356,11 +356,11 @@ class Pipeline:
         the arrival order), the definition recorded before any row lands."""
         from pipelines.definition import record
         from state.join.relations import relation as named
-        from state.log.lock import INGEST, hold
+        from state.log.lock import INGEST
 
         with (
             self._call("ingest"),
-            hold(self.root, INGEST, None, self._locking_spark(), self._takings) as held,
+            self._lock("ingest", INGEST, None) as held,
             ExitStack() as pin,
         ):
             opened = self._open("ingest", pin=pin, kept=held.unchanged)
@@ -376,6 +376,25 @@ class Pipeline:
             with opened.engine.pinned():  # the lock is held: what this call writes, only it writes
                 record(opened.engine, opened.warehouse, opened.settled)  # bronze's _id and _ts are derived under it
                 return ingest(opened, rel)
+
+    def _lock(self, command: str, job: str, wait: float | None) -> AbstractContextManager[Held]:
+        """The warehouse's ``job`` lock for ``command``, which opens the warehouse under it, its takings recorded. A
+        command that does not create a warehouse is refused first where there is none: a catalog schema would get a
+        lease table."""
+        from state.layout import Warehouse, is_catalog_schema
+        from state.log.lock import hold
+
+        creates = _creates(command, self._given or Config.of())
+        if (
+            not creates
+            and is_catalog_schema(self.root)
+            and not self.spark.catalog.tableExists(Warehouse(self.root).definition)
+        ):
+            raise LakejoinError(
+                f"{self.root} is not a lakejoin warehouse (it has no silver_definition table): ingest files into it "
+                f"first with 'lakejoin ingest --warehouse {self.root}'"
+            )
+        return hold(self.root, job, wait, self._locking_spark(), self._takings)
 
     def _locking_spark(self) -> SparkSession | None:
         """The session a catalog warehouse's lease is taken through (state/log/lease.py); a folder's lock needs none."""
@@ -540,6 +559,17 @@ def _files(
     return ingest_files(
         opened.engine, opened.warehouse, rel, files, opened.config.relations, progress or (lambda _: None)
     )
+
+
+def _look_again(opened: _Opened, takings: Takings) -> None:
+    """Before a following run's next look for arrivals: what other calls wrote beside it since is forgotten (each
+    batch forgets it only after committing), and everything once what is kept reaches its age limit."""
+    from state.log.lock import INGEST
+
+    if takings.expired():
+        opened.engine.refresh()
+    elif not takings.peek(opened.warehouse.root, INGEST):
+        opened.engine.refresh(*opened.warehouse.beside_runs())
 
 
 def _join_pending(

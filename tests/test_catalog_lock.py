@@ -134,3 +134,14 @@ def test_a_lease_is_renewed_while_a_write_on_the_run_s_session_holds_its_commits
             with pytest.raises(WarehouseBusy):
                 Lease(spark.newSession(), lease_table(warehouse), "run").take(wait_seconds=0)
         held.check()
+
+
+def test_a_run_on_a_schema_that_is_no_warehouse_is_refused_in_one_line_before_any_lease_is_made(spark, tmp_path):
+    require_spark_delta(spark)
+    spark.sql(f"CREATE SCHEMA lj_none LOCATION '{tmp_path / 'lj_none'}'")
+    try:
+        with pytest.raises(LakejoinError, match="is not a lakejoin warehouse"):
+            Api("spark_catalog.lj_none", {"engine": "spark"}, spark=spark).run()
+        assert not spark.catalog.tableExists(lease_table("spark_catalog.lj_none"))
+    finally:
+        spark.sql("DROP SCHEMA IF EXISTS lj_none CASCADE")

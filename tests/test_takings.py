@@ -12,6 +12,7 @@ from benchmarks.small import records, write_jsonl
 from pipelines.api import Pipeline
 from state.engines import spark_delta
 from state.engines.public_log import PublicLog
+from state.errors import LakejoinError
 from state.log import lock
 from state.log.lock import INGEST, JOIN, Takings, hold
 from tests.conftest import require_spark_delta
@@ -50,6 +51,7 @@ def test_a_lock_held_by_another_at_the_taking_leaves_it_changed_until_a_taking_f
     taken.wait()
     try:
         assert not unchanged(root, INGEST, mine)  # the run may be writing now
+        assert not unchanged(root, INGEST, mine)  # and still may
     finally:
         release.set()
         holder.join()
@@ -60,6 +62,7 @@ def test_a_lock_held_by_another_at_the_taking_leaves_it_changed_until_a_taking_f
 def test_a_pipeline_s_own_lock_taken_within_another_of_its_own_is_no_other_taking(tmp_path):
     root, mine = str(tmp_path), Takings()
     unchanged(root, INGEST, mine)
+    unchanged(root, JOIN, mine)
     with hold(root, JOIN, takings=mine) as run:
         assert run.unchanged
         assert unchanged(root, INGEST, mine)  # a run's landing takes the ingest lock within its own
@@ -68,6 +71,26 @@ def test_a_pipeline_s_own_lock_taken_within_another_of_its_own_is_no_other_takin
         assert not mine.peek(root, INGEST)
         assert mine.peek(root, INGEST)
     assert unchanged(root, INGEST, mine)
+
+
+def test_a_lock_whose_holder_died_holding_it_or_of_a_lakejoin_before_epochs_leaves_every_taking_changed(tmp_path):
+    root, mine = str(tmp_path), Takings()
+    unchanged(root, JOIN, mine)
+    unchanged(root, INGEST, mine)
+    with open(lock.lock_path(root, JOIN), "w", encoding="utf-8") as died:  # not marked released
+        died.write(f"pid 1 on elsewhere since 2026-12-07 00:00:00 UTC\n{lock.EPOCH}{mine.seen[JOIN]}\n")
+    assert not unchanged(root, INGEST, mine)
+    assert not unchanged(root, INGEST, mine)
+    with open(lock.lock_path(root, JOIN), "w", encoding="utf-8") as older:
+        older.write("pid 1 on elsewhere since 2026-12-07 00:00:00 UTC")
+    assert not unchanged(root, INGEST, mine)
+
+
+def test_a_thread_taking_a_lock_it_holds_is_refused_rather_than_waiting_on_itself(tmp_path):
+    root = str(tmp_path)
+    with hold(root, INGEST), pytest.raises(LakejoinError, match="already holds the ingest lock"):
+        unchanged(root, INGEST)
+    assert not unchanged(root, INGEST)  # and the lock was left as it was: free
 
 
 def test_what_is_kept_is_forgotten_once_older_than_its_age_limit(tmp_path, monkeypatch):

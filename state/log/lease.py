@@ -47,6 +47,12 @@ class LeaseLost(LakejoinError):
     exit_code = 3
 
 
+def first_epoch() -> int:
+    """A lock's first epoch, at random: a lock made again (a warehouse deleted and made anew under a running pipeline)
+    does not count again from where a pipeline saw the old one (state/log/lock.py ``Takings``)."""
+    return random.getrandbits(48)
+
+
 def lease_table(root: str) -> str:
     """The leases of the warehouse in the catalog schema ``root``: beside its definition, wherever its layers are."""
     return f"{root}.silver_leases"
@@ -117,7 +123,7 @@ class Lease:
             self.spark.sql(
                 f"CREATE TABLE IF NOT EXISTS {self.table} USING DELTA TBLPROPERTIES "
                 "('delta.enableDeletionVectors' = 'false') AS SELECT job, CAST(NULL AS STRING) AS holder, "
-                f"CAST(0 AS BIGINT) AS epoch, CAST(NULL AS TIMESTAMP) AS expires_at FROM ({rows})"
+                f"CAST({first_epoch()} AS BIGINT) AS epoch, CAST(NULL AS TIMESTAMP) AS expires_at FROM ({rows})"
             )
         except Exception as exc:  # noqa: BLE001 - a concurrent creation surfaces as the catalog's error or Delta's
             if not any(mark in str(exc) for mark in CREATED):
@@ -135,9 +141,9 @@ class Lease:
         if not taken:
             return None
         self._renewed_at = started
-        rows = self.spark.sql(f"SELECT job, holder, epoch FROM {self.table}").collect()
-        self.epoch = next(row.epoch for row in rows if row.job == self.job and row.holder == self.holder)
-        return {row.job: row.epoch if row.job == self.job or row.holder is None else None for row in rows}
+        rows = {row.job: row for row in self.spark.sql(f"SELECT job, holder, epoch FROM {self.table}").collect()}
+        self.epoch = rows[self.job].epoch  # the UPDATE made it this holder's, and only a taking changes it
+        return {job: row.epoch if job == self.job or row.holder is None else None for job, row in rows.items()}
 
     def _renewed(self) -> bool:
         """Renew the lease if this run still holds it: whether it did."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 import fcntl
 import os
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,9 +25,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import IO, TYPE_CHECKING, Protocol
 
-from state.errors import WarehouseBusy
+from state.errors import LakejoinError, WarehouseBusy
 from state.layout import is_catalog_schema
-from state.log.lease import JOBS, Lease, lease_table
+from state.log.lease import JOBS, Lease, first_epoch, lease_table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -39,6 +40,9 @@ POLL_SECONDS = 0.2
 # lock.
 KEPT_SECONDS = 3600
 EPOCH = "epoch "
+RELEASED = "released"  # the lock file's last line once its holder let it go: read without taking the file's lock
+# The locks each thread holds: a thread that takes one it holds would wait on itself for ever.
+_HELD = threading.local()
 
 
 def is_local(root: str) -> bool:
@@ -86,7 +90,10 @@ class Takings:
         unchanged = (
             time.monotonic() - self.since < KEPT_SECONDS
             and self.seen.get(job) == epoch - 1
-            and all(other in self.holding or self.seen.get(other) == seen for other, seen in others.items())
+            and all(
+                other in self.holding or (seen is not None and self.seen.get(other) == seen)
+                for other, seen in others.items()
+            )
         )
         if not unchanged:
             self.since = time.monotonic()
@@ -96,6 +103,14 @@ class Takings:
 
     def released(self, job: str) -> None:
         self.holding.discard(job)
+
+    def expired(self) -> bool:
+        """Whether what is kept is older than ``KEPT_SECONDS``, for a holder that keeps its lock that long (``run
+        --follow``); if so it is kept again from now, once the holder has forgotten it."""
+        if time.monotonic() - self.since < KEPT_SECONDS:
+            return False
+        self.since = time.monotonic()
+        return True
 
     def peek(self, root: str, job: str) -> bool:
         """Whether nothing took ``job``'s lock since this pipeline last saw it, asked of the lock file without taking it
@@ -128,10 +143,18 @@ def hold(
     Raises ``WarehouseBusy`` naming the holder when the wait runs out.
     """
     takings = Takings() if takings is None else takings
+    held_here = _HELD.__dict__.setdefault("locks", set())
+    if (root, job) in held_here:
+        raise LakejoinError(
+            f"this thread already holds the {job} lock of {root} (is a callback of the call under way calling "
+            "lakejoin?): make that call once the one under way has returned"
+        )
+    held_here.add((root, job))
     try:
         with _taken(root, job, wait_seconds, spark, takings) as held:
             yield held
     finally:
+        held_here.discard((root, job))
         takings.released(job)
 
 
@@ -159,35 +182,54 @@ def _taken(
     with open(lock_path(root, job), "a+", encoding="utf-8") as handle:
         _acquire(handle, job, root, wait_seconds)
         handle.seek(0)
-        epoch = _epoch(handle.read()) + 1
-        handle.seek(0)
-        handle.truncate()
-        handle.write(
-            f"pid {os.getpid()} on {socket.gethostname()} since {datetime.now(timezone.utc):%Y-%m-%d %H:%M:%S} UTC\n"
-            f"{EPOCH}{epoch}\n"
-        )
-        handle.flush()
+        last = _epoch(handle.read())
+        epoch = first_epoch() if last is None else last + 1
+        who = f"pid {os.getpid()} on {socket.gethostname()} since {datetime.now(timezone.utc):%Y-%m-%d %H:%M:%S} UTC"
+        _rewrite(handle, f"{who}\n{EPOCH}{epoch}\n")
+        for other in others:
+            _made(root, other)
         seen = {other: None if other in takings.holding else _free_epoch(root, other) for other in others}
-        yield _Unexpiring(takings.took(job, epoch, seen))
+        try:
+            yield _Unexpiring(takings.took(job, epoch, seen))
+        finally:
+            _rewrite(handle, f"{who}\n{EPOCH}{epoch}\n{RELEASED}\n")
 
 
-def _epoch(text: str) -> int:
-    """The epoch a lock file records of its last taking: 0 before the first (or in a file written before epochs)."""
+def _made(root: str, job: str) -> None:
+    """``job``'s lock file, released at a random epoch, where there is none yet: then a pipeline's next taking of the
+    other lock can find this one as it left it, before it is first taken."""
+    try:
+        made = os.open(lock_path(root, job), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        return
+    with os.fdopen(made, "w", encoding="utf-8") as handle:
+        handle.write(f"nobody\n{EPOCH}{first_epoch()}\n{RELEASED}\n")
+
+
+def _rewrite(handle: IO[str], text: str) -> None:
+    handle.seek(0)
+    handle.truncate()
+    handle.write(text)
+    handle.flush()
+
+
+def _epoch(text: str) -> int | None:
+    """The epoch a lock file records of its last taking: None before the first (or in a file written before epochs,
+    or half written)."""
     line = next((line for line in text.splitlines() if line.startswith(EPOCH)), None)
-    return 0 if line is None else int(line.removeprefix(EPOCH))
+    return None if line is None else int(line.removeprefix(EPOCH))
 
 
 def _free_epoch(root: str, job: str) -> int | None:
-    """The epoch of ``job``'s last taking when nobody holds its lock now; None when somebody does."""
-    path = lock_path(root, job)
-    if not os.path.exists(path):
-        return 0
-    with open(path, encoding="utf-8") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return None
-        return _epoch(handle.read())
+    """The epoch of ``job``'s last taking when its holder has let it go; None while it is held (or its holder died
+    holding it, or the file is half written, or not there: the first taking's epoch is random). Read without taking the
+    file's lock, which would make a taker that does not wait find it busy."""
+    try:
+        with open(lock_path(root, job), encoding="utf-8") as handle:
+            text = handle.read()
+    except FileNotFoundError:
+        return None
+    return _epoch(text) if text.rstrip().endswith(RELEASED) else None
 
 
 def holder(root: str, job: str) -> str | None:
