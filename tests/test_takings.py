@@ -4,7 +4,10 @@ last one keeps what the pipeline saw (state/log/lock.py ``Takings``), anything e
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
+import time
 
 import pytest
 
@@ -126,3 +129,39 @@ def test_a_pipeline_that_keeps_its_tables_between_calls_joins_what_another_pipel
     gold = spark.read.format("delta").load(f"{root}/gold/join_results").select("r_id", "s_id").collect()
     expected = {(r["id"], s["id"]) for r in ingested["r"] for s in ingested["s"] if r["key"] == s["key"]}
     assert sorted(tuple(row) for row in gold) == sorted(expected)
+
+
+@pytest.mark.spark_delta
+def test_a_following_run_joins_what_another_pipeline_ingests_between_its_looks(spark, tmp_path, monkeypatch):
+    """A following run holds its lock and keeps what it saw from one look for arrivals to the next: an ingest of
+    another pipeline between two looks is found by the next (the ingest lock's epoch), not only after a batch."""
+    require_spark_delta(spark)
+    monkeypatch.setattr(spark_delta, "log_reader", PublicLog)
+    root = str(tmp_path / "warehouse")
+    config = {"relations": {"r": {}, "s": {}}, "engine": "spark"}
+    mine, another = Pipeline(root, config, spark=spark), Pipeline(root, config, spark=spark)
+    ingested = {name: records(name, 0, 2) for name in ("r", "s")}
+    for name, rows in ingested.items():
+        mine.ingest(name, write_jsonl(str(tmp_path / f"{name}0.jsonl"), rows))
+    expected = {(r["id"], s["id"]) for r in records("r", 0, 4) for s in records("s", 0, 4) if r["key"] == s["key"]}
+    gold = f"{root}/gold/join_results"
+
+    def ingest_after_the_first_look_then_stop() -> None:
+        time.sleep(3)  # the first look, its batch and its look for more are done by then
+        for name in ("r", "s"):
+            another.ingest(name, write_jsonl(str(tmp_path / f"{name}1.jsonl"), records(name, 2, 2)))
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and spark.read.format("delta").load(gold).count() < len(expected):
+            time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGTERM)  # as the scheduler stops a following run
+
+    first_batch = threading.Event()
+    feeder = threading.Thread(target=lambda: first_batch.wait() and ingest_after_the_first_look_then_stop())
+    feeder.start()
+    try:
+        mine.run(follow=0.5, progress=lambda item: first_batch.set())
+    finally:
+        first_batch.set()
+        feeder.join()
+    joined = spark.read.format("delta").load(gold).select("r_id", "s_id").collect()
+    assert sorted(tuple(row) for row in joined) == sorted(expected)
