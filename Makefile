@@ -134,7 +134,8 @@ bench-history: $(STAMP)
 # by hand: delta-rs, then Delta on Spark when LAKEJOIN_DELTA_JARS names Delta's jars
 bench-small: $(STAMP)
 	env -u LAKEJOIN_DELTA_JARS $(VENV)/bin/python -m benchmarks.small
-	if [ -n "$$LAKEJOIN_DELTA_JARS" ]; then $(VENV)/bin/python -m benchmarks.small --engine spark; \
+	if [ -n "$$LAKEJOIN_DELTA_JARS" ]; then $(VENV)/bin/python -m benchmarks.small --engine spark && \
+		$(VENV)/bin/python -m benchmarks.small --engine spark --log-reader public --out benchmarks/results/small_spark_public_reader.json; \
 	else echo "bench-small: Delta on Spark skipped: set LAKEJOIN_DELTA_JARS to a folder of Delta's JVM jars"; fi
 
 # What each step of a few-row cycle costs in Spark jobs, calls to the JVM and commits, beside the same work by hand:

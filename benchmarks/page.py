@@ -159,7 +159,11 @@ def backlog(results: Results) -> str:
 
 
 def small(results: Results) -> str:
-    runs = [("delta-rs", results["small.json"]), ("Delta on Spark", results["small_spark.json"])]
+    runs = [
+        ("delta-rs", results["small.json"]),
+        ("Delta on Spark, JVM reader", results["small_spark.json"]),
+        ("Delta on Spark, public reader", results["small_spark_public_reader.json"]),
+    ]
     rows = []
     for scenario, label in (
         ("scheduled run", "(a) a scheduled run landing a file per relation"),
@@ -590,7 +594,13 @@ SECTIONS = (
     Section(
         "A backlog in one scheduled run", "bench-backlog", "backlog", ("backlog.json", "backlog_spark.json"), backlog
     ),
-    Section("A batch of a few rows", "bench-small", "small", ("small.json", "small_spark.json"), small),
+    Section(
+        "A batch of a few rows",
+        "bench-small",
+        "small",
+        ("small.json", "small_spark.json", "small_spark_public_reader.json"),
+        small,
+    ),
     Section(
         "What a batch costs, counted",
         "bench-costs",
