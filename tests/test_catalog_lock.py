@@ -121,16 +121,20 @@ def test_a_lease_is_taken_by_one_of_two_and_given_back(spark, warehouse):
         Lease(spark, lease_table(warehouse), "run").check()  # never taken: holds nothing
 
 
-def test_a_lease_is_renewed_while_a_write_on_the_run_s_session_holds_its_commits_past_the_lease(
-    spark, warehouse, monkeypatch
-):
+def test_a_lease_is_renewed_while_a_write_on_the_run_s_session_holds_its_commits(spark, warehouse, monkeypatch):
     """A write that reads back the version it committed holds off the session's other commits: the lease, on a session
-    apart, is renewed meanwhile, so a write longer than the lease does not let another run take the warehouse."""
-    monkeypatch.setattr(lease_module, "LEASE_SECONDS", 4)
-    monkeypatch.setattr(lease_module, "RENEW_SECONDS", 1)
+    apart, is renewed meanwhile, so a write longer than the lease does not let another run take the warehouse. Waits for
+    a renewal rather than for the clock: a loaded machine's UPDATE may take longer than a short lease."""
+    monkeypatch.setattr(lease_module, "RENEW_SECONDS", 0.5)
+    expiry = f"SELECT expires_at FROM {lease_table(warehouse)} WHERE job = 'run'"
     with hold(warehouse, "run", spark=spark) as held:
+        taken_at, taken_expiry = held._renewed_at, spark.sql(expiry).first().expires_at
         with committing_on(spark):
-            time.sleep(6)
+            deadline = time.monotonic() + 120
+            while held._renewed_at == taken_at and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert held._renewed_at > taken_at, "no renewal while the run's session held its commits"
+            assert spark.sql(expiry).first().expires_at > taken_expiry
             with pytest.raises(WarehouseBusy):
                 Lease(spark.newSession(), lease_table(warehouse), "run").take(wait_seconds=0)
         held.check()
