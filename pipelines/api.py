@@ -195,7 +195,7 @@ class Pipeline:
         from pipelines.bronze.sources import SourceResult
         from pipelines.commands.follow import StopSignal
         from pipelines.definition import recorder
-        from pipelines.silver import BatchReport, RunReport
+        from pipelines.silver import BatchReport, RunReport, look_again
         from state.log.lock import JOIN
 
         if follow is not None and not follow > 0:
@@ -222,7 +222,7 @@ class Pipeline:
                             joining(stop.asked)
                             if stop.wait(follow):
                                 break
-                            _look_again(opened, self._takings)
+                            look_again(opened.engine, opened.warehouse, self._takings)
                     except KeyboardInterrupt:  # a second signal: the work under way is abandoned
                         interrupted = True
             record()  # a run with nothing to write records the config it was given too
@@ -382,6 +382,7 @@ class Pipeline:
         command that does not create a warehouse is refused first where there is none: a catalog schema would get a
         lease table."""
         from state.layout import Warehouse, is_catalog_schema
+        from state.log.checks import not_a_warehouse
         from state.log.lock import hold
 
         creates = _creates(command, self._given or Config.of())
@@ -390,10 +391,7 @@ class Pipeline:
             and is_catalog_schema(self.root)
             and not self.spark.catalog.tableExists(Warehouse(self.root).definition)
         ):
-            raise LakejoinError(
-                f"{self.root} is not a lakejoin warehouse (it has no silver_definition table): ingest files into it "
-                f"first with 'lakejoin ingest --warehouse {self.root}'"
-            )
+            raise not_a_warehouse(self.root)
         return hold(self.root, job, wait, self._locking_spark(), self._takings)
 
     def _locking_spark(self) -> SparkSession | None:
@@ -561,17 +559,6 @@ def _files(
     )
 
 
-def _look_again(opened: _Opened, takings: Takings) -> None:
-    """Before a following run's next look for arrivals: what other calls wrote beside it since is forgotten (each
-    batch forgets it only after committing), and everything once what is kept reaches its age limit."""
-    from state.log.lock import INGEST
-
-    if takings.expired():
-        opened.engine.refresh()
-    elif not takings.peek(opened.warehouse.root, INGEST):
-        opened.engine.refresh(*opened.warehouse.beside_runs())
-
-
 def _join_pending(
     opened: _Opened,
     config: Config,
@@ -588,7 +575,7 @@ def _join_pending(
     batch writes and before it commits; ``takings``, the pipeline's record of the locks' takings."""
     from pipelines.bronze.landing import require_landing
     from pipelines.bronze.sources import ingest_sources
-    from pipelines.silver import run
+    from pipelines.silver import look_again, run
     from state.join.relations import relation
     from state.log.lock import INGEST, hold
 
@@ -601,8 +588,7 @@ def _join_pending(
             record()
             # new rows take places in the order
             with hold(opened.warehouse.root, INGEST, None, opened.engine.spark, takings) as ingesting:
-                if not ingesting.unchanged:
-                    opened.engine.refresh(*opened.warehouse.beside_runs())
+                look_again(opened.engine, opened.warehouse, takings, ingest_unchanged=ingesting.unchanged)
                 for result in ingest_sources(opened.engine, opened.warehouse, config.relations):
                     report(result)
         run(

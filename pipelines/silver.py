@@ -175,8 +175,7 @@ def _batches(
                 report, races = replace(report, races=races), 0
                 reports.append(report)
                 progress(report)
-                if not run.takings.peek(run.warehouse.root, INGEST):  # the next plan sees what was ingested meanwhile
-                    run.engine.refresh(*run.warehouse.beside_runs())
+                look_again(run.engine, run.warehouse, run.takings)  # the next plan sees what was ingested meanwhile
         except Exception as exc:
             if not lost_a_race(exc):
                 raise
@@ -232,9 +231,20 @@ def _landing(run: Run, lands: bool) -> Iterator[None]:
         yield
         return
     with hold(run.warehouse.root, INGEST, None, run.engine.spark, run.takings) as held:
-        if not held.unchanged:
-            run.engine.refresh(*run.warehouse.beside_runs())
+        look_again(run.engine, run.warehouse, run.takings, ingest_unchanged=held.unchanged)
         yield
+
+
+def look_again(
+    engine: DeltaEngine, warehouse: Warehouse, takings: Takings, ingest_unchanged: bool | None = None
+) -> None:
+    """Forget what other lakejoin calls may have written beside a run that holds its lock since it last looked: the
+    tables beside the run's own, unless no ingest took the lock since (``ingest_unchanged``, as the run's own taking of
+    it found, else as the lock file says: ``Takings.peek``); every table once what is kept reaches its age limit."""
+    if takings.expired():
+        engine.refresh()
+    elif not (takings.peek(warehouse.root, INGEST) if ingest_unchanged is None else ingest_unchanged):
+        engine.refresh(*warehouse.beside_runs())
 
 
 def _planned(run: Run, tail: LogTail, known: Known, progress: Callable) -> BatchPlan | None:

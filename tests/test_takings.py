@@ -8,14 +8,17 @@ import os
 import signal
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 
 from benchmarks.small import records, write_jsonl
 from pipelines.api import Pipeline
+from pipelines.silver import look_again
 from state.engines import spark_delta
 from state.engines.public_log import PublicLog
 from state.errors import LakejoinError
+from state.layout import Warehouse
 from state.log import lock
 from state.log.lock import INGEST, JOIN, Takings, hold
 from tests.conftest import require_spark_delta
@@ -101,6 +104,29 @@ def test_what_is_kept_is_forgotten_once_older_than_its_age_limit(tmp_path, monke
     unchanged(root, INGEST, mine)
     monkeypatch.setattr(lock, "KEPT_SECONDS", 0)
     assert not unchanged(root, INGEST, mine)
+
+
+def test_a_run_looking_again_keeps_what_no_ingest_changed_until_its_age_limit_then_forgets_every_table(
+    tmp_path, monkeypatch
+):
+    """A run that holds its lock for hours (``run --follow``, a long backlog) forgets what it kept once it is older
+    than its age limit, whatever the ingest lock says: VACUUM may have removed what a kept version reads."""
+    refreshed: list[tuple[str, ...]] = []
+    engine, warehouse, mine = (
+        SimpleNamespace(refresh=lambda *paths: refreshed.append(paths)),
+        Warehouse(str(tmp_path)),
+        Takings(),
+    )
+    unchanged(str(tmp_path), INGEST, mine)
+    look_again(engine, warehouse, mine)
+    look_again(engine, warehouse, mine, ingest_unchanged=True)
+    assert refreshed == []
+    unchanged(str(tmp_path), INGEST)  # another pipeline's ingest
+    look_again(engine, warehouse, mine)
+    assert refreshed == [tuple(warehouse.beside_runs())]
+    monkeypatch.setattr(lock, "KEPT_SECONDS", 0)
+    look_again(engine, warehouse, mine, ingest_unchanged=True)
+    assert refreshed[-1] == ()
 
 
 def test_an_object_store_folder_has_no_lock_so_no_taking_is_unchanged():

@@ -44,10 +44,15 @@ def require_warehouse(engine: DeltaReader, warehouse: Warehouse) -> None:
     """A lakejoin warehouse is one that has had an ingest (it holds ``bronze/_ingests``), or batches that landed files
     (a run records its definition before the first)."""
     if all(engine.version(path) is None for path in (warehouse.ingest_log, warehouse.definition, warehouse.batches)):
-        raise LakejoinError(
-            f"{warehouse.root} is not a lakejoin warehouse (it has no bronze/_ingests table): "
-            f"ingest files into it first with 'lakejoin ingest --warehouse {warehouse.root}'"
-        )
+        raise not_a_warehouse(warehouse.root)
+
+
+def not_a_warehouse(root: str) -> LakejoinError:
+    """The error of a command that needs a warehouse where there is none (no ingest log, definition or batch log)."""
+    return LakejoinError(
+        f"{root} is not a lakejoin warehouse (it has no bronze/_ingests or silver_definition table): ingest files into "
+        f"it first with 'lakejoin ingest --warehouse {root}'"
+    )
 
 
 def check_ingest_target(engine: DeltaEngine, warehouse: Warehouse) -> None:
