@@ -5,10 +5,6 @@ order and batch split, state evicted exactly as the reference evicts it, and the
 from __future__ import annotations
 
 import json
-import os
-import random
-import signal
-import time
 from collections import Counter
 
 import pytest
@@ -19,7 +15,7 @@ from hypothesis import strategies as st
 from expectations.reconcile import check_gold
 from pipelines.api import Pipeline as Api
 from state.config import Config
-from tests.helpers import Pipeline, copied, crash_at_each, lakejoin, start_lakejoin
+from tests.helpers import Pipeline, copied, crash_at_each
 from tests.reference import BatchJoiner, Match, Record, banded
 from tests.strategies import split
 from tests.test_cli import doc_block
@@ -205,34 +201,6 @@ def test_a_synchronized_join_of_three_streams_gives_one_row_per_time_and_key_wit
     assert pipeline.gold_matches() == found == expected_tuples(records, "abc", window=0)
     assert pipeline.late_ids() == set()
     assert pipeline.state_rows() == joiner.held()
-
-
-def test_kill_9_of_a_three_way_run_at_random_moments_then_a_clean_rerun_gives_the_uninterrupted_result(
-    deltars, tmp_path_factory
-):
-    settings = {"allowed_lateness": 30, "window": 40}
-    chosen = random.Random(5)
-    records = [
-        Record(name, f"{name}{i}", chosen.randrange(100), f"k{chosen.randrange(3)}", rank=rank)
-        for i in range(6)
-        for rank, name in enumerate("abc")
-    ]
-    uninterrupted = n_way(deltars, tmp_path_factory.mktemp("uninterrupted"), "abc", **settings)
-    uninterrupted.land(records)
-    victim = copied(uninterrupted, tmp_path_factory.mktemp("victim"))
-    uninterrupted.run(max_batch_rows=4)
-    config = os.path.join(victim.root, "three.yml")
-    with open(config, "w", encoding="utf-8") as handle:
-        yaml.safe_dump({"relations": dict.fromkeys("abc"), **settings}, handle)
-    args = ("run", "--warehouse", victim.warehouse.root, "--config", config, "--max-batch-rows", "4")
-    running = start_lakejoin(*args, cwd=victim.root)  # once: the two-way series kill several times, on both engines
-    time.sleep(chosen.uniform(8.0, 18.0))  # within the run: Spark's start, then five batches
-    os.killpg(running.pid, signal.SIGKILL)
-    running.communicate()
-    rerun = lakejoin(*args, cwd=victim.root)
-    assert rerun.returncode == 0, rerun.stderr[-2000:]
-    assert victim.snapshot() == uninterrupted.snapshot()
-    assert victim.gold_matches()  # the case joins something
 
 
 def test_validate_passes_while_one_relation_has_nothing_ingested_yet(deltars, tmp_path):

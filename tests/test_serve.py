@@ -300,7 +300,7 @@ def test_commands_killed_at_random_moments_through_the_server_then_rerun_give_th
         )
         assert again.returncode == 0, again.stderr[-2000:]
         uninterrupted.ingest(side, files[side])
-    for _ in range(3):
+    for _ in range(2):
         victim = start(pipeline, served, *run_args(pipeline))
         time.sleep(rng.uniform(0.5, 6.0))  # within the run: no JVM to start, ten batches of a second or so
         os.killpg(victim.pid, signal.SIGKILL)
