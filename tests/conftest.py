@@ -19,20 +19,32 @@ LONGEST_FIRST = ("test_where_spark_runs",)
 os.environ["LAKEJOIN_HOME"] = tempfile.mkdtemp(prefix="lakejoin-tests-home-")
 
 
+QUICK_JVM = "spark.driver.defaultJavaOptions"
+
+
 def _quick_jvms() -> None:
-    """Every JVM the tests start (their session, each command's, each server's) compiles with the JIT's first tier
-    only: Spark generates new code for every query, which the second tier compiles again and again, a fifth of a
-    test JVM's CPU on two cores that the suite keeps busy (wall time alone is unchanged: the idle core compiled). Set
-    through Spark's defaults file, which every spark-submit reads and lakejoin's own settings do not override."""
+    """The JVMs of the tests' commands and servers, which live seconds to minutes, compile with the JIT's first tier
+    only: Spark generates new code for every query, which the second tier compiles again and again (a third less CPU
+    for a JVM of 80 s). Set through Spark's defaults file, which every spark-submit reads and lakejoin's own settings do
+    not override; the tests' session, which lives the whole run, sets it back (``QUICK_JVM``): there the second tier's
+    code pays back its compiling (a suite with it at the first tier took a fifth more CPU per test)."""
     if "SPARK_CONF_DIR" in os.environ:
         return
     folder = tempfile.mkdtemp(prefix="lakejoin-tests-spark-conf-")
     with open(os.path.join(folder, "spark-defaults.conf"), "w", encoding="utf-8") as defaults:
-        defaults.write("spark.driver.defaultJavaOptions -XX:TieredStopAtLevel=1\n")
+        defaults.write(f"{QUICK_JVM} -XX:TieredStopAtLevel=1\n")
     os.environ["SPARK_CONF_DIR"] = folder
 
 
 _quick_jvms()
+
+# A second view of what the suite tests once, minutes long: run on demand (LAKEJOIN_LONG_TESTS=1), so that the suite
+# fits CI's time.
+LONG_TESTS = "LAKEJOIN_LONG_TESTS"
+SECOND_VIEW = pytest.mark.skipif(
+    not os.environ.get(LONG_TESTS),
+    reason=f"a second view of what the suite tests once, minutes long: set {LONG_TESTS}=1",
+)
 
 SPARK_DELTA_SKIP = (
     f"Delta Lake's JVM jars are not on this Spark session's class path: set {DELTA_JARS} to a folder holding "
@@ -50,7 +62,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def spark() -> SparkSession:
     check_java()
     builder = SparkSession.builder.master("local[2]").appName("lakejoin-tests")
-    for name, value in local_conf({"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "2g"}).items():
+    for name, value in local_conf(
+        {"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "2g", QUICK_JVM: ""}
+    ).items():
         builder = builder.config(name, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
