@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from expectations.reconcile import check_gold
 from pipelines.api import Pipeline as Api
 from state.config import Config
+from tests.conftest import SECOND_VIEW
 from tests.helpers import Pipeline, copied, crash_at_each
 from tests.reference import BatchJoiner, Match, Record, banded
 from tests.strategies import split
@@ -125,6 +126,7 @@ def test_a_three_way_run_dying_at_each_write_in_turn_resumes_to_the_uninterrupte
     assert uninterrupted.gold_matches()  # the case joins something
 
 
+@SECOND_VIEW  # state equal to the reference's after every batch: the properties above; bounded: tests/test_bounded_state.py
 def test_three_way_state_stays_flat_on_a_long_stream(deltars, tmp_path):
     """A long in-order three-way stream with a window and a lateness: after every batch the state tables hold
     what the reference holds, and never more than a few windows' worth of records."""

@@ -20,6 +20,7 @@ import yaml
 from benchmarks.costs import Cost
 from pipelines.commands import server
 from pipelines.spark import DELTA_JARS, REMOTE
+from tests.conftest import SECOND_VIEW
 from tests.helpers import LAKEJOIN, REPO, Pipeline, lakejoin, lakejoin_here
 from tests.reference import Record, batch_join
 from tests.test_changes import CONFIG as CHANGE_CONFIG
@@ -265,6 +266,7 @@ def run_args(pipeline: Pipeline, *extra: str) -> list[str]:
     return ["run", "--warehouse", pipeline.warehouse.root, "--max-batch-rows", "4", *extra]
 
 
+@SECOND_VIEW  # kill -9 of a command: tests/test_concurrency.py (a run), tests/test_api.py (streams)
 @pytest.mark.parametrize("engine", ENGINES)
 def test_commands_killed_at_random_moments_through_the_server_then_rerun_give_the_uninterrupted_result(
     served, deltars, tmp_path, engine
@@ -314,6 +316,7 @@ def test_commands_killed_at_random_moments_through_the_server_then_rerun_give_th
     assert os.listdir(os.path.join(served[server.HOME], "server", "clients")) == []
 
 
+@SECOND_VIEW  # a run dying at each write resumes: tests/test_recovery.py; the server's own death: on demand
 def test_the_server_killed_during_a_run_fails_the_command_and_a_rerun_without_it_is_exact(deltars, tmp_path):
     pipeline = Pipeline(deltars, str(tmp_path / "warehouse"))
     os.makedirs(pipeline.root)
