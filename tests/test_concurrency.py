@@ -122,8 +122,8 @@ def test_a_following_run_joins_what_is_ingested_while_it_runs_and_ctrl_c_ends_it
 def test_kill_9_at_random_moments_then_a_clean_rerun_gives_the_uninterrupted_result(
     landed, deltars, pristine, tmp_path_factory
 ):
-    """On Delta on Spark, the engine of every Databricks run; a delta-rs process is killed at random moments by
-    tests/test_api.py's streams and tests/test_serve.py's commands, and both engines die at each write in turn."""
+    """On Delta on Spark, the engine of every Databricks run; a delta-rs process is killed at a random moment by
+    tests/test_api.py's streams (and on demand tests/test_serve.py's commands), and both engines die at each write."""
     pipeline, records = landed
     if not os.environ.get(DELTA_JARS):
         pytest.skip(SPARK_DELTA_SKIP)
