@@ -100,6 +100,12 @@ def spark_engine(spark: SparkSession):
 @pytest.fixture(params=["delta-rs", pytest.param("spark", marks=pytest.mark.spark_delta)])
 def cli_engine(request: pytest.FixtureRequest) -> str:
     """The engine a ``lakejoin`` process runs on (tests/helpers.py gives it Delta's jars, or not)."""
-    if request.param == "spark" and not os.environ.get(DELTA_JARS):
-        pytest.skip(SPARK_DELTA_SKIP)
+    if request.param == "spark":
+        require_delta_jars()
     return request.param
+
+
+def require_delta_jars() -> None:
+    """A ``lakejoin`` process the test starts runs on Delta on Spark only where Delta's jars are named."""
+    if not os.environ.get(DELTA_JARS):
+        pytest.skip(SPARK_DELTA_SKIP)

@@ -11,10 +11,9 @@ from collections import Counter
 
 import pytest
 
-from pipelines.spark import DELTA_JARS
 from state.engines import make_engine
 from state.log.lock import JOIN, hold
-from tests.conftest import SPARK_DELTA_SKIP
+from tests.conftest import require_delta_jars
 from tests.helpers import Pipeline, lakejoin, start_lakejoin
 from tests.reference import Record, batch_join
 
@@ -125,8 +124,7 @@ def test_kill_9_at_random_moments_then_a_clean_rerun_gives_the_uninterrupted_res
     """On Delta on Spark, the engine of every Databricks run; a delta-rs process is killed at a random moment by
     tests/test_api.py's streams (and on demand tests/test_serve.py's commands), and both engines die at each write."""
     pipeline, records = landed
-    if not os.environ.get(DELTA_JARS):
-        pytest.skip(SPARK_DELTA_SKIP)
+    require_delta_jars()
     uninterrupted = Pipeline(deltars, str(tmp_path_factory.mktemp("uninterrupted")))
     shutil.copytree(pristine[0], uninterrupted.warehouse.root)
     uninterrupted.run(max_batch_rows=4)
